@@ -1,0 +1,32 @@
+# Two commands for a fresh machine: `make demo` (a quick twin sweep with a report) and `make test`.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HARBOR_TELEMETRY := 0
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: venv demo test test-fast e2e bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/harness sweep --engine twin --quick --out results/demo --force
+	$(BIN)/harness report sweep results/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+e2e: $(STAMP)
+	bash .ci/e2e.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache

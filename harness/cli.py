@@ -1,0 +1,105 @@
+"""The ``harness`` command line (typer + rich).
+
+Each concern registers its own commands through a ``register(app, groups)`` function in its own ``cli`` module,
+so this file only wires them together and maps ``HarnessError`` to a clear message and an exit code.
+CLI modules must import heavy libraries (torch, sklearn, datasets, matplotlib) inside their commands, never at
+module level: ``harness twin engine`` is launched hundreds of times per sweep and must start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from harness.errors import HarnessError
+
+GROUPS = {
+    "twin": "The GPU-free digital twin: a GPU device and an sglang-compatible engine.",
+    "sampler": "The GPU telemetry sampler sidecar.",
+    "dataset": "Validate, merge, compare and export sweep datasets.",
+    "report": "Rich tables and figures for sweeps and policies.",
+    "pilot": "Agentic pilots (SWE-bench Lite, Terminal-Bench) at the pilot configs.",
+}
+
+# Modules that contribute commands, in help order. A module that does not exist yet is skipped.
+REGISTRARS = [
+    "harness.sweep_cli",
+    "harness.dataset_cli",
+    "harness.twin.cli",
+    "harness.telemetry.cli",
+    "policies.cli",
+    "pilots.cli",
+]
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="harness",
+        help="Energy-aware speculative decoding: sweep sglang EAGLE3 configs, measure GPU energy, learn policies.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    @app.callback()
+    def _root() -> None:
+        """Energy-aware speculative decoding: sweep sglang EAGLE3 configs, measure GPU energy, learn policies."""
+
+    @app.command()
+    def version() -> None:
+        """Print the harness version."""
+        from harness import __version__
+
+        typer.echo(__version__)
+
+    groups = {name: typer.Typer(help=text, no_args_is_help=True) for name, text in GROUPS.items()}
+    for module_name in REGISTRARS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        module.register(app, groups)
+    for name, group in groups.items():
+        if group.registered_commands or group.registered_groups:
+            app.add_typer(group, name=name)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app; a HarnessError becomes ``error: ...`` / ``fix: ...`` and its exit code."""
+    app = build_app()
+    try:
+        app(args=argv if argv is not None else sys.argv[1:], prog_name="harness", standalone_mode=False)
+    except HarnessError as exc:
+        _print_error(exc.message, exc.fix)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        _print_error("aborted", None)
+        return 130
+    except KeyboardInterrupt:
+        _print_error("interrupted", "rerun with --resume RUN_DIR to continue a sweep")
+        return 130
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode (typer vendors click)
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+            exc.show()
+            return int(exc.exit_code)
+        raise
+    return 0
+
+
+def _print_error(message: str, fix: str | None) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {message}", markup=True)
+    if fix:
+        console.print(f"[bold]fix:[/] {fix}", markup=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Agentic pilots: SWE-bench Lite and Terminal-Bench at the pilot configs."""

@@ -1,0 +1,1 @@
+"""The eight policies: one protocol, one registry, one evaluation path."""
