@@ -1,0 +1,133 @@
+"""The shared pilot pieces: configs, options, suite flags, telemetry helpers, the pilot-row semantics."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from harness.errors import InvalidConfigError, UsageError
+from harness.grid import SpecConfig
+from pilots.common import (
+    ERROR_PREFIX,
+    PILOT_CONFIGS,
+    PilotOptions,
+    PilotTrial,
+    energy_from_window,
+    gpu_metrics,
+    options_from_flags,
+    parse_extra,
+    select_configs,
+    throttling,
+    trial_row,
+)
+
+PUBLISHED_KEYS = [
+    "hardware", "index", "repeat", "batch_size", "steps", "topk", "num_draft_tokens", "is_baseline", "error",
+    "accept_length", "speed_tok_s", "speed_source", "step_time_s", "wall_clock_s", "wall_clock_tok_s",
+    "total_output_tokens", "energy_joules", "avg_power_watts", "joules_per_token", "gpu_temp_c_before", "gpu_temp_c",
+    "gpu_power_w", "gpu_util_pct", "gpu_mem_used_mb", "gpu_throttling", "retry_mem_fraction",
+]
+
+
+def test_pilot_configs_are_the_published_ones() -> None:
+    assert PILOT_CONFIGS == {
+        "no_spec": SpecConfig(0, 0, 0), "chosen": SpecConfig(3, 4, 8), "chosen_bs16": SpecConfig(3, 2, 4),
+    }
+    assert list(select_configs("no_spec,chosen")) == ["no_spec", "chosen"]
+    assert select_configs("chosen_bs16, 5:1:2") == {"chosen_bs16": SpecConfig(3, 2, 4), "5:1:6": SpecConfig(5, 1, 6)}
+    with pytest.raises(InvalidConfigError, match="unknown pilot config 'fast'"):
+        select_configs("no_spec,fast")
+    with pytest.raises(InvalidConfigError):
+        select_configs("3:4:16")
+
+
+def test_options_defaults_and_validation(tmp_path: Path) -> None:
+    o = PilotOptions(suite="swebench")
+    assert o.server_batch_size == 16 and o.engine == "sglang" and o.configs == ["no_spec", "chosen", "chosen_bs16"]
+    assert o.run_dir == Path("results") / f"swebench-{o.run_id}"
+    assert PilotOptions(suite="swebench", out=tmp_path).run_dir == tmp_path
+    assert PilotOptions(suite="terminalbench", configs="chosen").configs == ["chosen"]
+    with pytest.raises(UsageError, match="time-scale"):
+        options_from_flags({"suite": "swebench", "engine": "sglang", "time_scale": 5.0})
+    with pytest.raises(UsageError, match="suite"):
+        options_from_flags({"suite": "tau2"})
+    with pytest.raises(InvalidConfigError):
+        options_from_flags({"suite": "swebench", "configs": "bogus"})
+
+
+class _Suite(BaseModel):
+    limit: int | None = Field(default=None, description="how many")
+    instance_ids: list[str] = Field(default_factory=list)
+    evaluate: bool = True
+    max_new_tokens: int = 768
+
+
+def test_parse_extra_suite_flags() -> None:
+    m = parse_extra(_Suite, ["--limit", "2", "--instance-ids", "a,b", "--instance-ids=c", "--no-evaluate", "--max-new-tokens=64"])
+    assert m.model_dump() == {"limit": 2, "instance_ids": ["a", "b", "c"], "evaluate": False, "max_new_tokens": 64}
+    with pytest.raises(UsageError, match="unknown option --bogus"):
+        parse_extra(_Suite, ["--bogus", "1"])
+    with pytest.raises(UsageError, match="needs a value"):
+        parse_extra(_Suite, ["--limit"])
+    with pytest.raises(UsageError, match="invalid suite options"):
+        parse_extra(_Suite, ["--limit", "two"])
+
+
+def test_throttling_ignores_the_idle_bit() -> None:
+    assert throttling(0x1) is False
+    assert throttling(0x4) is True and throttling(0x21) is True
+    assert throttling(None) is None
+    m = gpu_metrics({"temperature_c": 61.0, "power_w": 40.0, "clock_event_reasons": 1, "t_wall_ns": 1_700_000_000_000_000_000})
+    assert m["gpu_throttling_active"] is False and m["gpu_throttling_reference"] is True
+    assert m["timestamp"].endswith("+00:00")
+
+
+def test_energy_from_window_uses_device_duration_and_refuses_invalid() -> None:
+    assert energy_from_window({"valid": True, "energy_j": 100.0, "duration_s": 4.0}) == (100.0, 25.0)
+    assert energy_from_window({"valid": False, "energy_j": 100.0, "duration_s": 4.0}) == (None, None)
+    assert energy_from_window({}) == (None, None)
+
+
+def _trial(mode: str, **kw: object) -> PilotTrial:
+    return PilotTrial(
+        suite="swebench" if mode == "snapshots" else "terminalbench", config_name="no_spec", steps=0, topk=0,
+        num_draft_tokens=0, task_id="t1", elapsed_s=10.0, completion_tokens=500, energy_joules=600.0,
+        avg_power_watts=60.0, telemetry_mode=mode,  # type: ignore[arg-type]
+        window={"valid": True, "avg_temp_c": 70.0, "avg_util_pct": 90.0, "clock_event_reasons_or": 4, "reasons": []},
+        gpu_metrics_before={"gpu_temperature_celsius": 55.0},
+        gpu_metrics_after={"gpu_temperature_celsius": 66.0, "gpu_power_watts": 71.0, "gpu_utilization_percent": 93.0,
+                           "gpu_memory_used_mb": 5000.0, "gpu_throttling_active": False, "clock_event_reasons": 1},
+        **kw,
+    )
+
+
+def test_rows_have_the_published_pilot_semantics() -> None:
+    row = trial_row(_trial("snapshots"), hardware="twin:rtx4060-laptop", run_id="r")
+    assert list(row)[:26] == PUBLISHED_KEYS
+    assert row["is_baseline"] is False and row["batch_size"] == 1 and row["repeat"] is None
+    assert row["error"].startswith(ERROR_PREFIX) and row["speed_source"] == "swebench_pilot"
+    assert row["step_time_s"] is None and row["speed_tok_s"] == 50.0 and row["joules_per_token"] == 1.2
+    assert (row["gpu_temp_c_before"], row["gpu_temp_c"], row["gpu_mem_used_mb"]) == (55.0, 66.0, 5000.0)
+    assert row["gpu_throttling"] is False
+
+    tb = trial_row(_trial("window_average"), hardware="h", run_id="r")
+    assert tb["speed_source"] == "terminalbench_pilot"
+    assert tb["gpu_temp_c_before"] is None and tb["gpu_mem_used_mb"] is None and tb["gpu_throttling"] is None
+    assert (tb["gpu_temp_c"], tb["gpu_power_w"], tb["gpu_util_pct"]) == (70.0, 60.0, 90.0)
+
+
+def _harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_pilot_group_dispatch_and_errors() -> None:
+    out = _harness("pilot", "--help")
+    assert out.returncode == 0 and "--suite" in out.stdout and "setup" in out.stdout
+    bad = _harness("pilot", "--suite", "tau2", "--engine", "twin")
+    assert bad.returncode == 2 and "suite" in bad.stderr
+    bad_cfg = _harness("pilot", "--suite", "swebench", "--configs", "fast")
+    assert bad_cfg.returncode == 2 and "unknown pilot config" in bad_cfg.stderr
