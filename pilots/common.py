@@ -446,87 +446,94 @@ def energy_from_window(window: dict[str, Any]) -> tuple[float | None, float | No
     return energy, power
 
 
-def trial_row(trial: PilotTrial, *, hardware: str, run_id: str, extras: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The dataset row of one trial with the published pilot semantics (26 published keys, then extras).
+def trial_row(
+    trial: PilotTrial, *, hardware: str, index: int, run_id: str, **extras: Any
+) -> dict[str, Any]:
+    """The dataset row of one trial with the published pilot semantics (``harness.rows.pilot_row``), as a native record.
 
     ``is_baseline`` false even for no_spec; ``error`` starts with ``agentic_pilot_trace: ``; ``batch_size`` 1 (the
-    real concurrency); ``repeat``, ``step_time_s`` and ``index`` null (``harness dataset merge --pilots`` numbers
-    them after the grid). Goes through ``harness.rows`` when it offers a pilot-row builder.
+    real concurrency; the launch batch size goes to ``pilot_server_batch_size``); ``repeat`` and ``step_time_s``
+    null. ``index`` is the trial's position in this run; ``harness dataset merge --pilots`` renumbers after the grid.
+    SWE-bench rows take ``gpu_temp_c_before`` from the snapshot before the request and the other GPU columns from the
+    snapshot after it; Terminal-Bench rows take window averages (``pilot_row`` nulls the before/mem/throttling
+    columns). ``gpu_throttling`` keeps the published meaning (any clock-event bit, idle included) and
+    ``gpu_throttling_power_thermal`` the corrected one.
     """
+    from harness.rows import make_pilot_cell_id, pilot_row, throttling_flags, to_native  # noqa: PLC0415
+
     w = trial.window
     tps = trial.output_tokens_per_s
-    reason = trial.note or "end-to-end agentic request, not controlled decode throughput"
-    error = f"{ERROR_PREFIX}{trial.suite} {trial.task_id} config={trial.config_name} status={trial.status}: {reason}"
+    note = (
+        f"{trial.suite} {trial.task_id} at {trial.config_name} {SpecConfig(trial.steps, trial.topk, trial.num_draft_tokens)}"
+        f" ({trial.status}): {trial.note or 'end-to-end agentic request (prefill, decode and HTTP), not controlled decode throughput'}"
+    )
+    b, a = trial.gpu_metrics_before or {}, trial.gpu_metrics_after or {}
     if trial.telemetry_mode == "snapshots":
-        b, a = trial.gpu_metrics_before or {}, trial.gpu_metrics_after or {}
-        temp_before = b.get("gpu_temperature_celsius")
-        temp, power_now = a.get("gpu_temperature_celsius"), a.get("gpu_power_watts")
-        util, mem, throt = a.get("gpu_utilization_percent"), a.get("gpu_memory_used_mb"), a.get("gpu_throttling_active")
+        temp_before = _finite(b.get("gpu_temperature_celsius"))
+        temp, power_now = _finite(a.get("gpu_temperature_celsius")), _finite(a.get("gpu_power_watts"))
+        util, mem = _finite(a.get("gpu_utilization_percent")), _finite(a.get("gpu_memory_used_mb"))
         mask = a.get("clock_event_reasons")
     else:
-        temp_before, mem, throt = None, None, None
-        temp, power_now = _finite(w.get("avg_temp_c")), trial.avg_power_watts
-        util = _finite(w.get("avg_util_pct"))
+        temp_before, mem = None, None
+        temp, power_now, util = _finite(w.get("avg_temp_c")), trial.avg_power_watts, _finite(w.get("avg_util_pct"))
         mask = w.get("clock_event_reasons_or")
-    row: dict[str, Any] = {
-        "hardware": hardware,
-        "index": None,
-        "repeat": None,
-        "batch_size": 1,
-        "steps": trial.steps,
-        "topk": trial.topk,
-        "num_draft_tokens": trial.num_draft_tokens,
-        "is_baseline": False,
-        "error": error,
-        "accept_length": trial.accept_length,
-        "speed_tok_s": tps,
-        "speed_source": SPEED_SOURCES[trial.suite],
-        "step_time_s": None,
-        "wall_clock_s": trial.elapsed_s,
-        "wall_clock_tok_s": tps,
-        "total_output_tokens": trial.completion_tokens,
-        "energy_joules": trial.energy_joules,
-        "avg_power_watts": trial.avg_power_watts,
-        "joules_per_token": trial.joules_per_output_token,
-        "gpu_temp_c_before": temp_before,
-        "gpu_temp_c": temp,
-        "gpu_power_w": power_now,
-        "gpu_util_pct": util,
-        "gpu_mem_used_mb": mem,
-        "gpu_throttling": throt,
-        "retry_mem_fraction": None,
-        # extras
-        "run_id": run_id,
-        "pilot": trial.suite,
-        "pilot_config": trial.config_name,
-        "task_id": trial.task_id,
-        "success": trial.success,
-        "window_start_ns": trial.start_ns,
-        "window_end_ns": trial.end_ns,
-        "window_valid": trial.window_valid if w else None,
-        "window_reasons": list(w.get("reasons") or []),
-        "clock_event_reasons": mask,
-        "accept_length_source": trial.accept_length_source,
-        "prompt_tokens": trial.prompt_tokens,
-        "server_batch_size": None,
-    }
-    row.update(extras or {})
-    return _through_rows_module(row)
-
-
-def _through_rows_module(row: dict[str, Any]) -> dict[str, Any]:
-    """Validate with ``harness.rows.SweepRow`` when the dataset engineer's module is available."""
-    try:
-        from harness import rows as rows_mod  # noqa: PLC0415
-    except ImportError:
-        return row
-    model = getattr(rows_mod, "SweepRow", None)
-    if model is None:
-        return row
-    try:
-        return model.model_validate(row).model_dump(mode="json")
-    except Exception:
-        return row
+    mask = int(mask) if mask is not None else None
+    published_throttle, power_thermal = throttling_flags(mask)
+    fields: dict[str, Any] = dict(
+        accept_length=trial.accept_length,
+        speed_tok_s=tps,
+        wall_clock_s=trial.elapsed_s,
+        wall_clock_tok_s=tps,
+        total_output_tokens=trial.completion_tokens,
+        energy_joules=trial.energy_joules,
+        avg_power_watts=trial.avg_power_watts,
+        joules_per_token=trial.joules_per_output_token,
+        gpu_temp_c_before=temp_before,
+        gpu_temp_c=temp,
+        gpu_power_w=power_now,
+        gpu_util_pct=util,
+        gpu_mem_used_mb=mem,
+        gpu_throttling=published_throttle,
+        run_id=run_id,
+        cell_id=make_pilot_cell_id(trial.suite, trial.config_name, trial.task_id),
+        recorded_wall_ns=wall_ns(),
+        window_start_ns=trial.start_ns,
+        window_end_ns=trial.end_ns,
+        window_duration_s=_finite(w.get("duration_s")),
+        window_wall_duration_s=_finite(w.get("wall_duration_s")),
+        window_valid=bool(w.get("valid")) if w else None,
+        window_reasons=[str(r) for r in (w.get("reasons") or [])],
+        window_sample_count=w.get("sample_count"),
+        window_coverage=_finite(w.get("coverage")),
+        window_avg_util_pct=_finite(w.get("avg_util_pct")),
+        window_max_temp_c=_finite(w.get("max_temp_c")),
+        window_max_power_w=_finite(w.get("max_power_w")),
+        window_clock_event_reasons_or=w.get("clock_event_reasons_or"),
+        clock_event_reasons=mask,
+        gpu_throttling_power_thermal=power_thermal,
+        energy_source=w.get("energy_method"),
+        accept_length_source=trial.accept_length_source,
+        pre_gpu_temp_c=_finite(b.get("gpu_temperature_celsius")),
+        pre_gpu_mem_used_mb=_finite(b.get("gpu_memory_used_mb")),
+        pre_gpu_util_pct=_finite(b.get("gpu_utilization_percent")),
+        pre_gpu_power_w=_finite(b.get("gpu_power_watts")),
+        gpu_name=w.get("gpu_name"),
+        gpu_uuid=w.get("gpu_uuid"),
+        pilot_task=trial.task_id,
+        pilot_config_name=trial.config_name,
+        pilot_success=trial.success,
+        extras={"prompt_tokens": trial.prompt_tokens, "status": trial.status},
+    )
+    for k, v in extras.items():
+        if k == "extras":
+            fields["extras"].update(v)
+        else:
+            fields[k] = v
+    row = pilot_row(
+        suite=trial.suite, hardware=hardware, index=index,
+        config=SpecConfig(trial.steps, trial.topk, trial.num_draft_tokens), note=note, **fields,
+    )
+    return to_native(row)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -677,11 +684,16 @@ class PilotRunner:
                     outcome = self._run_config(world, clock, name, cfg, per_config)
                     summaries.append(outcome.summary)
                     outcomes.append(outcome)
-        rows = [
-            trial_row(t, hardware=str(manifest.get("hardware")), run_id=o.run_id,
-                      extras={"server_batch_size": o.server_batch_size, "engine": o.engine})
-            for oc in outcomes for t in oc.trials
-        ]
+        rows = []
+        for oc in outcomes:
+            for t in oc.trials:
+                rows.append(trial_row(
+                    t, hardware=str(manifest.get("hardware") or "unknown_gpu"), index=len(rows), run_id=o.run_id,
+                    pilot_server_batch_size=o.server_batch_size, mem_fraction=o.mem_fraction,
+                    launch_s=_finite(oc.summary.get("launch_s")), sglang_version=o.sglang_version,
+                    time_scale=o.time_scale, power_limit_w=_finite(manifest.get("power_limit_w")),
+                    engine={"kind": o.engine, "version": o.sglang_version},
+                ))
         result = PilotResult(rd, outcomes, rows, manifest)
         if finalize is not None:
             finalize(result)

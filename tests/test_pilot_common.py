@@ -106,18 +106,21 @@ def _trial(mode: str, **kw: object) -> PilotTrial:
 
 
 def test_rows_have_the_published_pilot_semantics() -> None:
-    row = trial_row(_trial("snapshots"), hardware="twin:rtx4060-laptop", run_id="r")
+    row = trial_row(_trial("snapshots"), hardware="twin:rtx4060-laptop", index=0, run_id="r", pilot_server_batch_size=16)
     assert list(row)[:26] == PUBLISHED_KEYS
     assert row["is_baseline"] is False and row["batch_size"] == 1 and row["repeat"] is None
     assert row["error"].startswith(ERROR_PREFIX) and row["speed_source"] == "swebench_pilot"
     assert row["step_time_s"] is None and row["speed_tok_s"] == 50.0 and row["joules_per_token"] == 1.2
     assert (row["gpu_temp_c_before"], row["gpu_temp_c"], row["gpu_mem_used_mb"]) == (55.0, 66.0, 5000.0)
-    assert row["gpu_throttling"] is False
+    # published gpu_throttling counts the idle bit; the corrected flag does not
+    assert row["gpu_throttling"] is True and row["gpu_throttling_power_thermal"] is False
+    assert row["pilot_server_batch_size"] == 16 and row["pilot_suite"] == "swebench" and row["pilot_task"] == "t1"
 
-    tb = trial_row(_trial("window_average"), hardware="h", run_id="r")
-    assert tb["speed_source"] == "terminalbench_pilot"
+    tb = trial_row(_trial("window_average"), hardware="h", index=3, run_id="r")
+    assert tb["speed_source"] == "terminalbench_pilot" and tb["index"] == 3
     assert tb["gpu_temp_c_before"] is None and tb["gpu_mem_used_mb"] is None and tb["gpu_throttling"] is None
     assert (tb["gpu_temp_c"], tb["gpu_power_w"], tb["gpu_util_pct"]) == (70.0, 60.0, 90.0)
+    assert tb["gpu_throttling_power_thermal"] is True  # window OR mask 0x4: a real power cap
 
 
 def _harness(*args: str) -> subprocess.CompletedProcess[str]:
