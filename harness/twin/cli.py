@@ -1,0 +1,53 @@
+"""``harness twin ...`` commands: the twin GPU device, the sglang-compatible twin engine, calibration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from harness.errors import UsageError
+
+
+def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    twin = groups["twin"]
+
+    @twin.command("gpu")
+    def gpu(
+        port: int = typer.Option(18100, "--port", help="port to bind (0 picks a free one; the ready line names it)"),
+        profile: str = typer.Option("rtx4060-laptop", "--profile", help="profile name or path to a profile JSON"),
+        seed: int = typer.Option(0, "--seed", help="seed for ambient temperature, power jitter and the UUID"),
+        time_scale: float = typer.Option(1.0, "--time-scale", help="the twin world runs this many times faster than the wall clock"),
+        host: str = typer.Option("127.0.0.1", "--host", help="address to bind"),
+    ) -> None:
+        """Run a twin GPU device (power, energy counter, temperature, clocks, memory) until SIGTERM."""
+        from harness.twin.device import serve
+        from harness.twin.profile import load_profile
+
+        if time_scale <= 0:
+            raise UsageError(f"--time-scale must be > 0, got {time_scale}", fix="e.g. --time-scale 20")
+        serve(port, load_profile(profile), seed=seed, time_scale=time_scale, host=host)
+
+    @twin.command(
+        "engine",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+        add_help_option=False,
+    )
+    def engine(ctx: typer.Context) -> None:
+        """Run an sglang-compatible twin engine: takes sglang launch_server flags plus --twin-gpu URL (see --help)."""
+        from harness.twin.engine import main as engine_main
+
+        code = engine_main(list(ctx.args))
+        if code:
+            raise typer.Exit(code)
+
+    @twin.command("calibrate")
+    def calibrate(
+        out: Optional[Path] = typer.Option(None, "--out", help="profile JSON to write (default: the committed profile)"),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration.json (default: the packaged copy)"),
+    ) -> None:
+        """Fit the twin's model parameters to the published measurements and write the profile."""
+        from harness.twin.calibrate import run_calibration
+
+        run_calibration(out=out, calibration_path=calibration)

@@ -1,0 +1,389 @@
+"""The twin GPU device: a long-lived process that owns the twin clock, power, energy, temperature and memory.
+
+Physics (all on the twin clock, ``ScaledClock`` anchored at device start):
+
+- Power is piecewise constant between state changes (engine activity, lease changes, physics ticks). The energy
+  counter is the exact integral of that power, so ``/truth/energy`` is exact over any interval.
+- Power = idle + (loaded P-state extra while an engine holds memory) + engines' dynamic demand x clock_factor^gamma,
+  plus seeded per-tick jitter. When that exceeds the enforced limit the SM clock drops (clock_factor < 1, NVML bit
+  0x4) until power sits at the limit (plus a small controller overshoot).
+- Temperature follows first-order dynamics toward ambient + R_th x power (exact exponential step per segment);
+  past the slowdown temperature the clock is reduced further (bits 0x20 / 0x40).
+- The idle reason (0x1) is set only after the GPU has had no load for ``idle_after_s`` twin seconds.
+- Memory: engines lease MB; a lease not renewed (any activity report renews it) within ``lease_s`` WALL seconds
+  expires (leases are about process liveness, not physics, so they do not scale with the twin clock).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import threading
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+
+from harness.timeutil import ScaledClock, mono_ns, wall_ns
+from harness.twin.profile import TwinProfile
+
+IDLE = 0x1
+SW_POWER_CAP = 0x4
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+
+
+@dataclass
+class Lease:
+    engine_id: str
+    memory_mb: float
+    lease_s: float
+    expires_mono_ns: int
+    busy: bool = False
+    dynamic_power_w: float = 0.0
+    util: float = 0.0
+
+
+def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float, ceiling: float = 1.0) -> float:
+    """Largest clock factor <= ceiling such that base + dynamic * f**gamma <= cap (pure; used by the model too)."""
+    if dynamic_w <= 0 or base_w + dynamic_w * ceiling**gamma <= cap_w:
+        return ceiling
+    room = max(cap_w - base_w, 0.0)
+    return min(ceiling, (room / dynamic_w) ** (1.0 / gamma))
+
+
+class TwinGpu:
+    """Thread-safe state of one twin GPU. All times are device (twin) epoch ns."""
+
+    def __init__(self, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0) -> None:
+        self.profile = profile
+        self.p = profile.device
+        self.seed = seed
+        self.clock = ScaledClock.starting_now(time_scale)
+        self.rng = random.Random(seed)
+        self.lock = threading.RLock()
+        self.uuid = f"GPU-twin-{uuidlib.UUID(int=random.Random(f'uuid-{seed}').getrandbits(128), version=4)}"
+        self.ambient_c = self.p.ambient_c + self.rng.uniform(-1.0, 1.0) * self.p.ambient_spread_c
+        now = self.clock.anchor_wall_ns
+        self.t_ns = now
+        self.temp_c = self.ambient_c
+        self.energy_j = 0.0
+        self.counter_offset_j = 0.0
+        self.power_w = self.p.idle_power_w
+        self.noise_w = 0.0
+        self.clock_factor = 1.0
+        self.capped = False
+        self.util = 0.0
+        self.busy = False
+        self.last_busy_ns = now - int(self.p.idle_after_s * 2e9)
+        self.engines: dict[str, Lease] = {}
+        self.seg_t: list[int] = [now]
+        self.seg_e: list[float] = [0.0]
+        self.seg_p: list[float] = [self.power_w]
+        self.faults: dict = {}
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    # ---- clock -------------------------------------------------------------------------------------------
+    def now_ns(self) -> int:
+        return self.clock.now_ns()
+
+    def device_ns_of_wall(self, wall: int) -> int:
+        """Map a wall-clock epoch ns to device time (the device clock runs ``scale`` times faster from the anchor)."""
+        return self.clock.anchor_wall_ns + int((wall - self.clock.anchor_wall_ns) * self.clock.scale)
+
+    # ---- physics -----------------------------------------------------------------------------------------
+    def _advance(self, now: int) -> None:
+        dt = (now - self.t_ns) / 1e9
+        if dt <= 0:
+            return
+        self.energy_j += self.power_w * dt
+        t_ss = self.ambient_c + self.p.thermal_resistance_c_per_w * self.power_w
+        self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-dt / self.p.thermal_tau_s)
+        self.t_ns = now
+        if self.busy:
+            self.last_busy_ns = now
+
+    def _expire(self) -> None:
+        m = mono_ns()
+        for eid in [e for e, lease in self.engines.items() if lease.expires_mono_ns < m]:
+            del self.engines[eid]
+
+    def _recompute(self, jitter: bool) -> None:
+        p = self.p
+        busy = [e for e in self.engines.values() if e.busy]
+        dyn = sum(e.dynamic_power_w for e in busy)
+        self.util = min(1.0, sum(e.util for e in busy))
+        was_busy = self.busy
+        self.busy = bool(busy) and dyn > 0
+        if was_busy and not self.busy:
+            self.last_busy_ns = self.t_ns
+        base = p.idle_power_w + (p.engine_loaded_power_w if self.engines else 0.0)
+        thermal = 1.0
+        if self.temp_c > p.slowdown_temp_c:
+            thermal = max(p.min_clock_factor, 1.0 - p.slowdown_per_c * (self.temp_c - p.slowdown_temp_c))
+        cap_w = p.power_limit_w * (1.0 + p.cap_overshoot_frac)
+        f = cap_clock_factor(base, dyn, cap_w, p.dvfs_exponent, thermal)
+        self.capped = self.busy and f < thermal - 1e-9
+        self.clock_factor = max(p.min_clock_factor, f)
+        if jitter and p.power_noise_w > 0:
+            self.noise_w = max(-3 * p.power_noise_w, min(3 * p.power_noise_w, self.rng.gauss(0.0, p.power_noise_w)))
+        power = max(0.5, self._ideal_power(base, dyn) + self.noise_w)
+        if power != self.power_w:
+            self.power_w = power
+            self.seg_t.append(self.t_ns)
+            self.seg_e.append(self.energy_j)
+            self.seg_p.append(power)
+
+    def _ideal_power(self, base: float, dyn: float) -> float:
+        return base + dyn * self.clock_factor**self.p.dvfs_exponent
+
+    def tick(self, jitter: bool = True) -> None:
+        with self.lock:
+            self._advance(self.now_ns())
+            self._expire()
+            self._recompute(jitter)
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.p.tick_ms / 1000.0):
+                self.tick()
+
+        self._ticker = threading.Thread(target=loop, name="twin-gpu-physics", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # ---- engines -----------------------------------------------------------------------------------------
+    def memory_used_mb(self) -> float:
+        return self.p.memory_base_used_mb + sum(e.memory_mb for e in self.engines.values())
+
+    def memory_free_mb(self) -> float:
+        return self.p.memory_total_mb - self.p.memory_reserved_mb - self.memory_used_mb()
+
+    def lease(self, engine_id: str, memory_mb: float, lease_s: float) -> tuple[bool, float]:
+        """Reserve memory for an engine; (ok, free MB after, or free MB available when it does not fit)."""
+        with self.lock:
+            self._advance(self.now_ns())
+            self._expire()
+            old = self.engines.pop(engine_id, None)
+            free = self.memory_free_mb()
+            if memory_mb > free:
+                if old is not None:
+                    self.engines[engine_id] = old
+                return False, free
+            self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9))
+            self._recompute(jitter=False)
+            return True, self.memory_free_mb()
+
+    def activity(self, engine_id: str, busy: bool, dynamic_power_w: float, util: float) -> tuple[float, int] | None:
+        """Record an engine's demand (at full clocks); returns (clock_factor, device_ns) or None if no lease."""
+        with self.lock:
+            now = self.now_ns()
+            self._advance(now)
+            self._expire()
+            lease = self.engines.get(engine_id)
+            if lease is None:
+                return None
+            lease.expires_mono_ns = mono_ns() + int(lease.lease_s * 1e9)
+            changed = (lease.busy, lease.dynamic_power_w, lease.util) != (busy, dynamic_power_w, util)
+            lease.busy, lease.dynamic_power_w, lease.util = bool(busy), max(0.0, float(dynamic_power_w)), min(1.0, max(0.0, float(util)))
+            if changed:
+                self._recompute(jitter=False)
+            return (self.clock_factor if self.busy else 1.0), now
+
+    def release(self, engine_id: str) -> bool:
+        with self.lock:
+            self._advance(self.now_ns())
+            found = self.engines.pop(engine_id, None) is not None
+            self._recompute(jitter=False)
+            return found
+
+    # ---- readings ----------------------------------------------------------------------------------------
+    def energy_at(self, t: int) -> float:
+        """Cumulative truth energy (J) at device time t (clamped to [start, last update])."""
+        t = max(self.seg_t[0], min(t, self.t_ns))
+        k = bisect.bisect_right(self.seg_t, t) - 1
+        return self.seg_e[k] + self.seg_p[k] * (t - self.seg_t[k]) / 1e9
+
+    def truth_energy(self, start_wall_ns: int, end_wall_ns: int) -> dict:
+        with self.lock:
+            self._advance(self.now_ns())
+            d0, d1 = self.device_ns_of_wall(start_wall_ns), self.device_ns_of_wall(end_wall_ns)
+            clamped = d0 < self.seg_t[0] or d1 > self.t_ns
+            return {
+                "energy_j": self.energy_at(d1) - self.energy_at(d0),
+                "start_ns": start_wall_ns,
+                "end_ns": end_wall_ns,
+                "device_start_ns": d0,
+                "device_end_ns": d1,
+                "duration_s": (d1 - d0) / 1e9,
+                "clamped": clamped,
+            }
+
+    def reasons(self) -> int:
+        bits = 0
+        if not self.busy and self.t_ns - self.last_busy_ns >= self.p.idle_after_s * 1e9:
+            bits |= IDLE
+        if self.capped:
+            bits |= SW_POWER_CAP
+        if self.temp_c > self.p.slowdown_temp_c:
+            bits |= SW_THERMAL
+        if self.temp_c > self.p.hw_slowdown_temp_c:
+            bits |= HW_THERMAL
+        return bits
+
+    def identity(self) -> dict:
+        return {"name": self.p.name, "uuid": self.uuid, "driver_version": self.p.driver_version}
+
+    def state(self) -> dict:
+        with self.lock:
+            m, w = mono_ns(), wall_ns()
+            now = self.clock.from_mono(m)
+            self._advance(now)
+            self._expire()
+            self._recompute(jitter=False)
+            bits = self.reasons()
+            idle = bool(bits & IDLE)
+            e_now = self.energy_at(now)
+            e_1s = self.energy_at(now - 1_000_000_000)
+            span = min(1.0, (now - self.seg_t[0]) / 1e9)
+            sensor = random.Random(f"{self.seed}-{now // 50_000_000}").gauss(0.0, self.p.temp_noise_c)
+            return {
+                "wall_ns": w,
+                "mono_ns": m,
+                "device_ns": now,
+                **self.identity(),
+                "hardware": self.profile.hardware,
+                "twin": True,
+                "energy_mj": int((self.energy_j - self.counter_offset_j) * 1000.0),
+                "power_w": round(self.power_w, 3),
+                "power_avg_w": round((e_now - e_1s) / span, 3) if span > 0 else round(self.power_w, 3),
+                "temperature_c": round(self.temp_c + sensor, 1),
+                "sm_clock_mhz": self.p.idle_sm_clock_mhz if idle else int(round(self.p.max_sm_clock_mhz * self.clock_factor)),
+                "mem_clock_mhz": self.p.idle_mem_clock_mhz if idle else self.p.mem_clock_mhz,
+                "utilization_pct": int(round(self.util * 100)) if self.busy else 0,
+                "memory_total_mb": self.p.memory_total_mb,
+                "memory_reserved_mb": self.p.memory_reserved_mb,
+                "memory_used_mb": int(round(self.memory_used_mb())),
+                "memory_free_mb": int(round(self.memory_free_mb())),
+                "power_limit_w": self.p.power_limit_w,
+                "power_management_limit_w": self.p.power_management_limit_w,
+                "clock_event_reasons": bits,
+                "engines": len(self.engines),
+            }
+
+    def info(self) -> dict:
+        return {
+            **self.identity(),
+            "profile": self.profile.name,
+            "hardware": self.profile.hardware,
+            "twin": True,
+            "power_limit_w": self.p.power_limit_w,
+            "memory_total_mb": self.p.memory_total_mb,
+            "time_scale": self.clock.scale,
+            "seed": self.seed,
+        }
+
+    def clock_info(self) -> dict:
+        m, w = mono_ns(), wall_ns()
+        return {**self.clock.to_dict(), "wall_ns": w, "mono_ns": m, "device_ns": self.clock.from_mono(m)}
+
+    def apply_faults(self, body: dict) -> dict:
+        with self.lock:
+            if not body:
+                self.faults = {}
+                return {"ok": True, "faults": {}}
+            if body.get("counter_reset"):
+                self._advance(self.now_ns())
+                self.counter_offset_j = self.energy_j
+            if body.get("uuid_change"):
+                self.uuid = f"GPU-twin-{uuidlib.uuid4()}"
+            if "probe_delay_ms" in body:
+                self.faults["probe_delay_ms"] = float(body["probe_delay_ms"] or 0)
+            if "probe_error" in body:
+                self.faults["probe_error"] = body["probe_error"]
+            return {"ok": True, "faults": dict(self.faults), "uuid": self.uuid}
+
+
+def build_router(gpu: TwinGpu):
+    """HTTP routes of the device contract (docs/ARCHITECTURE.md)."""
+    from harness.twin.httpd import Response, Router
+
+    r = Router()
+    r.add("GET", "/health", lambda req: {"ok": True})
+    r.add("GET", "/v1/info", lambda req: gpu.info())
+    r.add("GET", "/v1/clock", lambda req: gpu.clock_info())
+    r.add("GET", "/v1/profile", lambda req: gpu.profile.model_dump(mode="json"))
+
+    def state(req):
+        delay = gpu.faults.get("probe_delay_ms")
+        if delay:
+            time.sleep(delay / 1000.0)
+        err = gpu.faults.get("probe_error")
+        if err:
+            return Response(500, {"error": {"message": f"twin probe error: {err}"}})
+        return gpu.state()
+
+    def lease(req):
+        body = req.json()
+        eid = str(body.get("engine_id") or "")
+        if not eid:
+            return Response(400, {"error": {"message": "engine_id is required"}})
+        try:
+            mem = float(body.get("memory_mb", 0))
+            lease_s = float(body.get("lease_s", 30.0))
+        except (TypeError, ValueError):
+            return Response(400, {"error": {"message": "memory_mb and lease_s must be numbers"}})
+        ok, free = gpu.lease(eid, mem, lease_s)
+        if not ok:
+            return Response(
+                507,
+                {"error": {"message": f"CUDA out of memory (twin): tried to reserve {mem:.0f} MiB, "
+                           f"{max(free, 0):.0f} MiB free of {gpu.p.memory_total_mb} MiB", "memory_free_mb": free}},
+            )
+        return {"ok": True, "memory_free_mb": free}
+
+    def activity(req):
+        body = req.json()
+        out = gpu.activity(req.params["eid"], bool(body.get("busy")), float(body.get("dynamic_power_w", 0.0)), float(body.get("util", 0.0)))
+        if out is None:
+            return Response(404, {"error": {"message": f"no lease for engine {req.params['eid']} (expired or released)"}})
+        return {"clock_factor": out[0], "device_ns": out[1]}
+
+    def release(req):
+        found = gpu.release(req.params["eid"])
+        return {"ok": True, "found": found, "memory_free_mb": gpu.memory_free_mb()}
+
+    def truth(req):
+        try:
+            start, end = int(req.query["start_ns"]), int(req.query["end_ns"])
+        except (KeyError, ValueError):
+            return Response(400, {"error": {"message": "start_ns and end_ns (wall epoch ns) are required"}})
+        if end < start:
+            return Response(400, {"error": {"message": "end_ns must be >= start_ns"}})
+        return gpu.truth_energy(start, end)
+
+    r.add("GET", "/v1/state", state)
+    r.add("POST", "/v1/engines", lease)
+    r.add("POST", "/v1/engines/{eid}/activity", activity)
+    r.add("DELETE", "/v1/engines/{eid}", release)
+    r.add("GET", "/truth/energy", truth)
+    r.add("POST", "/v1/faults", lambda req: gpu.apply_faults(req.json() or {}))
+    return r
+
+
+def serve(port: int, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, host: str = "127.0.0.1", announce=print) -> None:
+    """Run the device until SIGTERM/SIGINT. ``port`` 0 picks a free port; the ready line names the URL."""
+    import json
+
+    from harness.twin.httpd import make_server, serve_until_signal
+
+    gpu = TwinGpu(profile, seed=seed, time_scale=time_scale)
+    server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
+    gpu.start()
+    actual = server.server_address[1]
+    announce(json.dumps({"event": "ready", "service": "twin-gpu", "url": f"http://{host}:{actual}", "port": actual,
+                         "hardware": profile.hardware, "time_scale": time_scale, "seed": seed}), flush=True)
+    serve_until_signal(server, on_stop=gpu.stop)
