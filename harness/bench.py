@@ -1,0 +1,244 @@
+"""The synthetic workload of one cell and its measurement (the published protocol, plus per-request accounting).
+
+1. warm-up: ``batch_size`` requests at concurrency ``batch_size``;
+2. pre-window snapshot (the honest pre-decision state);
+3. window start (wall ns), ``max(16, batch_size)`` requests (or ``num_prompts``) at concurrency ``batch_size`` cycling
+   the fixed prompts, ``output_tokens`` each, ``ignore_eos``, temperature 0; window end; after-snapshot;
+4. server counters: accept length (``avg_spec_accept_length``, 1.0 when absent) and the 20th percentile of the
+   step-time samples for ``str(batch_size)`` that were added during this cell (the dict is never reset);
+   speed = accept length / step time, else tokens / elapsed / batch size (``wall_clock``).
+
+Energy and power come from the sampler window: avg power = energy / window duration (device clock). Elapsed time
+for throughput is measured on the world's clock (twin time on the twin).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from harness.engine.client import EngineClient, EngineRequestError, GenerateResult
+from harness.errors import DataError, MissingFileError
+from harness.timeutil import ScaledClock, mono_ns, wall_ns
+
+STEP_TIME_PERCENTILE = 20.0
+
+
+class ServerLike(Protocol):
+    client: EngineClient
+    batch_size: int
+
+    def alive(self) -> bool: ...
+
+
+def load_prompts(path: str | Path | None = None) -> list[str]:
+    """The prompts of ``path`` (a JSON list, or an object with ``prompts``), default the packaged sweep prompts."""
+    try:
+        if path is None:
+            text = resources.files("harness").joinpath("data/sweep_prompts.json").read_text()
+        else:
+            p = Path(path)
+            if not p.exists():
+                raise MissingFileError(f"prompts file not found: {p}", fix="pass an existing JSON file to --prompts")
+            text = p.read_text()
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"prompts file {path} is not valid JSON: {exc.msg}", fix="a JSON list of strings, or {\"prompts\": [...]}") from None
+    prompts = data.get("prompts") if isinstance(data, dict) else data
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(x, str) and x for x in prompts):
+        raise DataError(f"prompts file {path or 'sweep_prompts.json'} holds no list of non-empty strings",
+                        fix="a JSON list of strings, or {\"prompts\": [...]}")
+    return prompts
+
+
+class BenchSettings(BaseModel):
+    """How one cell is driven."""
+
+    output_tokens: int = Field(512, ge=1)
+    num_prompts: int | None = Field(None, ge=1)
+    """Measured requests; None = max(16, batch size) (published)."""
+    prompts: list[str] = Field(default_factory=load_prompts)
+    request_timeout_s: float = Field(300.0, gt=0)
+    warmup: bool = True
+    stream: bool = True
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    window_wait_s: float = 5.0
+
+    def n_requests(self, batch_size: int) -> int:
+        return self.num_prompts if self.num_prompts is not None else max(16, batch_size)
+
+
+class CellError(Exception):
+    """The cell could not be measured (a request failed, the server died, timed out, answered HTTP 500)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+
+
+class CellResult(BaseModel):
+    """What one cell measured; ``harness.sweep`` turns it into a row."""
+
+    batch_size: int
+    n_requests: int
+    total_output_tokens: int
+    accept_length: float
+    accept_length_source: str
+    speed_tok_s: float | None
+    speed_source: str
+    step_time_s: float | None
+    step_time_samples: int
+    wall_clock_s: float
+    wall_clock_tok_s: float | None
+    window_start_ns: int
+    window_end_ns: int
+    energy_joules: float | None
+    avg_power_watts: float | None
+    joules_per_token: float | None
+    window: dict[str, Any]
+    pre: dict[str, Any] | None
+    after: dict[str, Any] | None
+    req_accept_length_mean: float | None
+    req_accept_length_p50: float | None
+    req_latency_mean_s: float | None
+    req_latency_p50_s: float | None
+    req_latency_p95_s: float | None
+
+
+def sample_dict(sample: Any) -> dict[str, Any] | None:
+    """A telemetry snapshot (pydantic model, dict or None) as a plain dict."""
+    if sample is None:
+        return None
+    if isinstance(sample, dict):
+        return sample
+    dump = getattr(sample, "model_dump", None)
+    return dump() if callable(dump) else dict(vars(sample))
+
+
+def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurrency: int, settings: BenchSettings,
+                 tag: str) -> list[GenerateResult]:
+    """``n`` requests cycling ``prompts`` at ``concurrency``; the first failure stops new ones and is raised."""
+    stop = threading.Event()
+    errors: list[EngineRequestError] = []
+
+    def one(i: int) -> GenerateResult | None:
+        if stop.is_set():
+            return None
+        try:
+            return client.generate(prompts[i % len(prompts)], max_new_tokens=settings.output_tokens,
+                                   temperature=settings.temperature, ignore_eos=settings.ignore_eos,
+                                   stream=settings.stream, rid=f"{tag}-{i}", timeout=settings.request_timeout_s)
+        except EngineRequestError as exc:
+            errors.append(exc)
+            stop.set()
+            return None
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"req-{tag}") as pool:
+        results = list(pool.map(one, range(n)))
+    if errors:
+        first = next((e for e in errors if e.kind == "timeout"), errors[0])
+        raise CellError(first.message, first.kind)
+    return [r for r in results if r is not None]
+
+
+def new_samples(before: dict[str, list[float]], after: dict[str, list[float]], key: str) -> list[float]:
+    """Step-time samples under ``key`` added between two reads (lists only grow; the dict is never reset)."""
+    old = before.get(key, [])
+    new = after.get(key, [])
+    return list(new[len(old):]) if len(new) >= len(old) else list(new)
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(xs, dtype=float), q)) if len(xs) else None
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any, clock: ScaledClock) -> CellResult:
+    """Measure one cell on a ready server (see the module doc); raises CellError when it cannot."""
+    client = server.client
+    try:
+        return _run_cell(client, server, batch_size, settings, telemetry, clock)
+    except CellError as exc:
+        if not server.alive():
+            raise CellError(f"engine exited with code {getattr(server, 'returncode', None)} during the measurement "
+                            f"({exc.message})", "crash") from None
+        raise
+    except EngineRequestError as exc:
+        if not server.alive():
+            raise CellError(f"engine exited with code {getattr(server, 'returncode', None)} during the measurement "
+                            f"({exc.message})", "crash") from None
+        raise CellError(exc.message, exc.kind) from None
+
+
+def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any,
+              clock: ScaledClock) -> CellResult:
+    key = str(batch_size)
+    info0 = client.server_info()
+    if settings.warmup:
+        run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}")
+    pre = sample_dict(telemetry.snapshot())
+    n = settings.n_requests(batch_size)
+    w0, m0 = wall_ns(), mono_ns()
+    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}")
+    m1, w1 = mono_ns(), wall_ns()
+    after = sample_dict(telemetry.snapshot())
+    window = telemetry.window(w0, w1)
+    info1 = client.server_info()
+
+    total = sum(r.completion_tokens for r in results)
+    elapsed = clock.elapsed_s(m0, m1)
+    samples = new_samples(info0.step_time_dict, info1.step_time_dict, key)
+    step_time = _pct(samples, STEP_TIME_PERCENTILE)
+    if info1.avg_spec_accept_length is not None:
+        accept, accept_src = info1.avg_spec_accept_length, "server_info"
+    else:
+        accept, accept_src = 1.0, "default"
+    if step_time and step_time > 0:
+        speed, speed_src = accept / step_time, "step_time"
+    else:
+        speed = total / elapsed / batch_size if elapsed > 0 else None
+        speed_src, step_time = "wall_clock", None
+
+    energy = getattr(window, "energy_j", None)
+    duration = getattr(window, "duration_s", None)
+    avg_power = energy / duration if energy is not None and duration else None
+    req_accept = [r.accept_length for r in results if r.accept_length is not None]
+    latencies = [r.e2e_latency_s if r.e2e_latency_s is not None else r.client_latency_s for r in results]
+    return CellResult(
+        batch_size=batch_size,
+        n_requests=len(results),
+        total_output_tokens=total,
+        accept_length=accept,
+        accept_length_source=accept_src,
+        speed_tok_s=speed,
+        speed_source=speed_src,
+        step_time_s=step_time,
+        step_time_samples=len(samples),
+        wall_clock_s=elapsed,
+        wall_clock_tok_s=total / elapsed if elapsed > 0 else None,
+        window_start_ns=w0,
+        window_end_ns=w1,
+        energy_joules=energy,
+        avg_power_watts=avg_power,
+        joules_per_token=energy / total if energy is not None and total else None,
+        window=sample_dict(window) or {},
+        pre=pre,
+        after=after,
+        req_accept_length_mean=_mean(req_accept),
+        req_accept_length_p50=_pct(req_accept, 50),
+        req_latency_mean_s=_mean(latencies),
+        req_latency_p50_s=_pct(latencies, 50),
+        req_latency_p95_s=_pct(latencies, 95),
+    )

@@ -1,0 +1,116 @@
+"""The command line of one inference server: the published sglang flags per config and per sglang version.
+
+Real sglang runs as ``python -m sglang.launch_server <flags>``; the twin runs as ``python -m harness twin engine
+<the same flags> --twin-gpu URL --emulate-version V``. Version differences in flags live here only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.errors import UsageError
+from harness.grid import SpecConfig
+
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
+DEFAULT_MODEL = "unsloth/Llama-3.2-1B-Instruct"
+DEFAULT_DRAFT = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
+ENGINE_ENV: dict[str, str] = {"SGLANG_RECORD_STEP_TIME": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+TWIN_FAULTS: tuple[str, ...] = ("oom", "crash", "runaway", "slow-health", "http500")
+
+
+class EngineSpec(BaseModel):
+    """What to launch: the engine kind, the models, the sglang version whose flags and endpoints to use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["sglang", "twin"] = "twin"
+    model_path: str = DEFAULT_MODEL
+    draft_model_path: str = DEFAULT_DRAFT
+    sglang_version: Literal["0.5.2", "0.5.23"] = "0.5.2"
+    dtype: str = "float16"
+    host: str = "127.0.0.1"
+    twin_gpu_url: str | None = None
+    log_level: str = "warning"
+    enable_metrics: bool = False
+    python: str = Field(default_factory=lambda: sys.executable)
+    twin_seed: int | None = None
+    twin_faults: tuple[str, ...] = ()
+    """Test hooks for the twin: ``NAME`` (every launch) or ``NAME@BS`` or ``NAME@BS/s:k:d`` (one cell)."""
+    extra_args: tuple[str, ...] = ()
+
+
+def cuda_graph_flag(version: str) -> str:
+    """``--cuda-graph-max-bs`` up to 0.5.18 (an alias from 0.5.14), only ``--cuda-graph-max-bs-decode`` from 0.5.20."""
+    parts = tuple(int(p) for p in version.split(".")[:3])
+    return "--cuda-graph-max-bs-decode" if parts >= (0, 5, 20) else "--cuda-graph-max-bs"
+
+
+def faults_for(spec: EngineSpec, config: SpecConfig, batch_size: int) -> list[str]:
+    """The twin faults that apply to one (config, batch size) launch."""
+    out: list[str] = []
+    for item in spec.twin_faults:
+        name, _, where = item.partition("@")
+        if name not in TWIN_FAULTS:
+            raise UsageError(f"unknown twin fault {name!r}", fix="one of: " + ", ".join(TWIN_FAULTS))
+        if where:
+            bs_text, _, cfg_text = where.partition("/")
+            if bs_text and bs_text != "*" and int(bs_text) != batch_size:
+                continue
+            if cfg_text and cfg_text.replace(",", ":") != config.label:
+                continue
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
+    """The full argv of one server for ``config`` serving up to ``batch_size`` concurrent requests."""
+    if batch_size < 1:
+        raise UsageError(f"batch size must be >= 1, got {batch_size}", fix="use e.g. --batch-sizes 1,4,8,16")
+    if not 0.0 < mem_fraction < 1.0:
+        raise UsageError(f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55")
+    flags = [
+        "--model-path", spec.model_path,
+        "--host", spec.host,
+        "--port", str(port),
+        "--dtype", spec.dtype,
+        "--mem-fraction-static", f"{mem_fraction:g}",
+        cuda_graph_flag(spec.sglang_version), str(batch_size),
+        "--max-running-requests", str(batch_size),
+        "--log-level", spec.log_level,
+    ]
+    if not config.is_baseline:
+        flags += [
+            "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", spec.draft_model_path,
+            "--speculative-num-steps", str(config.steps),
+            "--speculative-eagle-topk", str(config.topk),
+            "--speculative-num-draft-tokens", str(config.draft_tokens),
+        ]
+        if config.topk > 1:
+            flags += ["--attention-backend", "flashinfer"]
+    if spec.enable_metrics:
+        flags.append("--enable-metrics")
+    flags += list(spec.extra_args)
+    if spec.kind == "sglang":
+        return [spec.python, "-m", "sglang.launch_server", *flags]
+    if not spec.twin_gpu_url:
+        raise UsageError("the twin engine needs a twin GPU URL", fix="pass --twin-gpu URL or let the harness start one")
+    argv = [spec.python, "-m", "harness", "twin", "engine", *flags, "--twin-gpu", spec.twin_gpu_url,
+            "--emulate-version", spec.sglang_version]
+    if spec.twin_seed is not None:
+        argv += ["--twin-seed", str(spec.twin_seed)]
+    faults = faults_for(spec, config, batch_size)
+    if faults:
+        argv += ["--twin-fault", ",".join(faults)]
+    return argv
+
+
+def engine_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a server process: ``base`` (default: none) plus the published sglang variables."""
+    env = dict(base or {})
+    env.update(ENGINE_ENV)
+    return env

@@ -1,0 +1,458 @@
+"""The sweep: plan the grid, run it cell by cell (or config by config), write rows, resume a killed run.
+
+Rows go to ``RUN_DIR/rows.jsonl`` and ``RUN_DIR/dataset.jsonl`` through ``harness.rows.RowStore`` (fsynced appends,
+one row per cell id). ``--resume`` skips every cell that already has a row; a cell cut by a kill has none and runs
+again. A launch that fails at every mem fraction, a crash, a timed-out request or an HTTP error becomes an error row
+and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from harness.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
+from harness.console import SweepConsole
+from harness.engine.argv import EngineSpec
+from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
+from harness.errors import OutputError, UsageError
+from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
+from harness.manifest import new_manifest, read_manifest, write_manifest
+from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
+from harness.timeutil import mono_ns, wall_ns
+
+
+class SweepOptions(BaseModel):
+    """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
+
+    engine: Literal["twin", "sglang"] = "twin"
+    sglang_version: Literal["0.5.2", "0.5.23"] = "0.5.2"
+    configs: list[tuple[int, int, int]] = Field(default_factory=lambda: [a.as_tuple() for a in ACTIONS])
+    batch_sizes: list[int] = Field(default_factory=lambda: list(PUBLISHED_BATCH_SIZES))
+    repeats: int = Field(1, ge=1)
+    launch_per: Literal["cell", "config"] = "cell"
+    mem_fractions: list[float] = Field(default_factory=lambda: [0.65, 0.55])
+    num_prompts: int | None = Field(None, ge=1)
+    output_tokens: int = Field(512, ge=1)
+    prompts_file: str | None = None
+    request_timeout_s: float = Field(300.0, gt=0)
+    launch_timeout_s: float = Field(900.0, gt=0)
+    stop_timeout_s: float = Field(60.0, gt=0)
+    settle: str = "5"
+    seed: int = 0
+    time_scale: float = Field(1.0, gt=0)
+    sampler_url: str | None = None
+    twin_gpu_url: str | None = None
+    model_path: str | None = None
+    draft_model_path: str | None = None
+    twin_faults: list[str] = Field(default_factory=list)
+    hardware: str | None = None
+
+    @field_validator("mem_fractions")
+    @classmethod
+    def _ladder(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < x < 1 for x in v):
+            raise ValueError("mem fractions must be in (0, 1), e.g. 0.65,0.55")
+        return v
+
+    @property
+    def spec_configs(self) -> list[SpecConfig]:
+        return [SpecConfig(*c) for c in self.configs]
+
+
+@dataclass(frozen=True)
+class Cell:
+    repeat: int
+    batch_size: int
+    config: SpecConfig
+    index: int
+
+    @property
+    def cell_id(self) -> str:
+        return make_cell_id(self.repeat, self.batch_size, self.config)
+
+
+def plan_cells(opts: SweepOptions) -> list[Cell]:
+    """Every cell in execution order: one whole pass per repeat; per cell: batch size then config; per config:
+    config then batch size. Indexes follow the published order (repeat, batch size, config) in both modes."""
+    configs, sizes = opts.spec_configs, opts.batch_sizes
+    cells: list[Cell] = []
+    for r in range(opts.repeats):
+        pairs = ([(bs, c) for bs in sizes for c in configs] if opts.launch_per == "cell"
+                 else [(bs, c) for c in configs for bs in sizes])
+        cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs)) for bs, c in pairs]
+    return cells
+
+
+def parse_settle(text: str) -> tuple[str, float]:
+    """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
+    t = text.strip().lower()
+    try:
+        if t.startswith("cool:"):
+            return "cool", float(t[5:])
+        return "sleep", float(t.rstrip("s"))
+    except ValueError:
+        raise UsageError(f"cannot parse --settle {text!r}", fix="give seconds (e.g. 5) or cool:TEMP (e.g. cool:60)") from None
+
+
+def derive_seed(seed: int, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
+
+
+class Interrupted(Exception):
+    """SIGTERM received: stop cleanly, keep every written row."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Interrupted()
+
+
+def _num(x: Any) -> float | int | None:
+    if x is None:
+        return None
+    if isinstance(x, bool):
+        return int(x)
+    return x if isinstance(x, int) else float(x)
+
+
+class SweepRunner:
+    """Runs a planned sweep in an open world, writing rows and the manifest."""
+
+    def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: dict[str, Any],
+                 console: SweepConsole) -> None:
+        self.opts = opts
+        self.world = world
+        self.run_dir = run_dir
+        self.manifest = manifest
+        self.console = console
+        self.store = RowStore(run_dir)
+        self.settings = BenchSettings(output_tokens=opts.output_tokens, num_prompts=opts.num_prompts,
+                                      prompts=load_prompts(opts.prompts_file), request_timeout_s=opts.request_timeout_s)
+        self.settle_kind, self.settle_value = parse_settle(opts.settle)
+        self.cells = plan_cells(opts)
+        self.run_id = manifest["run_id"]
+        self._first_cell = True
+        self.launches = 0
+
+    # --- top level ------------------------------------------------------------------------------------------------
+    def run(self) -> list[SweepRow]:
+        self.store.open()
+        done = self.store.done_cells()
+        pending = [c for c in self.cells if c.cell_id not in done]
+        self.manifest["cells_planned"] = len(self.cells)
+        self.console.start(len(self.cells), len(self.cells) - len(pending))
+        try:
+            if self.opts.launch_per == "cell":
+                for cell in pending:
+                    self._run_cell_mode(cell)
+            else:
+                for group in self._config_groups(pending):
+                    self._run_config_mode(group)
+        finally:
+            self.console.close()
+            self.store.close()
+        return self.store.latest()
+
+    def _config_groups(self, pending: list[Cell]) -> Iterator[list[Cell]]:
+        group: list[Cell] = []
+        for cell in pending:
+            if group and (cell.repeat, cell.config) != (group[0].repeat, group[0].config):
+                yield group
+                group = []
+            group.append(cell)
+        if group:
+            yield group
+
+    # --- modes ----------------------------------------------------------------------------------------------------
+    def _run_cell_mode(self, cell: Cell) -> None:
+        self._settle()
+        t0 = time.monotonic()
+        self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
+        try:
+            server, attempts = self._launch(cell.config, cell.batch_size, cell.cell_id)
+        except LadderExhausted as exc:
+            self._write_error(cell, exc.message, "launch", exc.attempts, t0)
+            return
+        try:
+            self._measure(cell, server, attempts, t0)
+        finally:
+            server.stop()
+
+    def _run_config_mode(self, group: list[Cell]) -> None:
+        key = f"r{group[0].repeat}-cfg-s{group[0].config.steps}k{group[0].config.topk}d{group[0].config.draft_tokens}"
+        server: RunningServer | None = None
+        attempts: list[LaunchAttempt] = []
+        fallback = False
+        try:
+            for i, cell in enumerate(group):
+                self._settle()
+                t0 = time.monotonic()
+                self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
+                if server is not None and not server.alive():
+                    server.stop()
+                    server = None
+                if server is None and not fallback:
+                    max_bs = max(c.batch_size for c in group[i:])
+                    try:
+                        server, attempts = self._launch(cell.config, max_bs, f"{key}-bs{max_bs}-from-{cell.cell_id}")
+                    except LadderExhausted as exc:
+                        # The server for the largest batch size does not fit: launch per cell for the rest.
+                        self.console.line(f"{key}: launch for bs {max_bs} failed ({exc.message}); launching per cell")
+                        fallback = True
+                if fallback:
+                    self._run_cell_mode_nosettle(cell, t0)
+                    continue
+                assert server is not None
+                try:
+                    server.client.flush_cache()
+                except Exception as exc:  # noqa: BLE001 - becomes the cell's error row
+                    self._write_error(cell, f"flush_cache failed before the cell: {exc}", "http", attempts, t0, server)
+                    server.stop()
+                    server = None
+                    continue
+                if not self._measure(cell, server, attempts, t0):
+                    server.stop()
+                    server = None
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _run_cell_mode_nosettle(self, cell: Cell, t0: float) -> None:
+        try:
+            server, attempts = self._launch(cell.config, cell.batch_size, cell.cell_id)
+        except LadderExhausted as exc:
+            self._write_error(cell, exc.message, "launch", exc.attempts, t0)
+            return
+        try:
+            self._measure(cell, server, attempts, t0)
+        finally:
+            server.stop()
+
+    # --- steps ----------------------------------------------------------------------------------------------------
+    def _launch(self, config: SpecConfig, batch_size: int, stem: str) -> tuple[RunningServer, list[LaunchAttempt]]:
+        launcher = self.world.launcher
+        before = launcher.launches
+        try:
+            return launcher.launch_with_ladder(config, batch_size, self.opts.mem_fractions,
+                                               log_stem=self.run_dir / "logs" / stem,
+                                               seed=derive_seed(self.opts.seed, stem))
+        finally:
+            self.launches += launcher.launches - before
+            self.manifest["launches"] = self.manifest.get("launches_before", 0) + self.launches
+
+    def _measure(self, cell: Cell, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> bool:
+        """Run the bench on ``server`` and write the cell's row; False when the cell failed (server unusable)."""
+        try:
+            result = run_cell(server, cell.batch_size, self.settings, self.world.telemetry, self.world.clock)
+        except CellError as exc:
+            self._write_error(cell, exc.message, exc.kind, attempts, t0, server)
+            return False
+        self._write(self._row(cell, result, server, attempts, t0), cell)
+        return True
+
+    def _settle(self) -> None:
+        if self._first_cell:
+            self._first_cell = False
+            return
+        clock = self.world.clock
+        if self.settle_kind == "sleep":
+            clock.sleep(self.settle_value)
+            return
+        deadline = time.monotonic() + clock.wall_seconds(900.0)  # never wait more than 15 world minutes
+        while time.monotonic() < deadline:
+            s = self.world.telemetry.snapshot()
+            temp = getattr(s, "temperature_c", None) if s is not None else None
+            if temp is None or temp < self.settle_value:
+                return
+            clock.sleep(2.0)
+
+    # --- rows -----------------------------------------------------------------------------------------------------
+    def _common(self, cell: Cell, attempts: list[LaunchAttempt], t0: float, server: RunningServer | None) -> dict[str, Any]:
+        ok = next((a for a in attempts if a.ok), None)
+        first_mf = self.opts.mem_fractions[0]
+        mf = ok.mem_fraction if ok else None
+        identity: dict[str, Any] = {}
+        if server is not None:
+            identity = {"pid": server.pid, "port": server.port, "argv": server.argv, "log": str(server.log_path),
+                        "launch_batch_size": server.batch_size}
+        return dict(
+            run_id=self.run_id,
+            cell_id=cell.cell_id,
+            attempt=len(attempts) or None,
+            recorded_wall_ns=wall_ns(),
+            mem_fraction=mf,
+            retry_mem_fraction=mf if mf is not None and mf != first_mf else None,
+            launch_s=ok.launch_s if ok else None,
+            cell_wall_s=time.monotonic() - t0,
+            engine=EngineInfo(kind=self.opts.engine, version=self.opts.sglang_version, identity=identity),
+            sglang_version=self.opts.sglang_version,
+            time_scale=self.world.clock.scale,
+            power_limit_w=_num(self.world.power_limit_w),
+            extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per},
+        )
+
+    def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:
+        pre, after, w = r.pre or {}, r.after or {}, r.window
+        published_throttle, power_thermal = throttling_flags(after.get("clock_event_reasons"))
+        common = self._common(cell, attempts, t0, server)
+        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"))
+        return SweepRow(
+            hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
+            steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,
+            is_baseline=cell.config.is_baseline, error=None,
+            accept_length=r.accept_length, speed_tok_s=r.speed_tok_s, speed_source=r.speed_source,
+            step_time_s=r.step_time_s, wall_clock_s=r.wall_clock_s, wall_clock_tok_s=r.wall_clock_tok_s,
+            total_output_tokens=r.total_output_tokens, energy_joules=r.energy_joules,
+            avg_power_watts=r.avg_power_watts, joules_per_token=r.joules_per_token,
+            gpu_temp_c_before=_num(pre.get("temperature_c")), gpu_temp_c=_num(after.get("temperature_c")),
+            gpu_power_w=_num(after.get("power_w")), gpu_util_pct=_num(after.get("utilization_pct")),
+            gpu_mem_used_mb=_num(after.get("memory_used_mb")), gpu_throttling=published_throttle,
+            window_start_ns=r.window_start_ns, window_end_ns=r.window_end_ns,
+            window_duration_s=_num(w.get("duration_s")), window_wall_duration_s=_num(w.get("wall_duration_s")),
+            window_valid=w.get("valid"), window_reasons=list(w.get("reasons") or []),
+            window_sample_count=w.get("sample_count"), window_coverage=_num(w.get("coverage")),
+            window_avg_util_pct=_num(w.get("avg_util_pct")), window_max_temp_c=_num(w.get("max_temp_c")),
+            window_max_power_w=_num(w.get("max_power_w")),
+            window_clock_event_reasons_or=w.get("clock_event_reasons_or"),
+            clock_event_reasons=after.get("clock_event_reasons"), gpu_throttling_power_thermal=power_thermal,
+            energy_source=w.get("energy_method"), accept_length_source=r.accept_length_source,
+            pre_gpu_temp_c=_num(pre.get("temperature_c")), pre_gpu_mem_used_mb=_num(pre.get("memory_used_mb")),
+            pre_gpu_util_pct=_num(pre.get("utilization_pct")), pre_gpu_power_w=_num(pre.get("power_w")),
+            gpu_name=w.get("gpu_name") or after.get("name"), gpu_uuid=w.get("gpu_uuid") or after.get("uuid"),
+            n_requests=r.n_requests, req_accept_length_mean=r.req_accept_length_mean,
+            req_accept_length_p50=r.req_accept_length_p50, req_latency_mean_s=r.req_latency_mean_s,
+            req_latency_p50_s=r.req_latency_p50_s, req_latency_p95_s=r.req_latency_p95_s,
+            **common,
+        )
+
+    def _write_error(self, cell: Cell, message: str, kind: str, attempts: list[LaunchAttempt], t0: float,
+                     server: RunningServer | None = None) -> None:
+        common = self._common(cell, attempts, t0, server)
+        common["extras"]["error_kind"] = kind
+        if server is not None:
+            common["extras"]["log_tail"] = server.log_tail(15)
+        if kind == "launch":
+            common["retry_mem_fraction"] = None
+        row = error_row(hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
+                        config=cell.config, error=f"{kind}: {message}", **common)
+        self._write(row, cell)
+
+    def _write(self, row: SweepRow, cell: Cell) -> None:
+        self.store.append(row)
+        self.manifest["cells_done"] = self.manifest.get("cells_done", 0) + 1
+        write_manifest(self.run_dir, self.manifest)
+        self.console.cell_done(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat, speed=row.speed_tok_s,
+                               j_per_tok=row.joules_per_token, error=row.error, retry_mf=row.retry_mem_fraction)
+
+
+# --- run folders ----------------------------------------------------------------------------------------------------
+
+RUN_FILES = ("rows.jsonl", "dataset.jsonl", "manifest.json", "report.txt")
+RUN_DIRS = ("logs", "sampler")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def prepare_run_dir(out: Path, *, force: bool) -> None:
+    """Create ``out``; refuse a folder that holds a run unless ``force`` (which deletes only the run's own files)."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} exists and is not a folder", fix="choose another --out")
+    has_run = out.exists() and any((out / f).exists() for f in RUN_FILES[:3])
+    if has_run and not force:
+        raise OutputError(f"{out} already holds a run", fix=f"continue it with --resume {out}, or pass --force to start over")
+    if has_run and force:
+        for f in RUN_FILES:
+            (out / f).unlink(missing_ok=True)
+        for d in RUN_DIRS:
+            shutil.rmtree(out / d, ignore_errors=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{uuid.uuid4().hex[:6]}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write to {out}: {exc.strerror}", fix="choose a writable --out folder") from None
+
+
+def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | None = None, force: bool = False,
+              argv: list[str] | None = None, console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], dict[str, Any]]:
+    """Plan, open the world, run, and write rows + manifest; return (run folder, resolved rows, manifest)."""
+    from harness.world import open_world
+
+    console = console or SweepConsole()
+    if resume is not None:
+        manifest = read_manifest(resume)
+        saved = SweepOptions.model_validate(manifest["options"])
+        # Services of the killed run are gone; use the URLs given now (or start fresh ones).
+        opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+        run_dir = resume
+        prepare_resume(run_dir)
+        manifest["status"] = "running"
+        manifest["launches_before"] = manifest.get("launches", 0)
+    else:
+        run_dir = out or Path("results") / new_run_id()
+        prepare_run_dir(run_dir, force=force)
+        manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
+    plan_cells(opts)  # validates the plan before anything starts
+    if opts.prompts_file:
+        load_prompts(opts.prompts_file)
+    session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
+    manifest.setdefault("sessions", []).append(session)
+    write_manifest(run_dir, manifest)
+    spec_update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults)}
+    if opts.model_path:
+        spec_update["model_path"] = opts.model_path
+    if opts.draft_model_path:
+        spec_update["draft_model_path"] = opts.draft_model_path
+    spec = EngineSpec(kind=opts.engine).model_copy(update=spec_update)
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    t0 = mono_ns()
+    try:
+        with open_world(opts.engine, sampler_url=opts.sampler_url, twin_gpu_url=opts.twin_gpu_url,
+                        time_scale=opts.time_scale, seed=opts.seed, run_dir=run_dir, spec=spec,
+                        launch_timeout_s=opts.launch_timeout_s, request_timeout_s=opts.request_timeout_s,
+                        stop_timeout_s=opts.stop_timeout_s, hardware=opts.hardware) as world:
+            session["world"] = world.identity()
+            manifest["world"] = world.identity()
+            manifest["hardware"] = world.hardware
+            manifest["power_limit_w"] = world.power_limit_w
+            manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
+            runner = SweepRunner(opts, world, run_dir, manifest, console)
+            try:
+                rows = runner.run()
+                manifest["status"] = "complete"
+            except (KeyboardInterrupt, Interrupted):
+                manifest["status"] = "interrupted"
+                raise
+            finally:
+                session["launches"] = runner.launches
+                session["wall_s"] = (mono_ns() - t0) / 1e9
+                session["ended_ns"] = wall_ns()
+                manifest["launches"] = manifest.get("launches_before", 0) + runner.launches
+                manifest.pop("launches_before", None)
+                manifest["wall_s"] = sum(s.get("wall_s", 0.0) for s in manifest["sessions"])
+                write_manifest(run_dir, manifest)
+    except Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return run_dir, rows, manifest
+
+
+def prepare_resume(run_dir: Path) -> None:
+    """Repair torn tails before resuming (RowStore also re-derives missing published lines)."""
+    from harness.jsonl import repair_torn_tail
+
+    for name in ("rows.jsonl", "dataset.jsonl"):
+        repair_torn_tail(run_dir / name)
