@@ -1,0 +1,190 @@
+"""The sampling loop (``SamplerCore``) shared by the sidecar service and ``InProcessSampler``.
+
+The loop runs on monotonic deadlines: ``next += period`` after each sample, so it never drifts; a sample that ends
+past the next deadline skips the missed ticks and counts them as overruns (samples never overlap or bunch up).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.telemetry.probes import Probe, probe_timing
+from harness.telemetry.store import SampleStore
+from harness.telemetry.windows import GpuSample, WindowStats
+from harness.timeutil import mono_ns, wall_ns
+
+MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 200.0
+
+
+class SamplerCore:
+    """Owns a probe, a store and the loop thread; all queries are served from the store (never the probe)."""
+
+    def __init__(self, probe: Probe, rate_hz: float = 10.0, log_dir: str | Path | None = None, retention_s: float = 3600.0) -> None:
+        if not MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ:
+            raise UsageError(f"--rate-hz {rate_hz} out of range", fix=f"use {MIN_RATE_HZ}..{MAX_RATE_HZ} (10 is the default)")
+        self.probe = probe
+        self.rate_hz = float(rate_hz)
+        self.period_s = 1.0 / self.rate_hz
+        self.run_id = uuidlib.uuid4().hex[:16]
+        self.store = SampleStore(log_dir, retention_s=retention_s)
+        self.samples_total = 0
+        self.errors_total = 0
+        self.error_samples_total = 0
+        self.overruns_total = 0
+        self.last_sample_wall_ns: int | None = None
+        self.last_latency_ms: float | None = None
+        self.started_wall_ns = wall_ns()
+        self._identity: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "SamplerCore":
+        """Read the probe's identity, open the store (gap + start records) and start the loop thread."""
+        try:
+            self._identity = self.probe.identity()
+        except Exception as exc:  # noqa: BLE001 - identity is informative; the loop records read errors itself
+            self._identity = {"backend": self.probe.kind, "identity_error": str(exc)}
+        self.store.open(self.run_id, {"probe": self.probe.kind, "rate_hz": self.rate_hz, "pid": os.getpid(), "identity": self._identity})
+        self._thread = threading.Thread(target=self._loop, name="sampler-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self.store.close()
+        self.probe.close()
+
+    def _loop(self) -> None:
+        period_ns = int(round(self.period_s * 1e9))
+        deadline = mono_ns()
+        while not self._stop.is_set():
+            now = mono_ns()
+            if now < deadline:
+                if self._stop.wait((deadline - now) / 1e9):
+                    break
+                continue
+            self.sample_once()
+            deadline += period_ns
+            now = mono_ns()
+            if now >= deadline:  # overran: skip the missed ticks, keep the grid
+                missed = (now - deadline) // period_ns + 1
+                self.overruns_total += missed
+                deadline += missed * period_ns
+
+    def sample_once(self) -> GpuSample:
+        """Read the probe once, stamp it, store it. Never raises for probe failures."""
+        try:
+            reading, t_wall, t_mono, latency_ms = probe_timing(self.probe)
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the loop
+            reading, t_wall, t_mono, latency_ms = {"errors": [f"probe_exception: {type(exc).__name__}: {exc}"]}, wall_ns(), mono_ns(), None
+        device_ns = reading.pop("device_ns", None)
+        errors = list(reading.pop("errors", None) or [])
+        try:
+            sample = GpuSample(
+                kind="sample",
+                run_id=self.run_id,
+                seq=self.store.next_seq(),
+                t_wall_ns=t_wall,
+                t_mono_ns=t_mono,
+                device_ns=int(device_ns) if device_ns is not None else t_wall,
+                probe_latency_ms=latency_ms,
+                errors=errors,
+                **reading,
+            )
+        except ValueError as exc:  # malformed probe values: keep the timestamps and the error
+            sample = GpuSample(
+                kind="sample", run_id=self.run_id, seq=self.store.next_seq(), t_wall_ns=t_wall, t_mono_ns=t_mono,
+                probe_latency_ms=latency_ms, errors=[*errors, f"bad_probe_values: {str(exc)[:200]}"],
+            )  # fmt: skip
+        self.store.append(sample)
+        self.samples_total += 1
+        if sample.errors:
+            self.error_samples_total += 1
+            self.errors_total += len(sample.errors)
+        self.last_sample_wall_ns = sample.t_wall_ns
+        self.last_latency_ms = latency_ms
+        return sample
+
+    # -- queries ---------------------------------------------------------------------------------------------------
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float = 0.0) -> WindowStats:
+        """Window stats; first waits up to ``wait_s`` for a usable sample at or after ``end_ns``."""
+        if wait_s > 0 and end_ns > start_ns:
+            self.store.wait_for_sample_after(end_ns, wait_s)
+        return self.store.window(start_ns, end_ns, self.period_s)
+
+    def latest(self) -> GpuSample | None:
+        return self.store.latest()
+
+    def ready(self) -> bool:
+        return self.store.latest() is not None
+
+    def healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def identity(self) -> dict[str, Any]:
+        latest = self.store.latest()
+        ident = dict(self._identity)
+        if latest is not None:  # the live identity (a UUID change shows here)
+            ident.update({k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None})
+        return ident
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe.kind,
+            "rate_hz": self.rate_hz,
+            "period_s": self.period_s,
+            "run_id": self.run_id,
+            "pid": os.getpid(),
+            "started_wall_ns": self.started_wall_ns,
+            "log_dir": str(self.store.log_dir) if self.store.log_dir else None,
+            "previous_run": self.store.previous_run,
+            "gpu": self.identity(),
+        }
+
+    def mark(self, name: str, client_wall_ns: int | None) -> dict[str, Any]:
+        latest = self.store.latest(usable=False)
+        mark = {
+            "name": name,
+            "wall_ns": client_wall_ns,
+            "sampler_wall_ns": wall_ns(),
+            "sampler_mono_ns": mono_ns(),
+            "run_id": self.run_id,
+            "last_seq": latest.seq if latest else None,
+        }
+        self.store.add_mark(mark)
+        return mark
+
+
+class InProcessSampler:
+    """A ``TelemetrySource`` that samples in a thread of this process (no sidecar); same aggregation code."""
+
+    def __init__(self, probe: Probe, rate_hz: float = 10.0, log_dir: str | Path | None = None, retention_s: float = 3600.0,
+                 wait_s: float | None = None) -> None:  # fmt: skip
+        self.core = SamplerCore(probe, rate_hz, log_dir, retention_s).start()
+        self.wait_s = wait_s if wait_s is not None else max(1.0, 5 * self.core.period_s)
+
+    def snapshot(self) -> GpuSample | None:
+        return self.core.latest()
+
+    def window(self, start_ns: int, end_ns: int) -> WindowStats:
+        return self.core.window(start_ns, end_ns, wait_s=self.wait_s)
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.core.identity(), "sampler": "in-process", "rate_hz": self.core.rate_hz}
+
+    def close(self) -> None:
+        self.core.stop()
+
+    def __enter__(self) -> "InProcessSampler":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
