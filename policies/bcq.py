@@ -1,0 +1,61 @@
+"""Discrete batch-constrained Q-learning with gamma 0: a behaviour net (cross-entropy on the logged actions, 300
+epochs), then a Q net (Huber on the reward, 300 epochs); at decision time actions with pi_b(a|s) / max pi_b <=
+threshold (0.3) are filtered out, then greedy on Q. Artifact ``bcq/policy.pth``: a dict with ``behavior_state_dict``,
+``q_state_dict`` and ``actions``.
+
+On a full-factorial grid the behaviour policy is uniform, so the filter keeps (almost) every logged action and BCQ
+reduces to Q regression (see docs/policies.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from policies.base import Policy, register
+from policies.contract import ACTIONS, PolicyDataset
+from policies.nets import BehaviorNetwork, QNetwork, data_values, predict, seeded, train
+
+
+@register
+class BCQ(Policy):
+    name = "bcq"
+    artifact = "policy.pth"
+    defaults = {"threshold": 0.3, "behavior_epochs": 300, "q_epochs": 300}
+
+    def fit(self, data: PolicyDataset) -> "BCQ":
+        with seeded(self.seed):
+            self.behavior, self.q = BehaviorNetwork(), QNetwork()
+            train(self.behavior, data, lambda logits, a, r: F.cross_entropy(logits, a), epochs=self.params["behavior_epochs"], seed=self.seed)
+            train(self.q, data, lambda q, a, r: F.smooth_l1_loss(data_values(q, a), r), epochs=self.params["q_epochs"], seed=self.seed + 1)
+        return self
+
+    def allowed(self, states: np.ndarray, legal_mask: np.ndarray | None = None) -> np.ndarray:
+        """(n, 19) bool: actions whose behaviour probability ratio to the best (legal) action exceeds the threshold."""
+        logits = predict(self.behavior, states)
+        if legal_mask is not None:
+            logits = np.where(np.broadcast_to(legal_mask, logits.shape), logits, -np.inf)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return probs / probs.max(axis=1, keepdims=True) > self.params["threshold"]
+
+    def scores(self, states: np.ndarray) -> np.ndarray:
+        return np.where(self.allowed(states), predict(self.q, states), -np.inf)
+
+    def act(self, states: np.ndarray, legal_mask: np.ndarray | None = None) -> np.ndarray:
+        x = np.atleast_2d(states)
+        keep = self.allowed(x, legal_mask)
+        return np.argmax(np.where(keep, predict(self.q, x), -np.inf), axis=1)
+
+    def save_artifact(self, path: Path) -> None:
+        torch.save({"behavior_state_dict": self.behavior.state_dict(), "q_state_dict": self.q.state_dict(), "actions": [a.as_list() for a in ACTIONS]}, path)
+
+    def load_artifact(self, path: Path) -> None:
+        blob = torch.load(path)
+        self.behavior, self.q = BehaviorNetwork(), QNetwork()
+        self.behavior.load_state_dict(blob["behavior_state_dict"])
+        self.q.load_state_dict(blob["q_state_dict"])
+        self.behavior.eval()
+        self.q.eval()
