@@ -1,0 +1,283 @@
+"""Sweep report: per-batch-size tables (baseline, reference, best config inside the energy band), error rows, figures.
+
+Energy utilization u = avg_power_watts / power limit; the band is [0.95, 0.98] (published). Values are means over
+repeats of successful rows. matplotlib is imported lazily with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
+from harness.rows import SweepRow
+
+BAND = (0.95, 0.98)
+PUBLISHED_POWER_LIMIT_W = 80.0
+
+
+class CellSummary(BaseModel):
+    """Mean over the successful repeats of one (batch size, config) cell."""
+
+    batch_size: int
+    config: tuple[int, int, int]
+    n_ok: int
+    n_error: int
+    speed_tok_s: float | None = None
+    joules_per_token: float | None = None
+    avg_power_watts: float | None = None
+    utilization: float | None = None
+    speed_sd: float | None = None
+
+    @property
+    def in_band(self) -> bool:
+        return self.utilization is not None and BAND[0] <= self.utilization <= BAND[1]
+
+
+class BatchSummary(BaseModel):
+    batch_size: int
+    baseline: CellSummary | None
+    reference: CellSummary | None
+    best_in_band: CellSummary | None
+    in_band: list[CellSummary]
+    closest_to_band: CellSummary | None
+    cells: list[CellSummary]
+    n_error_rows: int
+
+
+def _mean(xs: list[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def power_limit_of(rows: Sequence[SweepRow], run_dir: Path | None = None, override: float | None = None) -> tuple[float, str]:
+    """The power limit used for utilization: the option, else the rows, else manifest.json, else the published 80 W."""
+    if override is not None:
+        return float(override), "--power-limit"
+    limits = [r.power_limit_w for r in rows if r.power_limit_w]
+    if limits:
+        return float(statistics.median(limits)), "rows"
+    if run_dir is not None and (run_dir / "manifest.json").is_file():
+        try:
+            found = _find_key(json.loads((run_dir / "manifest.json").read_text()), "power_limit_w")
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, (int, float)) and found > 0:
+            return float(found), "manifest.json"
+    return PUBLISHED_POWER_LIMIT_W, "published default"
+
+
+def _find_key(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict):
+        if key in obj and obj[key] is not None:
+            return obj[key]
+        for v in obj.values():
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for v in obj:
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSummary]:
+    """Per batch size: cell means, baseline, reference, the in-band configs and the fastest of them."""
+    grid = [r for r in rows if not r.is_pilot]
+    by_cell: dict[tuple[int, SpecConfig], list[SweepRow]] = defaultdict(list)
+    for r in grid:
+        by_cell[(r.batch_size, r.config)].append(r)
+    out = []
+    for bs in sorted({k[0] for k in by_cell}):
+        order = {c: i for i, c in enumerate(ACTIONS)}
+        cells = []
+        for (b, cfg), rs in sorted(by_cell.items(), key=lambda kv: order.get(kv[0][1], 99)):
+            if b != bs:
+                continue
+            ok = [r for r in rs if not r.error]
+            speeds = [float(r.speed_tok_s) for r in ok if r.speed_tok_s is not None]
+            power = _mean([float(r.avg_power_watts) for r in ok if r.avg_power_watts is not None])
+            cells.append(CellSummary(
+                batch_size=bs, config=cfg.as_tuple(), n_ok=len(ok), n_error=len(rs) - len(ok), speed_tok_s=_mean(speeds),
+                joules_per_token=_mean([float(r.joules_per_token) for r in ok if r.joules_per_token is not None]),
+                avg_power_watts=power, utilization=(power / power_limit_w) if power is not None else None,
+                speed_sd=statistics.stdev(speeds) if len(speeds) >= 2 else None,
+            ))
+        find = lambda c: next((x for x in cells if x.config == c.as_tuple() and x.n_ok), None)  # noqa: E731
+        in_band = [c for c in cells if c.in_band and c.speed_tok_s is not None]
+        best = max(in_band, key=lambda c: c.speed_tok_s or 0.0) if in_band else None
+        measured = [c for c in cells if c.utilization is not None]
+        closest = min(measured, key=lambda c: _band_distance(c.utilization or 0.0)) if measured and not best else None
+        out.append(BatchSummary(batch_size=bs, baseline=find(BASELINE), reference=find(REFERENCE), best_in_band=best,
+                                in_band=in_band, closest_to_band=closest, cells=cells,
+                                n_error_rows=sum(c.n_error for c in cells)))
+    return out
+
+
+def _band_distance(u: float) -> float:
+    return 0.0 if BAND[0] <= u <= BAND[1] else min(abs(u - BAND[0]), abs(u - BAND[1]))
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _vs(cell: CellSummary | None, base: CellSummary | None) -> str:
+    if not cell or not base or not cell.speed_tok_s or not base.speed_tok_s:
+        return "-"
+    return f"x{cell.speed_tok_s / base.speed_tok_s:.2f}"
+
+
+def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
+    """One batch size: baseline, reference, best in band, with speed, J/token, power and utilization."""
+    t = Table(title=f"batch size {s.batch_size}  (band {BAND[0]:.2f}-{BAND[1]:.2f} of {power_limit_w:g} W)", title_justify="left")
+    for col, just in (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
+                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right")):
+        t.add_column(col, justify=just)
+    roles = [("baseline", s.baseline), ("reference", s.reference), ("best in band", s.best_in_band)]
+    if s.best_in_band is None and s.closest_to_band is not None:
+        roles.append(("closest to band", s.closest_to_band))
+    for role, c in roles:
+        if c is None:
+            t.add_row(role, "[dim]none[/]", *["-"] * 7)
+            continue
+        t.add_row(role, str(SpecConfig(*c.config)), _fmt(c.speed_tok_s, ".1f"), _vs(c, s.baseline), _fmt(c.joules_per_token, ".4f"),
+                  _fmt(c.avg_power_watts, ".1f"), _fmt(c.utilization, ".3f"), "[green]yes[/]" if c.in_band else "no",
+                  f"{c.n_ok}/{c.n_error}")
+    t.caption = f"{len(s.in_band)} configs in band: " + (", ".join(str(SpecConfig(*c.config)) for c in s.in_band) or "none")
+    return t
+
+
+def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = None) -> Table:
+    """One compact table for the end of a sweep: per batch size baseline, reference, best in band, the band."""
+    limit, _ = power_limit_of(rows, None, power_limit_w)
+    t = Table(title=f"sweep summary (energy band {BAND[0]:.2f}-{BAND[1]:.2f} of {limit:g} W)", title_justify="left")
+    for col in ("bs", "baseline tok/s", "reference (3,4,8)", "best in band", "in band", "errors"):
+        t.add_column(col, justify="left" if col in ("best in band",) else "right")
+    for s in summarize(rows, limit):
+        ref = "-" if not s.reference else f"{_fmt(s.reference.speed_tok_s, '.1f')} ({_vs(s.reference, s.baseline)}, u={_fmt(s.reference.utilization, '.2f')})"
+        if s.best_in_band:
+            b = s.best_in_band
+            best = f"{SpecConfig(*b.config)} {_fmt(b.speed_tok_s, '.1f')} ({_vs(b, s.baseline)}, u={_fmt(b.utilization, '.2f')})"
+        elif s.closest_to_band:
+            c = s.closest_to_band
+            best = f"[dim]none; closest {SpecConfig(*c.config)} u={_fmt(c.utilization, '.2f')}[/]"
+        else:
+            best = "[dim]none[/]"
+        t.add_row(str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), ref, best,
+                  str(len(s.in_band)), str(s.n_error_rows))
+    return t
+
+
+def error_table(rows: Sequence[SweepRow]) -> Table | None:
+    errs = [r for r in rows if r.is_error]
+    if not errs:
+        return None
+    t = Table(title=f"{len(errs)} error rows", title_style="red", title_justify="left")
+    for col in ("index", "repeat", "bs", "config", "mem fraction", "error"):
+        t.add_column(col, overflow="fold" if col == "error" else "ellipsis")
+    for r in errs:
+        t.add_row(str(r.index), str(r.repeat), str(r.batch_size), str(r.config), _fmt(r.mem_fraction, "g"), r.error or "")
+    return t
+
+
+def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float) -> list[Path]:
+    """speed_vs_utilization.png (band shaded, one panel per batch size) and joules_per_token.png (per config)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = max(1, len(summaries))
+    written: list[Path] = []
+
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    for ax, s in zip(axes[0], summaries):
+        ax.axvspan(*BAND, color="tab:green", alpha=0.18, label="energy band")
+        pts = [c for c in s.cells if c.utilization is not None and c.speed_tok_s is not None]
+        ax.scatter([c.utilization for c in pts], [c.speed_tok_s for c in pts], s=18, color="tab:blue", label="config")
+        for role, c, colour in (("baseline", s.baseline, "black"), ("reference", s.reference, "tab:orange"),
+                                ("best in band", s.best_in_band, "tab:red")):
+            if c is not None and c.utilization is not None and c.speed_tok_s is not None:
+                ax.scatter([c.utilization], [c.speed_tok_s], s=60, facecolors="none", edgecolors=colour, linewidths=1.6, label=role)
+        for c in pts:
+            ax.annotate("%d,%d,%d" % c.config, (c.utilization, c.speed_tok_s), fontsize=5, alpha=0.7,
+                        xytext=(2, 2), textcoords="offset points")
+        ax.set_title(f"batch size {s.batch_size}")
+        ax.set_xlabel(f"utilization (avg W / {power_limit_w:g} W)")
+        ax.set_ylabel("speed (tok/s per sequence)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    p = out_dir / "speed_vs_utilization.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    written.append(p)
+
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.4 * n), squeeze=False)
+    for ax, s in zip(axes[:, 0], summaries):
+        cells = [c for c in s.cells if c.joules_per_token is not None]
+        colours = ["tab:green" if c.in_band else "tab:gray" for c in cells]
+        ax.bar(range(len(cells)), [c.joules_per_token for c in cells], color=colours)
+        ax.set_xticks(range(len(cells)), ["%d,%d,%d" % c.config for c in cells], rotation=60, fontsize=6)
+        ax.set_ylabel("J/token")
+        ax.set_title(f"batch size {s.batch_size} (green: inside the energy band)", fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    p = out_dir / "joules_per_token.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    written.append(p)
+    return written
+
+
+def sweep_report(
+    path: str | Path,
+    *,
+    console: Console | None = None,
+    power_limit_w: float | None = None,
+    out_dir: str | Path | None = None,
+    figures: bool = True,
+) -> dict[str, Any]:
+    """Print the tables for a run folder (or dataset file) and write figures + summary.json under RUN_DIR/reports/."""
+    from harness.dataset import load
+    from harness.jsonl import write_json_atomic
+
+    console = console or Console()
+    loaded = load(path)
+    src = Path(path)
+    run_dir = src if src.is_dir() else src.parent
+    rows = loaded.rows
+    limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
+    summaries = summarize(rows, limit)
+    console.print(f"[bold]{loaded.path}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
+    for s in summaries:
+        console.print(batch_table(s, limit))
+    errs = error_table(rows)
+    if errs is not None:
+        console.print(errs)
+    out = Path(out_dir) if out_dir is not None else run_dir / "reports"
+    written: list[Path] = []
+    if figures and summaries:
+        written = write_figures(summaries, out, limit)
+    summary = {
+        "source": str(loaded.path), "power_limit_w": limit, "power_limit_source": limit_src, "band": list(BAND),
+        "batch_sizes": [s.model_dump(mode="json") for s in summaries],
+        "error_rows": [{"index": r.index, "repeat": r.repeat, "batch_size": r.batch_size, "config": r.config.as_tuple(),
+                        "error": r.error} for r in rows if r.is_error],
+        "figures": [str(p) for p in written],
+    }
+    if figures:
+        write_json_atomic(out / "summary.json", summary)
+        for p in written + [out / "summary.json"]:
+            console.print(f"wrote {p}")
+    return summary
