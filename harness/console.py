@@ -83,3 +83,43 @@ class SweepConsole:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def batch_size_table(rows: list[Any], power_limit_w: float | None = None) -> Any:
+    """A per-batch-size summary (baseline, reference (3,4,8), fastest config, configs in the 0.95-0.98 band)."""
+    from collections import defaultdict
+    from statistics import fmean
+
+    from rich.table import Table
+
+    cells: dict[int, dict[tuple[int, int, int], list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if not r.error and r.speed_tok_s is not None:
+            cells[r.batch_size][(r.steps, r.topk, r.num_draft_tokens)].append(r)
+
+    def mean(rs: list[Any], attr: str) -> float | None:
+        xs = [getattr(r, attr) for r in rs if getattr(r, attr) is not None]
+        return fmean(xs) if xs else None
+
+    def util(rs: list[Any]) -> float | None:
+        p = mean(rs, "avg_power_watts")
+        limit = power_limit_w or mean(rs, "power_limit_w")
+        return p / limit if p is not None and limit else None
+
+    def show(cfg: tuple[int, int, int] | None, rs: list[Any]) -> str:
+        if not rs:
+            return "-"
+        u = util(rs)
+        return (f"{cfg} {_fmt(mean(rs, 'speed_tok_s'), '.1f')} tok/s {_fmt(mean(rs, 'joules_per_token'), '.4f')} J/tok"
+                + (f" u={u:.2f}" if u is not None else ""))
+
+    t = Table(title="per batch size (means over repeats)", title_justify="left")
+    for col in ("bs", "baseline", "reference (3,4,8)", "fastest", "in band 0.95-0.98"):
+        t.add_column(col)
+    for bs in sorted(cells):
+        by = cells[bs]
+        best = max(by, key=lambda c: mean(by[c], "speed_tok_s") or 0.0)
+        band = [c for c in by if (u := util(by[c])) is not None and 0.95 <= u <= 0.98]
+        t.add_row(str(bs), show((0, 0, 0), by.get((0, 0, 0), [])), show((3, 4, 8), by.get((3, 4, 8), [])),
+                  show(best, by[best]), ", ".join(str(c) for c in band) or "-")
+    return t

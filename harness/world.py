@@ -217,14 +217,16 @@ def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, eng
         _check_service(sampler_url, "/-/healthy", "the sampler", "--sampler-url")
         from harness.telemetry.client import TelemetryClient
 
-        return TelemetryClient(sampler_url.rstrip("/"))
+        client = TelemetryClient(sampler_url.rstrip("/"))
+        try:
+            client.wait_ready(timeout_s=SERVICE_START_TIMEOUT_S)
+        except BaseException:
+            client.close()
+            raise
+        return client
     if engine != "sglang":
         raise UsageError("no sampler for the twin world", fix="pass --sampler-url or let the harness start one")
     from harness.telemetry.probes import NvmlProbe
     from harness.telemetry.sampler import InProcessSampler
 
-    sampler = InProcessSampler(NvmlProbe(gpu_index), rate_hz=rate_hz)
-    start = getattr(sampler, "start", None)
-    if callable(start):
-        start()
-    return sampler
+    return InProcessSampler(NvmlProbe(gpu_index), rate_hz=rate_hz)
