@@ -169,7 +169,10 @@ def validate_file(path: str | Path, *, subset: bool = False, strict: bool = Fals
             report.error("schema", exc.message)
     if report.errors and not rows:
         return report
-    resolved = resolve_latest(rows)
+    conflicts: list[str] = []
+    resolved = resolve_latest(rows, conflicts=conflicts)
+    for msg in conflicts:
+        report.error("index_duplicate", msg)
     report.n_rows, report.n_superseded = len(resolved), len(rows) - len(resolved)
     if report.n_superseded:
         msg = f"{report.n_superseded} superseded rows (append-only replacements); the last row per cell is used"

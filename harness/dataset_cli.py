@@ -23,8 +23,8 @@ class DatasetsDisagree(HarnessError):
 
 def _console() -> Console:
     """Console for command output; wide enough for the tables when stdout is not a terminal."""
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=140)
+    console = Console(highlight=False, soft_wrap=True)
+    return console if console.is_terminal else Console(highlight=False, soft_wrap=True, width=140)
 
 
 def _cfg(t: Any) -> str:

@@ -362,11 +362,31 @@ def pilot_row(
 # --- resolution and the run-folder store ---------------------------------------------------------------------------
 
 
-def resolve_latest(rows: Iterable[SweepRow]) -> list[SweepRow]:
-    """Last row per cell (``SweepRow.key``) wins, placed where the cell first appeared."""
+def _cell_identity(row: SweepRow) -> tuple[Any, ...]:
+    return (row.repeat, row.batch_size, row.steps, row.topk, row.num_draft_tokens, row.is_pilot)
+
+
+def resolve_latest(rows: Iterable[SweepRow], *, conflicts: list[str] | None = None) -> list[SweepRow]:
+    """Last row per cell (``SweepRow.key``) wins, placed where the cell first appeared.
+
+    A later row only replaces an earlier one that describes the same cell (repeat, batch size, config). Two
+    different cells under one key are a conflict: a DataError, or, when a ``conflicts`` list is given, a message
+    appended to it with both rows kept.
+    """
     latest: dict[str, SweepRow] = {}
-    for row in rows:
-        latest[row.key] = row  # dict keeps first-insertion order; assignment replaces the value only
+    for n, row in enumerate(rows):
+        key = row.key
+        prev = latest.get(key)
+        if prev is not None and _cell_identity(prev) != _cell_identity(row):
+            msg = (
+                f"{key} is used by two different cells: bs={prev.batch_size} {prev.config} repeat {prev.repeat} "
+                f"and bs={row.batch_size} {row.config} repeat {row.repeat}"
+            )
+            if conflicts is None:
+                raise DataError(msg, fix="each cell needs its own cell_id / index; a replacement must describe the same cell")
+            conflicts.append(msg)
+            key = f"{key}#conflict{n}"
+        latest[key] = row  # dict keeps first-insertion order; assignment replaces the value only
     return list(latest.values())
 
 
