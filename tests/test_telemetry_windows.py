@@ -129,3 +129,15 @@ def test_bad_window_and_invalid_constructor():
     assert w.reasons == ["bad_window"] and w.energy_j is None
     inv = WindowStats.invalid(1, 2, "sampler_unreachable")
     assert not inv.valid and inv.energy_j is None and inv.energy_method is None
+
+
+def test_step_edge_model_recovers_a_load_step_between_samples():
+    # 10 W until t = 1.3 s, then 100 W; samples once a second carry the counter and the instant power.
+    def e(t: float) -> float:
+        return 10.0 * min(t, 1.3) + 100.0 * max(0.0, t - 1.3)
+
+    s = [mk_sample(i, float(i), e(i), 10.0 if i <= 1 else 100.0) for i in range(5)]
+    w = compute_window(s, ns(1.3), ns(3.5), 1.0)
+    assert w.edge_model == "step" and w.energy_j == pytest.approx(220.0)
+    lin = compute_window(s, ns(1.3), ns(3.5), 1.0, edge_model="linear")
+    assert lin.energy_j == pytest.approx(233.0 - (10.0 + 0.3 * 73.0))  # linear books 30 % of the step interval early

@@ -97,11 +97,14 @@ class TelemetryClient:
             self.last_error = f"{SAMPLER_UNREACHABLE}: {type(exc).__name__}: {exc}"
             return None
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None) -> WindowStats:
+    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str | None = None) -> WindowStats:
         wait = self.wait_s if wait_s is None else wait_s
+        params: dict[str, Any] = {"start_ns": start_ns, "end_ns": end_ns, "wait_s": wait}
+        if edge_model:
+            params["edge_model"] = edge_model
         try:
             offset = self.clock_offset()
-            data = self._get("/v1/window", {"start_ns": start_ns, "end_ns": end_ns, "wait_s": wait}, timeout=self.timeout_s + wait)
+            data = self._get("/v1/window", params, timeout=self.timeout_s + wait)
             stats = WindowStats.model_validate(data)
         except (httpx.HTTPError, ValueError, ServiceUnavailableError) as exc:
             self.last_error = f"{SAMPLER_UNREACHABLE}: {type(exc).__name__}: {exc}"

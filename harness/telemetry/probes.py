@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -39,6 +40,16 @@ def empty_reading(error: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _quickack(sock: socket.socket | None) -> None:
+    """Ask Linux to ACK at once: a server that writes headers and body separately (Nagle on) otherwise stalls
+    every keep-alive response by the 40 ms delayed-ACK timer."""
+    if sock is not None and hasattr(socket, "TCP_QUICKACK"):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        except OSError:
+            pass
+
+
 class TwinProbe:
     """Reads ``GET /v1/state`` of a twin GPU device (``harness twin gpu``) over one keep-alive connection."""
 
@@ -57,8 +68,13 @@ class TwinProbe:
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             try:
+                if self._conn.sock is None:
+                    self._conn.connect()
+                    self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _quickack(self._conn.sock)
                 self._conn.request("GET", path)
                 resp = self._conn.getresponse()
+                _quickack(self._conn.sock)
                 body = resp.read()
                 if resp.will_close:
                     self._conn.close()

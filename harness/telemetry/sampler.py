@@ -114,11 +114,11 @@ class SamplerCore:
 
     # -- queries ---------------------------------------------------------------------------------------------------
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float = 0.0) -> WindowStats:
+    def window(self, start_ns: int, end_ns: int, wait_s: float = 0.0, edge_model: str = "step") -> WindowStats:
         """Window stats; first waits up to ``wait_s`` for a usable sample at or after ``end_ns``."""
         if wait_s > 0 and end_ns > start_ns:
             self.store.wait_for_sample_after(end_ns, wait_s)
-        return self.store.window(start_ns, end_ns, self.period_s)
+        return self.store.window(start_ns, end_ns, self.period_s, edge_model)
 
     def latest(self) -> GpuSample | None:
         return self.store.latest()
@@ -174,8 +174,8 @@ class InProcessSampler:
     def snapshot(self) -> GpuSample | None:
         return self.core.latest()
 
-    def window(self, start_ns: int, end_ns: int) -> WindowStats:
-        return self.core.window(start_ns, end_ns, wait_s=self.wait_s)
+    def window(self, start_ns: int, end_ns: int, edge_model: str = "step") -> WindowStats:
+        return self.core.window(start_ns, end_ns, wait_s=self.wait_s, edge_model=edge_model)
 
     def identity(self) -> dict[str, Any]:
         return {**self.core.identity(), "sampler": "in-process", "rate_hz": self.core.rate_hz}

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from harness.telemetry.metrics import render_metrics
 from harness.telemetry.sampler import SamplerCore
+from harness.telemetry.windows import EDGE_MODELS
 from harness.timeutil import mono_ns, wall_ns
 
 MAX_WAIT_S = 30.0
@@ -54,6 +55,7 @@ class SamplerHTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: SamplerHTTPServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stalls
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet access log
         return
@@ -81,7 +83,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if end <= start:
                     raise _BadRequest("end_ns must be after start_ns")
                 wait_s = min(MAX_WAIT_S, max(0.0, _float_param(q, "wait_s", 0.0)))
-                self._json(200, core.window(start, end, wait_s=wait_s).model_dump())
+                model = (q.get("edge_model") or ["step"])[0]
+                if model not in EDGE_MODELS:
+                    raise _BadRequest(f"edge_model must be one of {', '.join(EDGE_MODELS)}")
+                self._json(200, core.window(start, end, wait_s=wait_s, edge_model=model).model_dump())
             elif url.path == "/v1/latest":
                 s = core.latest()
                 if s is None:

@@ -156,7 +156,7 @@ class SampleStore:
         with self.new_record:
             return self.new_record.wait_for(lambda: self._has_after(t_ns), timeout=max(0.0, timeout_s))
 
-    def window(self, start_ns: int, end_ns: int, period_s: float) -> WindowStats:
+    def window(self, start_ns: int, end_ns: int, period_s: float, edge_model: str = "step") -> WindowStats:
         """Aggregate the records around ``[start_ns, end_ns]`` with ``compute_window``."""
         with self._lock:
             recs, walls = self._records, self._walls
@@ -171,7 +171,7 @@ class SampleStore:
         samples = [r for r in chunk if r.kind == "sample"]
         samples.sort(key=lambda r: r.t_wall_ns)
         restarts = [r.t_wall_ns for r in chunk if r.kind == "gap"]
-        stats = compute_window(samples, start_ns, end_ns, period_s, restarts_ns=restarts)
+        stats = compute_window(samples, start_ns, end_ns, period_s, restarts_ns=restarts, edge_model=edge_model)
         if self.trimmed and oldest is not None and start_ns < oldest:
             stats.reasons.append(OUTSIDE_RETENTION)
             stats.valid = False

@@ -3,8 +3,9 @@
 Window algorithm (all edges are wall ns):
 
 - *Bracketing*: the usable sample at or just before ``start_ns`` and the one at or just after ``end_ns`` must exist.
-- *Energy*: the energy counter is interpolated linearly at each edge between the two usable samples around it,
-  and the window energy is the difference; samples inside the window only matter for validity. Power is integrated
+- *Energy*: the energy counter is read at each edge from the two usable samples around it (linear interpolation,
+  refined by a one-step power model when the instant powers at those samples differ, see ``_counter_at``), and the
+  window energy is the difference; samples inside the window only matter for validity. Power is integrated
   (trapezoid on the device clock, clipped at the edges by interpolation) only when the counter is absent.
 - *Duration*: ``device_ns`` interpolated at the edges the same way (the twin's scaled clock; wall for NVML).
 - *Validity*: every problem adds a machine-readable code to ``reasons``; a window is valid when there is none.
@@ -153,6 +154,7 @@ class WindowStats(BaseModel):
     gpu_uuid: str | None = None
     gpu_name: str | None = None
     max_gap_s: float | None = None
+    edge_model: str | None = None
 
     @classmethod
     def invalid(cls, start_ns: int, end_ns: int, reason: str) -> "WindowStats":
@@ -180,6 +182,44 @@ def _edge_value(pts: Sequence[tuple[int, float]], t: int) -> float | None:
         return None
     (x0, y0), (x1, y1) = pts[i], pts[i + 1]
     return _interp(x0, y0, x1, y1, t)
+
+
+EDGE_MODELS = ("step", "linear")
+STEP_MIN_DIFF_W = 0.5
+STEP_MIN_DIFF_REL = 0.05
+
+
+def _counter_at(pts: Sequence[tuple[int, float, float | None, float]], t: int, model: str) -> float | None:
+    """Energy counter (J) at wall ``t`` from the counter samples around it: (wall ns, energy J, power W, device ns).
+
+    ``linear``: straight line between the two counter readings. ``step``: when the instant powers at both ends
+    differ, assume the power stepped once between them (from P_a to P_b) at the instant that makes the model match
+    the counter delta exactly, and read the counter from that piecewise-linear curve; this is exact for a load that
+    starts or stops between two samples (the usual case at a window edge) and falls back to linear when the powers
+    agree or the counter delta is not between the two powers' extremes.
+    """
+    xs = [p[0] for p in pts]
+    i = bisect_right(xs, t) - 1
+    if i < 0:
+        return None
+    if xs[i] == t:
+        return pts[i][1]
+    if i + 1 >= len(pts):
+        return None
+    (wa, ea, pa, da), (wb, eb, pb, db) = pts[i], pts[i + 1]
+    linear = _interp(wa, ea, wb, eb, t)
+    if model != "step" or pa is None or pb is None:
+        return linear
+    if abs(pa - pb) < max(STEP_MIN_DIFF_W, STEP_MIN_DIFF_REL * max(abs(pa), abs(pb))):
+        return linear
+    span = (db - da) / 1e9
+    if span <= 0:
+        return linear
+    x = (eb - ea - pb * span) / (pa - pb)  # seconds after a at which the power stepped
+    if not 0.0 <= x <= span:
+        return linear
+    u = (_interp(wa, da, wb, db, t) - da) / 1e9
+    return ea + pa * u if u <= x else eb - pb * (span - u)
 
 
 def _integrate_power(samples: Sequence[GpuSample], start_ns: int, end_ns: int) -> float | None:
@@ -215,11 +255,13 @@ def compute_window(
     period_s: float,
     *,
     restarts_ns: Sequence[int] = (),
+    edge_model: str = "step",
 ) -> WindowStats:
     """Aggregate ``samples`` (sorted by ``t_wall_ns``; sample records only) over ``[start_ns, end_ns]``.
 
     ``period_s`` is the sampler's period (for coverage and the gap rule); ``restarts_ns`` are the wall times of
-    the log's ``gap`` records (a sampler restart inside the bracket invalidates the window).
+    the log's ``gap`` records (a sampler restart inside the bracket invalidates the window). ``edge_model`` is how
+    the counter is read between the two samples around an edge (``step`` or ``linear``, see ``_counter_at``).
     """
     if end_ns <= start_ns:
         return WindowStats.invalid(start_ns, end_ns, BAD_WINDOW)
@@ -255,7 +297,8 @@ def compute_window(
     uuids = {s.uuid for s in bracket if s.uuid is not None}
     if len(uuids) > 1:
         reasons.append(UUID_CHANGE)
-    counter = [(s.t_wall_ns, s.energy_mj) for s in bracket if s.energy_mj is not None]
+    counter = [(s.t_wall_ns, s.energy_mj / 1e3, s.power_w, float(s.device_ns if s.device_ns is not None else s.t_wall_ns))
+               for s in bracket if s.energy_mj is not None]  # fmt: skip
     if any(b[1] < a[1] for a, b in zip(counter, counter[1:])):
         reasons.append(COUNTER_RESET)
     if clock_bad:
@@ -287,9 +330,9 @@ def compute_window(
         comparable = UUID_CHANGE not in reasons and COUNTER_RESET not in reasons
         has_counter = counter and counter[0][0] <= start_ns and counter[-1][0] >= end_ns
         if comparable and has_counter:
-            e0, e1 = _edge_value(counter, start_ns), _edge_value(counter, end_ns)
+            e0, e1 = _counter_at(counter, start_ns, edge_model), _counter_at(counter, end_ns, edge_model)
             if e0 is not None and e1 is not None:
-                energy_j, method = (e1 - e0) / 1e3, "counter"
+                energy_j, method = e1 - e0, "counter"
         elif comparable and not counter:
             integ = _integrate_power(bracket, start_ns, end_ns)
             if integ is not None:
@@ -330,4 +373,5 @@ def compute_window(
         gpu_uuid=last.uuid if last else None,
         gpu_name=last.name if last else None,
         max_gap_s=max_gap_ns / 1e9 if bracket else None,
+        edge_model=edge_model if method == "counter" else None,
     )
