@@ -178,7 +178,28 @@ def validate_file(path: str | Path, *, subset: bool = False, strict: bool = Fals
         msg = f"{report.n_superseded} superseded rows (append-only replacements); the last row per cell is used"
         (report.error if strict else report.warn)("superseded", msg)
     check_rows(resolved, report, subset=subset)
+    if Path(path).is_dir() and p.name == RowStore.ROWS:
+        _check_run_folder_pair(Path(path), rows, report)
     return report
+
+
+def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: ValidationReport) -> None:
+    """In a run folder, dataset.jsonl must be the published projection of rows.jsonl, line for line."""
+    published_path = run_dir / RowStore.DATASET
+    if not published_path.is_file():
+        report.warn("dataset_missing", f"{published_path} is missing (reopening the run rebuilds it)")
+        return
+    try:
+        published = read_jsonl(published_path, allow_torn_tail=False)
+    except DataError as exc:
+        report.error("dataset_unreadable", exc.message)
+        return
+    if len(published) != len(native):
+        report.error("dataset_mismatch", f"dataset.jsonl has {len(published)} lines, rows.jsonl {len(native)}")
+        return
+    bad = [i for i, (pub, row) in enumerate(zip(published, native), 1) if pub != to_published(row)]
+    if bad:
+        report.error("dataset_mismatch", f"dataset.jsonl differs from the projection of rows.jsonl at lines {bad[:10]}")
 
 
 def _native_order_problem(rec: dict[str, Any]) -> str | None:

@@ -62,6 +62,9 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
     assert rep.warnings[0].code == "superseded"
     assert "superseded" in _codes(validate_file(tmp_path, strict=True))
     assert main(["dataset", "validate", str(tmp_path), "--strict"]) == 3
+    lines = (tmp_path / "dataset.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "dataset.jsonl").write_text("".join(lines[:7] + [lines[8], lines[7]] + lines[9:]))
+    assert "dataset_mismatch" in _codes(validate_file(tmp_path))
 
 
 @pytest.mark.parametrize(
