@@ -62,18 +62,42 @@ class AlgoSummary(BaseModel):
     ope: dict[str, float] = {}
 
 
+class CellStat(BaseModel):
+    """Means over repeats of one (batch size, config) cell: for the throughput and energy-band figures."""
+
+    batch_size: int
+    config: list[int]
+    reward: float
+    speed_tok_s: float
+    utilization: float
+    n: int
+
+
 class Evaluation(BaseModel):
     dataset: str
     state: str
+    reward_options: dict[str, Any]
     rows: int
     folds: list[int]
     reference_in_sample_avg: float
     oracle_in_sample_avg: float
     in_sample: dict[str, list[PickScore]]
+    cells: list[CellStat]
     fold_scores: list[FoldScore]
     summary: dict[str, AlgoSummary]
     params: dict[str, dict[str, Any]]
     seconds: float
+
+
+def cell_stats(data: PolicyDataset) -> list[CellStat]:
+    rewards, speeds, utils = data.cell_means(), data.cell_means(data.speeds), data.cell_means(data.utilization)
+    out = []
+    for bs in data.batch_size_list:
+        for a in np.flatnonzero(data.legal_mask(bs)):
+            n = int(((data.batch_sizes == bs) & (data.actions == a)).sum())
+            out.append(CellStat(batch_size=bs, config=ACTIONS[a].as_list(), reward=float(rewards[bs][a]), speed_tok_s=float(speeds[bs][a]),
+                                utilization=float(utils[bs][a]), n=n))  # fmt: skip
+    return out
 
 
 def value_at(data: PolicyDataset, batch_size: int, action: int) -> float:
@@ -202,9 +226,9 @@ def evaluate(
     folds, est = loro(data, algos, params, seed) if with_loro else ([], {})
     bss = data.batch_size_list
     return Evaluation(
-        dataset=data.source, state=data.state_kind, rows=len(data), folds=[r for r in data.repeat_list if r >= 0] if with_loro else [],
+        dataset=data.source, state=data.state_kind, reward_options=data.reward_options.model_dump(), rows=len(data), folds=[r for r in data.repeat_list if r >= 0] if with_loro else [],
         reference_in_sample_avg=float(np.mean([value_at(data, b, REF) for b in bss])),
         oracle_in_sample_avg=float(np.mean([oracle_at(data, b)[1] for b in bss])),
-        in_sample=ins, fold_scores=folds, summary={n: summarise(n, ins[n], folds, est.get(n), seed) for n in algos},
+        in_sample=ins, cells=cell_stats(data), fold_scores=folds, summary={n: summarise(n, ins[n], folds, est.get(n), seed) for n in algos},
         params=params, seconds=round(time.perf_counter() - t0, 3),
     )  # fmt: skip

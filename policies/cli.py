@@ -1,0 +1,123 @@
+"""CLI: ``harness train``, ``harness evaluate`` (offline or ``--live``), ``harness recommend``, ``harness report policies``.
+
+Heavy libraries (torch, sklearn, matplotlib) are imported inside the commands only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from harness.errors import UsageError
+
+EVALUATION_FILE = "evaluation.json"
+
+
+def _reward_options(power_limit: float, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
+    from policies.contract import RewardOptions
+
+    try:
+        return RewardOptions(power_limit_w=power_limit, baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight)
+    except ValueError as exc:
+        raise UsageError(f"bad reward option: {exc}", fix="--baseline-rule last|per_repeat, --throttle any|power_thermal") from None
+
+
+def _check_state(state: str) -> str:
+    if state not in ("hindsight", "pre"):
+        raise UsageError(f"--state must be hindsight or pre, got {state!r}", fix="--state pre uses the pre-decision snapshot of rows.jsonl")
+    return state
+
+
+def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    @app.command()
+    def train(
+        dataset: Annotated[Path, typer.Option(help="run folder, native rows.jsonl or published dataset.jsonl")],
+        out: Annotated[Path, typer.Option(help="models folder: <algo>/<artifact>, picks.json, train.json")],
+        algos: Annotated[str, typer.Option(help="comma-separated algorithms, or 'all'")] = "all",
+        seed: Annotated[int, typer.Option(help="seed for every algorithm")] = 0,
+        state: Annotated[str, typer.Option(help="hindsight (published) or pre (pre-decision snapshot)")] = "hindsight",
+        tune: Annotated[bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")] = False,
+        power_limit: Annotated[float, typer.Option(help="watts; utilization = avg power / limit")] = 80.0,
+        baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
+        throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
+        energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
+    ) -> None:
+        """Train the policies on a sweep and write their artifacts and picks.json."""
+        from policies.base import parse_algos, train as train_all
+        from policies.contract import load_dataset
+        from policies.report import print_picks
+
+        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
+        names = parse_algos(algos)
+        summary = train_all(data, out, names, seed)
+        if tune:
+            from policies.tune import train_tuned
+
+            summary = train_tuned(data, out, seed)
+        print_picks(out)
+        typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
+
+    @app.command()
+    def evaluate(
+        models: Annotated[Path, typer.Option(help="models folder written by harness train")],
+        dataset: Annotated[Optional[Path], typer.Option(help="sweep to evaluate on (offline)")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the evaluation as JSON")] = False,
+        loro: Annotated[bool, typer.Option(help="leave-one-repeat-out refits (offline)")] = True,
+        seed: Annotated[int, typer.Option()] = 0,
+        live: Annotated[bool, typer.Option(help="A/B the picks on a live engine instead")] = False,
+        engine: Annotated[str, typer.Option(help="twin or sglang (with --live)")] = "twin",
+        trials: Annotated[int, typer.Option(help="trials per config and batch size (with --live)")] = 3,
+        batch_sizes: Annotated[Optional[str], typer.Option(help="subset of batch sizes (with --live), e.g. 1,16")] = None,
+        time_scale: Annotated[float, typer.Option(help="twin time scale (with --live --engine twin)")] = 20.0,
+        sampler_url: Annotated[Optional[str], typer.Option(help="existing sampler (with --live)")] = None,
+        state: Annotated[str, typer.Option()] = "hindsight",
+    ) -> None:
+        """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
+        from harness.jsonl import write_json_atomic
+
+        if live:
+            from policies.live import run_live
+            from policies.report import print_live
+
+            result = run_live(models, engine=engine, trials=trials, seed=seed, batch_sizes=batch_sizes, time_scale=time_scale, sampler_url=sampler_url)
+            typer.echo(result.model_dump_json(indent=2)) if as_json else print_live(result)
+            return
+        if dataset is None:
+            raise UsageError("offline evaluation needs --dataset", fix="pass the sweep the models were trained on, or --live")
+        from policies.base import TRAIN_FILE
+        from policies.contract import RewardOptions, load_dataset
+        from policies.evaluate import evaluate as run_eval
+        from policies.report import print_evaluation
+
+        train_meta = json.loads((models / TRAIN_FILE).read_text()) if (models / TRAIN_FILE).exists() else {}
+        reward = RewardOptions(**train_meta.get("reward_options", {}))
+        data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward)  # type: ignore[arg-type]
+        algos = train_meta.get("algorithms") or None
+        ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
+        write_json_atomic(models / EVALUATION_FILE, ev.model_dump())
+        typer.echo(ev.model_dump_json(indent=2)) if as_json else print_evaluation(ev)
+
+    @app.command()
+    def recommend(
+        models: Annotated[Path, typer.Option(help="models folder written by harness train")],
+        algo: Annotated[str, typer.Option(help="which policy's pick")],
+        batch_size: Annotated[int, typer.Option(help="the batch size to serve")],
+        port: Annotated[int, typer.Option()] = 30000,
+    ) -> None:
+        """Print the sglang launch command for a policy's pick at a batch size."""
+        from policies.live import launch_command
+
+        typer.echo(launch_command(models, algo, batch_size, port))
+
+    @groups["report"].command("policies")
+    def report_policies(
+        models: Annotated[Path, typer.Argument(help="models folder (train.json, picks.json, evaluation.json, live.json)")],
+        figures: Annotated[bool, typer.Option(help="write PNG figures into MODELS/figures")] = True,
+    ) -> None:
+        """Rich tables and PNG figures for trained policies."""
+        from policies.report import report
+
+        report(models, figures=figures)
