@@ -340,8 +340,7 @@ class SweepRunner:
         common["extras"]["error_kind"] = kind
         if server is not None:
             common["extras"]["log_tail"] = server.log_tail(15)
-        if kind == "launch":
-            common["retry_mem_fraction"] = None
+        common["retry_mem_fraction"] = None  # set only on measured rows that a lower rung recovered
         row = error_row(hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
                         config=cell.config, error=f"{kind}: {message}", **common)
         self._write(row, cell)
