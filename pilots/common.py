@@ -605,7 +605,7 @@ def server_stats(server: Any) -> dict[str, Any]:
 def warm_up(server: Any) -> dict[str, Any]:
     """The published pilot warm-up: one short deterministic request."""
     t0 = time.monotonic()
-    res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0)
+    res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0, ignore_eos=False)
     return {"warmup_s": time.monotonic() - t0, "warmup_completion_tokens": getattr(res, "completion_tokens", None)}
 
 
@@ -627,13 +627,14 @@ def _open_world(options: PilotOptions, run_dir: Path) -> Any:
         time_scale=options.time_scale, seed=options.seed, run_dir=run_dir,
     )
     params = inspect.signature(open_world).parameters
-    for name in ("spec", "engine_spec"):
+    optional = {
+        "spec": lambda: _engine_spec(options, options.twin_gpu_url),
+        "launch_timeout_s": lambda: options.launch_timeout,
+        "request_timeout_s": lambda: options.request_timeout,
+    }
+    for name, value in optional.items():
         if name in params:
-            kwargs[name] = _engine_spec(options, options.twin_gpu_url)
-    for name, value in (("model_path", options.model_path), ("draft_model_path", options.draft_model_path),
-                        ("sglang_version", options.sglang_version), ("launch_timeout", options.launch_timeout)):
-        if name in params:
-            kwargs[name] = value
+            kwargs[name] = value()
     return open_world(**kwargs)
 
 
