@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# End-to-end check of the containers: the twin stack built, started and swept through `docker compose`.
+#
+#   bash .ci/e2e.sh                 # everything (run by `make e2e`, which `.ci/run` calls); needs root
+#   bash .ci/e2e.sh --install-only  # only install Docker Engine + Compose v2 (so `make test` can lint compose.yaml)
+#
+# What it does, in timed phases: install docker.io + debootstrap (apt, no recommends) and Compose v2 from Debian
+# trixie's docker-compose .deb through a SEPARATE apt state (the system's sources are never changed); start a private
+# dockerd on its own socket, data-root and exec-root (never /var/run/docker.sock); debootstrap a minbase bookworm
+# rootfs with python3 (tarball cached under .e2e/) and `docker import` it as the local base; build a wheelhouse on the
+# host with pip (honouring this machine's pip config); build the cpu and sampler images from it with --no-index and
+# pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows; lint the
+# GPU stack with `docker compose config -q`; tear down; stop the daemon by PID (trap on exit).
+# Network: loopback, plus the Debian mirror and the package indexes pip is configured with. dockerd gets a dead proxy
+# so that an accidental registry pull fails at once.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+E2E_DIR="${E2E_DIR:-$ROOT/.e2e}"                              # git-ignored cache: rootfs tarball, wheels, apt state
+E2E_DATA_ROOT="${E2E_DATA_ROOT:-/var/lib/harness-e2e/docker}" # the private daemon's images (kept for fast reruns)
+BASE_TAG="harness-e2e/base:bookworm"
+PROJECT="harness-e2e"
+SUITE=bookworm
+BASE_PACKAGES="python3,python3-venv,ca-certificates"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+E2E_TIMEOUT_S="${E2E_TIMEOUT_S:-900}"
+
+START_S=$SECONDS
+PHASE=""
+PHASE_T0=0
+declare -a TIMINGS=()
+TMP=""
+DOCKERD_PID=""
+
+log() { printf '[e2e %4ds] %s\n' "$((SECONDS - START_S))" "$*"; }
+die() { printf '[e2e] FAIL: %s\n' "$*" >&2; exit 1; }
+
+phase() {  # phase NAME: close the previous phase's timer and start a new one
+  end_phase
+  PHASE="$1"
+  PHASE_T0=$SECONDS
+  log "== $PHASE"
+}
+end_phase() {
+  if [ -n "$PHASE" ]; then
+    TIMINGS+=("$(printf '%-10s %4ds' "$PHASE" "$((SECONDS - PHASE_T0))")")
+    PHASE=""
+  fi
+}
+print_timings() {
+  end_phase
+  echo "[e2e] phase timings:"
+  local t
+  for t in "${TIMINGS[@]}"; do echo "  $t"; done
+  echo "  total      $((SECONDS - START_S))s"
+}
+
+debian_mirror() {  # the Debian mirror named in this machine's apt sources (deb822 or one-line format)
+  local uri
+  uri="$(grep -hs -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+    | grep -v -E 'security|updates' | grep -o -E 'https?://[^ ]*/debian/?' | head -n1 || true)"
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# ---------------------------------------------------------------------------------------------------------- install
+install_tools() {
+  [ "$(id -u)" = 0 ] || die "run as root (apt-get, dockerd and debootstrap need it)"
+  export DEBIAN_FRONTEND=noninteractive
+  local need=()
+  command -v dockerd >/dev/null || need+=(docker.io)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  command -v docker >/dev/null || need+=(docker.io)
+  if [ "${#need[@]}" -gt 0 ]; then
+    log "apt-get install ${need[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+  if ! docker compose version >/dev/null 2>&1; then
+    install_compose_v2
+  fi
+  log "$(docker compose version)"
+}
+
+install_compose_v2() {  # Debian trixie's static Compose v2 .deb, fetched with an apt state of its own
+  local state="$E2E_DIR/apt-trixie" mirror
+  mirror="$(debian_mirror)"
+  mkdir -p "$state/lists/partial" "$state/archives/partial"
+  cat >"$state/trixie.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  local opts=(-o "Dir::Etc::SourceList=$state/trixie.sources" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$state/lists" -o "Dir::Cache::archives=$state/archives"
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+  log "Compose v2 from $mirror trixie (separate apt state in $state)"
+  apt-get "${opts[@]}" update -qq
+  (cd "$state/archives" && apt-get "${opts[@]}" download docker-compose >/dev/null)
+  local deb
+  deb="$(ls -t "$state"/archives/docker-compose_*.deb | head -n1)"
+  dpkg -i "$deb" >/dev/null
+  docker compose version >/dev/null || die "docker compose still missing after installing $deb"
+}
+
+# ----------------------------------------------------------------------------------------------------------- daemon
+start_daemon() {
+  TMP="$(mktemp -d /tmp/harness-e2e.XXXXXX)"
+  mkdir -p "$E2E_DATA_ROOT" "$TMP/exec" "$TMP/docker-config"
+  export DOCKER_HOST="unix://$TMP/docker.sock"
+  export DOCKER_CONFIG="$TMP/docker-config"   # no user config, no credentials
+  # Host networking only: no bridge, no iptables or ip_forward changes on this machine. A dead proxy makes any
+  # accidental registry pull fail at once.
+  HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY=localhost,127.0.0.1 \
+    dockerd -H "$DOCKER_HOST" --data-root "$E2E_DATA_ROOT" --exec-root "$TMP/exec" --pidfile "$TMP/dockerd.pid" \
+    --bridge=none --iptables=false --ip-forward=false --ip-masq=false >"$TMP/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  local i
+  for i in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then
+      log "private dockerd pid $DOCKERD_PID on $DOCKER_HOST (data-root $E2E_DATA_ROOT)"
+      return 0
+    fi
+    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 30 "$TMP/dockerd.log" >&2; die "dockerd exited"; }
+    sleep 0.5
+  done
+  tail -n 30 "$TMP/dockerd.log" >&2
+  die "dockerd did not answer within 30 s"
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$DOCKERD_PID" ] && kill -0 "$DOCKERD_PID" 2>/dev/null; then
+    if [ "$rc" != 0 ] && [ -n "${COMPOSE_ARGS:-}" ]; then
+      echo "[e2e] --- compose logs (tail) ---" >&2
+      docker compose "${COMPOSE_ARGS[@]}" logs --no-color --tail 40 >&2 2>/dev/null
+    fi
+    [ -n "${COMPOSE_ARGS:-}" ] && docker compose "${COMPOSE_ARGS[@]}" down -t 5 --remove-orphans >/dev/null 2>&1
+    kill "$DOCKERD_PID"
+    local i
+    for i in $(seq 1 40); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$DOCKERD_PID" 2>/dev/null; then kill -9 "$DOCKERD_PID"; fi
+    wait "$DOCKERD_PID" 2>/dev/null
+    log "dockerd $DOCKERD_PID stopped"
+  fi
+  if [ "$rc" != 0 ] && [ -n "$TMP" ] && [ -f "$TMP/dockerd.log" ]; then
+    echo "[e2e] --- dockerd log (tail) ---" >&2
+    tail -n 20 "$TMP/dockerd.log" >&2
+  fi
+  if [ -n "$TMP" ]; then  # dockerd leaves its default netns bind-mounted under the exec-root
+    awk -v t="$TMP/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount "$m"; done
+    rm -rf "$TMP"
+  fi
+  print_timings
+  [ "$rc" = 0 ] && echo "[e2e] OK" || echo "[e2e] FAILED (exit $rc)" >&2
+  exit "$rc"
+}
+
+# ------------------------------------------------------------------------------------------------------------- base
+build_base_image() {  # a minbase bookworm with python3, made by debootstrap and imported: nothing is pulled
+  if docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
+    log "$BASE_TAG already in the private daemon"
+    return 0
+  fi
+  local key tarball
+  key="$(echo "$SUITE $BASE_PACKAGES" | sha256sum | cut -c1-12)"
+  tarball="$E2E_DIR/cache/rootfs-$SUITE-minbase-$key.tar"
+  if [ ! -s "$tarball" ]; then
+    local rootfs="$TMP/rootfs" mirror
+    mirror="$(debian_mirror)"
+    log "debootstrap --variant=minbase --include=$BASE_PACKAGES $SUITE from $mirror"
+    mkdir -p "$E2E_DIR/cache"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$mirror" >"$TMP/debootstrap.log" 2>&1 \
+      || { tail -n 20 "$TMP/debootstrap.log" >&2; die "debootstrap failed"; }
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    tar --numeric-owner -C "$rootfs" -cf "$tarball.partial" .
+    mv "$tarball.partial" "$tarball"
+    rm -rf "$rootfs"
+  else
+    log "cached rootfs $tarball"
+  fi
+  docker import -c 'ENV LANG=C.UTF-8' "$tarball" "$BASE_TAG" >/dev/null
+  docker run --rm --network none "$BASE_TAG" python3 -c 'import sys, venv, ensurepip; print("base python", sys.version.split()[0])'
+}
+
+# ----------------------------------------------------------------------------------------------------------- wheels
+build_wheelhouse() {  # host-side pip (this machine's pip config and local indexes) -> .e2e/wheels, used with --no-index
+  local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt"
+  mkdir -p "$wh"
+  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-0}" >"$req" <<'PY'
+import re, sys, tomllib
+deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
+with_torch = sys.argv[2] == "1"
+for d in deps:
+    if re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() != "torch" or with_torch:
+        print(d)
+print("setuptools>=68")
+print("wheel")
+PY
+  log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: ${E2E_TRAIN:-0})"
+  "$PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wh" -r "$req" >"$E2E_DIR/pip-wheel.log" 2>&1 \
+    || { grep -v '^WARNING: Location' "$E2E_DIR/pip-wheel.log" | tail -n 30 >&2; die "pip wheel failed"; }
+  log "wheelhouse: $(ls "$wh" | wc -l) wheels, $(du -sh "$wh" | cut -f1)"
+}
+
+# -------------------------------------------------------------------------------------------------------- compose
+free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+setup_compose_env() {
+  RESULTS="$E2E_DIR/results"
+  rm -rf "$RESULTS"
+  mkdir -p "$RESULTS"
+  chown 1000:1000 "$RESULTS"      # the images' non-root user
+  export HARNESS_WORLD=twin HARNESS_BASE_IMAGE="$BASE_TAG" PIP_INSTALL_FLAGS=--no-index HARNESS_BUILD_NETWORK=none
+  export HARNESS_RESULTS="$RESULTS"
+  export HARNESS_TWIN_PORT="$(free_port)" HARNESS_SAMPLER_PORT="$(free_port)" TWIN_TIME_SCALE="${TWIN_TIME_SCALE:-20}"
+  export COMPOSE_PROGRESS=plain BUILDKIT_PROGRESS=plain
+  unset COMPOSE_PROFILES COMPOSE_FILE
+  COMPOSE_ARGS=(-p "$PROJECT" -f "$ROOT/compose.yaml")
+  log "twin ports: gpu-twin $HARNESS_TWIN_PORT, sampler $HARNESS_SAMPLER_PORT; time scale $TWIN_TIME_SCALE"
+}
+
+dc() { docker compose "${COMPOSE_ARGS[@]}" "$@"; }
+
+build_images() {
+  local services=(gpu-twin sampler sweep)
+  [ "${E2E_TRAIN:-0}" = 1 ] && services+=(train)
+  timeout 900 docker compose "${COMPOSE_ARGS[@]}" --profile jobs build "${services[@]}" >"$TMP/build.log" 2>&1 \
+    || { tail -n 40 "$TMP/build.log" >&2; die "docker compose build failed (log above)"; }
+  docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^eagle-harness:|^harness-e2e/' | sed 's/^/  /'
+}
+
+up_stack() {
+  timeout 180 docker compose "${COMPOSE_ARGS[@]}" up -d --wait gpu-twin sampler
+  dc ps --format '{{.Service}} {{.Status}}' | sed 's/^/  /'
+  # the healthchecks passed inside the containers; the host sees the same loopback (host networking)
+  "$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$HARNESS_TWIN_PORT/v1/info', timeout=5)" \
+    || die "the twin GPU is not reachable from the host on 127.0.0.1:$HARNESS_TWIN_PORT"
+}
+
+run_sweep() {
+  timeout "${E2E_SWEEP_TIMEOUT_S:-420}" docker compose "${COMPOSE_ARGS[@]}" run --rm -T sweep --quick --out results/e2e-sweep \
+    || die "the quick sweep through docker compose failed"
+}
+
+check_rows() {
+  local run="$RESULTS/e2e-sweep"
+  [ -s "$run/rows.jsonl" ] || die "no rows at $run/rows.jsonl"
+  "$PYTHON" - "$run" <<'PY'
+import json, sys
+from pathlib import Path
+from harness.rows import PUBLISHED_KEYS
+run = Path(sys.argv[1])
+rows = [json.loads(l) for l in (run / "rows.jsonl").read_text().splitlines() if l.strip()]
+published = [json.loads(l) for l in (run / "dataset.jsonl").read_text().splitlines() if l.strip()]
+problems = []
+if len(rows) < 2:
+    problems.append(f"only {len(rows)} rows")
+if len(published) != len(rows):
+    problems.append(f"dataset.jsonl has {len(published)} lines, rows.jsonl {len(rows)}")
+for i, p in enumerate(published):
+    if tuple(p) != PUBLISHED_KEYS:
+        problems.append(f"dataset line {i}: keys {list(p)[:5]}... are not the 26 published keys in order")
+        break
+labels = {r.get("hardware") for r in rows}
+if not labels or not all(isinstance(h, str) and h.startswith("twin:") for h in labels):
+    problems.append(f"hardware labels {labels} are not twin:<profile>")
+errors = [r for r in rows if r.get("error")]
+if len(errors) == len(rows):
+    problems.append("every row is an error row")
+energy = [r["energy_joules"] for r in rows if not r.get("error")] or [0.0]
+if not all(isinstance(e, (int, float)) and e > 0 for e in energy):
+    problems.append(f"non-positive or missing energy in measured rows: {energy[:5]}")
+print(f"  {len(rows)} rows ({len(errors)} error rows), hardware {sorted(labels)}, "
+      f"batch sizes {sorted({r['batch_size'] for r in rows})}, energy {min(energy):.1f}..{max(energy):.1f} J")
+if problems:
+    print("  row check failed: " + "; ".join(problems), file=sys.stderr)
+    sys.exit(1)
+PY
+  # the project's own validator, inside the image the sweep ran in (a quick sweep is a subset of the 19 actions)
+  if docker run --rm --network none eagle-harness:cpu dataset validate --help >/dev/null 2>&1; then
+    docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps --entrypoint harness sweep \
+      dataset validate --subset results/e2e-sweep || die "harness dataset validate rejected the quick sweep"
+  else
+    log "harness dataset validate is not available in the image: skipped"
+  fi
+}
+
+lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)
+  local w
+  for w in gpu twin; do
+    HARNESS_WORLD=$w DOCKER_HOST=unix:///nonexistent.sock docker compose -f "$ROOT/compose.yaml" --profile '*' config -q \
+      || die "docker compose config -q fails for HARNESS_WORLD=$w"
+  done
+  HARNESS_WORLD=gpu DOCKER_HOST=unix:///nonexistent.sock docker compose -f "$ROOT/compose.yaml" config --images \
+    | sed 's/^/  gpu stack image: /'
+}
+
+tear_down() {
+  dc down -t 5 --remove-orphans
+  [ -z "$(dc ps -aq)" ] || die "containers left after down"
+}
+
+main() {
+  if [ "${1:-}" = "--install-only" ]; then
+    phase install; install_tools; print_timings
+    return 0
+  fi
+  [ "$(id -u)" = 0 ] || die "run as root (apt-get, dockerd and debootstrap need it)"
+  mkdir -p "$E2E_DIR"
+  trap cleanup EXIT
+  phase install; install_tools
+  phase daemon; start_daemon
+  phase base; build_base_image
+  phase wheels; build_wheelhouse
+  phase build; setup_compose_env; build_images
+  phase up; up_stack
+  phase sweep; run_sweep
+  phase check; check_rows
+  phase lint-gpu; lint_gpu_stack
+  phase down; tear_down
+  end_phase
+}
+
+main "$@"

@@ -1,0 +1,137 @@
+# Images of the harness. Targets:
+#   cpu      harness, twin, sampler, sweep and report on a plain Python base (ARG BASE_IMAGE); no torch
+#   sampler  small telemetry sidecar: Python, nvidia-ml-py and the harness installed without its heavy dependencies
+#   train    cpu + torch (policy training)
+#   gpu      the official sglang image (pinned by ARG SGLANG_TAG) + the harness, so a sweep launches sglang per config
+#
+# Offline/CI builds: put wheels into .e2e/wheels/ (pip wheel/download on the host) and build with
+# --build-arg PIP_INSTALL_FLAGS=--no-index; pip then installs only from that folder. Without it, pip uses its index.
+# The gpu stage is LAST on purpose: the legacy builder runs every stage up to --target, so building cpu/sampler/train
+# never touches the sglang image. No secrets are copied: .dockerignore admits only the sources and the wheelhouse.
+
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+ARG SGLANG_TAG=v0.5.2-cu126
+
+# ------------------------------------------------------------------------------------------------------------ pybase
+FROM ${BASE_IMAGE} AS pybase
+ARG PIP_INSTALL_FLAGS=
+ARG HARNESS_UID=1000
+ENV PATH=/opt/harness/bin:$PATH \
+    HOME=/home/harness \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_FIND_LINKS=/wheels \
+    HARBOR_TELEMETRY=0
+# A non-root user (useradd when the base has it, else /etc/passwd directly: a debootstrap minbase lacks passwd).
+# HOME and /work are world-writable so compose's `user:` may name any uid (results keep the caller's ownership).
+RUN set -eu; \
+    if command -v useradd >/dev/null 2>&1; then \
+      groupadd -g "$HARNESS_UID" harness && useradd -u "$HARNESS_UID" -g "$HARNESS_UID" -d /home/harness -s /bin/sh harness; \
+    else \
+      echo "harness:x:$HARNESS_UID:$HARNESS_UID:harness:/home/harness:/bin/sh" >>/etc/passwd; \
+      echo "harness:x:$HARNESS_UID:" >>/etc/group; \
+    fi; \
+    mkdir -p /home/harness/.cache /work/results; \
+    chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \
+    chmod 0777 /home/harness /home/harness/.cache /work /work/results; \
+    python3 -m venv /opt/harness
+COPY pyproject.toml .e2e/wheel[s] /wheels/
+# select_deps INCLUDE|EXCLUDE NAMES...: the [project] dependencies of pyproject.toml filtered by name
+RUN printf '%s\n' \
+      'import re, sys, tomllib' \
+      'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \
+      'deps = tomllib.load(open("/wheels/pyproject.toml", "rb"))["project"]["dependencies"]' \
+      'name = lambda d: re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower()' \
+      'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
+      >/usr/local/bin/select_deps.py
+WORKDIR /work
+
+# --------------------------------------------------------------------------------------------------------------- cpu
+FROM pybase AS cpu
+ARG PIP_INSTALL_FLAGS=
+RUN python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
+ && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+COPY README.md pyproject.toml /src/
+COPY harness /src/harness
+COPY pilots /src/pilots
+COPY policies /src/policies
+RUN pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt && harness --help >/dev/null
+USER harness
+ENTRYPOINT ["harness"]
+CMD ["--help"]
+
+# ----------------------------------------------------------------------------------------------------------- sampler
+FROM pybase AS sampler
+ARG PIP_INSTALL_FLAGS=
+ARG SAMPLER_DEPS="typer rich pydantic httpx nvidia-ml-py numpy pyyaml"
+RUN python3 /usr/local/bin/select_deps.py include $SAMPLER_DEPS >/tmp/requirements.txt \
+ && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+COPY README.md pyproject.toml /src/
+COPY harness /src/harness
+COPY pilots /src/pilots
+COPY policies /src/policies
+RUN pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt \
+ && harness sampler serve --help >/dev/null
+USER harness
+ENTRYPOINT ["harness", "sampler", "serve"]
+CMD ["--help"]
+
+# ------------------------------------------------------------------------------------------------------------- train
+FROM cpu AS train
+ARG PIP_INSTALL_FLAGS=
+USER root
+RUN python3 /usr/local/bin/select_deps.py include torch >/tmp/requirements.txt \
+ && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt && rm /tmp/requirements.txt
+USER harness
+
+# --------------------------------------------------------------------------------------------------------------- gpu
+# Keep LAST (see the top). The harness goes into sglang's own interpreter (the sweep runs `python -m
+# sglang.launch_server` with it), without torch and constrained to every version the image already has, so
+# installing the harness never changes a package sglang depends on. pip fails the build if that is impossible.
+FROM lmsysorg/sglang:${SGLANG_TAG} AS gpu
+ARG PIP_INSTALL_FLAGS=
+ARG HARNESS_UID=1000
+ENV HOME=/home/harness \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_BREAK_SYSTEM_PACKAGES=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PIP_FIND_LINKS=/wheels \
+    HARBOR_TELEMETRY=0 \
+    SGLANG_RECORD_STEP_TIME=1 \
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this sglang image has " + sys.version.split()[0] + ": pick another SGLANG_TAG")'
+# the same select_deps.py as in pybase (copying it from there would make this stage build pybase, i.e. pull its base)
+RUN printf '%s\n' \
+      'import re, sys, tomllib' \
+      'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \
+      'deps = tomllib.load(open("/wheels/pyproject.toml", "rb"))["project"]["dependencies"]' \
+      'name = lambda d: re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower()' \
+      'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
+      >/usr/local/bin/select_deps.py
+COPY pyproject.toml .e2e/wheel[s] /wheels/
+RUN python3 -m pip freeze | grep -v -E ' @ |^-e ' >/tmp/sglang-constraints.txt \
+ && python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
+ && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/sglang-constraints.txt -r /tmp/requirements.txt
+COPY README.md pyproject.toml /src/
+COPY harness /src/harness
+COPY pilots /src/pilots
+COPY policies /src/policies
+RUN python3 -m pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt
+# Non-root: the GPU stack runs as an ordinary user with HOME (HF, flashinfer and triton caches) writable; HOME and
+# /work are world-writable so `user:` may name any uid. Reuse an existing user with that uid (Ubuntu 24.04 has one).
+RUN set -eu; \
+    if ! getent passwd "$HARNESS_UID" >/dev/null; then \
+      groupadd -g "$HARNESS_UID" harness 2>/dev/null || true; \
+      useradd -u "$HARNESS_UID" -g "$HARNESS_UID" -d /home/harness -s /bin/bash harness; \
+    fi; \
+    mkdir -p /home/harness/.cache /work/results; \
+    chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \
+    chmod 0777 /home/harness /home/harness/.cache /work /work/results; \
+    harness --help >/dev/null
+USER ${HARNESS_UID}
+WORKDIR /work
+ENTRYPOINT ["harness"]
+CMD ["--help"]

@@ -1,0 +1,264 @@
+"""compose.yaml and the Dockerfile, checked without a Docker daemon.
+
+Needs the Compose v2 CLI (``docker compose`` or a v2 ``docker-compose``): `.ci/e2e.sh --install-only` installs it.
+Every check runs the real compose binary on the real files (``config`` needs no daemon) and the real ``harness`` CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+CI_BASE_IMAGE = "harness-e2e/base:bookworm"  # what .ci/e2e.sh imports from debootstrap
+WORLDS = ("gpu", "twin")
+
+
+def _compose_cmd() -> list[str] | None:
+    candidates = []
+    if shutil.which("docker"):
+        candidates.append(["docker", "compose"])
+    if shutil.which("docker-compose"):
+        candidates.append(["docker-compose"])
+    for cmd in candidates:
+        try:
+            out = subprocess.run([*cmd, "version", "--short"], capture_output=True, text=True, timeout=20,
+                                 env=_env(), check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and re.match(r"v?2\.", out.stdout.strip()):
+            return cmd
+    return None
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "PIP_INSTALL"))}
+    env.update(DOCKER_HOST="unix:///nonexistent/docker.sock", DOCKER_CONFIG=str(ROOT / ".e2e" / "no-docker-config"))
+    env.update(extra)
+    return env
+
+
+COMPOSE = _compose_cmd()
+pytestmark = pytest.mark.skipif(COMPOSE is None, reason="Compose v2 CLI absent: run `bash .ci/e2e.sh --install-only` first")
+
+
+def compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    assert COMPOSE is not None
+    return subprocess.run([*COMPOSE, "-f", str(COMPOSE_FILE), *args], capture_output=True, text=True, timeout=60,
+                          env=_env(**env), check=False)
+
+
+def config(world: str, *profiles: str, **env: str) -> dict:
+    flags = [f for p in profiles for f in ("--profile", p)]
+    out = compose(*flags, "config", "--format", "json", HARNESS_WORLD=world, **env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# ------------------------------------------------------------------------------------------------ Dockerfile model
+def dockerfile_stages(text: str) -> tuple[dict[str, str], list[dict]]:
+    """Global ARG defaults and the stages in order: ``{"name", "from", "copy_from": [...]}``."""
+    lines = re.sub(r"\\\n", " ", text).splitlines()
+    global_args: dict[str, str] = {}
+    stages: list[dict] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        word = line.split()[0].upper()
+        if word == "ARG" and not stages:
+            name, _, default = line.split(None, 1)[1].partition("=")
+            global_args[name.strip()] = default.strip().strip('"')
+        elif word == "FROM":
+            m = re.match(r"FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
+            assert m, line
+            stages.append({"name": (m.group(2) or str(len(stages))).lower(), "from": m.group(1), "copy_from": []})
+        elif word in ("COPY", "ADD"):
+            m = re.search(r"--from=(\S+)", line)
+            if m:
+                stages[-1]["copy_from"].append(m.group(1).lower())
+    return global_args, stages
+
+
+def _expand(ref: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), ""), ref)
+
+
+def external_images(target: str, build_args: dict[str, str], text: str) -> list[str]:
+    """Every image outside the Dockerfile that building ``target`` needs (FROM and COPY --from chains)."""
+    global_args, stages = dockerfile_stages(text)
+    values = {**global_args, **{k: v for k, v in build_args.items() if v is not None}}
+    by_name = {s["name"]: s for s in stages}
+    assert target in by_name, f"no stage {target!r}"
+    needed, todo, seen = [], [target], set()
+    while todo:
+        stage = by_name[todo.pop()]
+        if stage["name"] in seen:
+            continue
+        seen.add(stage["name"])
+        for ref in [stage["from"], *stage["copy_from"]]:
+            ref = _expand(ref, values).lower()
+            if ref in by_name:
+                todo.append(ref)
+            else:
+                needed.append(ref)
+    return needed
+
+
+def pull_problems(cfg: dict, dockerfile_text: str, local_images: set[str]) -> list[str]:
+    """Why bringing up this (resolved) stack could make the daemon contact a registry; [] when it cannot."""
+    problems = []
+    _, stages = dockerfile_stages(dockerfile_text)
+    stage_order = [s["name"] for s in stages]
+    for name, svc in cfg["services"].items():
+        if svc.get("pull_policy") != "never":
+            problems.append(f"{name}: pull_policy is {svc.get('pull_policy')!r}, not 'never'")
+        build = svc.get("build")
+        if not build:
+            if svc.get("image") not in local_images:
+                problems.append(f"{name}: image {svc.get('image')!r} is neither built here nor a local base")
+            continue
+        target = build.get("target")
+        if target is None:
+            problems.append(f"{name}: build has no target")
+            continue
+        for ref in external_images(target, build.get("args") or {}, dockerfile_text):
+            if ref not in local_images:
+                problems.append(f"{name}: target {target} needs image {ref!r}, which would be pulled")
+        if "gpu" in stage_order and target != "gpu" and stage_order.index(target) > stage_order.index("gpu"):
+            problems.append(f"{name}: target {target} comes after the gpu stage (the legacy builder would pull sglang)")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("world", WORLDS)
+def test_config_quiet_passes_for_both_stacks(world: str) -> None:
+    for profiles in ([], ["*"]):
+        flags = [f for p in profiles for f in ("--profile", p)]
+        out = compose(*flags, "config", "-q", HARNESS_WORLD=world)
+        assert out.returncode == 0, f"{world} {profiles}: {out.stderr}"
+        assert out.stdout == ""
+
+
+def test_a_broken_compose_file_is_rejected(tmp_path: Path) -> None:
+    """The linter is real: the same file with ports given as a string fails validation."""
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(COMPOSE_FILE.read_text().replace("  sampler-twin:\n", "  sampler-twin:\n    ports: \"1:1\"\n", 1))
+    out = subprocess.run([*COMPOSE, "-f", str(bad), "config", "-q"], capture_output=True, text=True, timeout=60,
+                         env=_env(HARNESS_WORLD="twin"), check=False)
+    assert out.returncode != 0 and "ports" in out.stderr
+
+
+def test_worlds_share_service_names_and_switch_commands() -> None:
+    gpu, twin = config("gpu", "jobs"), config("twin", "jobs")
+    public = {"sampler", "sweep", "pilot", "train", "report", "gpu-twin"}
+    assert set(gpu["services"]) == public and set(twin["services"]) == public
+    assert gpu["services"]["gpu-twin"]["scale"] == 0, "the twin device must be inert on a GPU box"
+    assert "--probe" in (s := twin["services"]["sampler"]["entrypoint"]) and s[s.index("--probe") + 1] == "twin"
+    assert (s := gpu["services"]["sampler"]["entrypoint"])[s.index("--probe") + 1] == "nvml"
+    assert (e := twin["services"]["sweep"]["entrypoint"])[e.index("--engine") + 1] == "twin" and "--twin-gpu" in e
+    assert (e := gpu["services"]["sweep"]["entrypoint"])[e.index("--engine") + 1] == "sglang"
+    for world in (gpu, twin):
+        for name, svc in world["services"].items():
+            assert svc["network_mode"] == "host" and svc["init"] is True, name
+    # only GPU-world services reserve a GPU, so the twin stack runs on any machine
+    assert not any(s.get("deploy") for s in twin["services"].values())
+    for name in ("sampler", "sweep", "pilot"):
+        devices = gpu["services"][name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"], name
+
+
+def test_gpu_services_follow_the_official_sglang_runtime() -> None:
+    gpu = config("gpu", "jobs")
+    for name in ("sweep", "pilot"):
+        svc = gpu["services"][name]
+        assert svc["ipc"] == "host"
+        assert svc["ulimits"]["memlock"] == -1 or svc["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
+        assert svc["ulimits"]["stack"] == 67108864 or svc["ulimits"]["stack"]["soft"] == 67108864
+        assert "HF_TOKEN" in svc["environment"]
+        assert any(v["target"] == "/home/harness/.cache" for v in svc["volumes"])
+        assert any(v["target"] == "/work/results" for v in svc["volumes"])
+    assert gpu["services"]["sweep"]["depends_on"]["sampler"]["condition"] == "service_healthy"
+    health = gpu["services"]["sampler"]["healthcheck"]
+    assert "/-/ready" in " ".join(health["test"]) and health["start_period"] not in (None, "0s")
+    assert any(v["source"] == "/var/run/docker.sock" for v in gpu["services"]["pilot"]["volumes"])
+    # HF_TOKEN is passed through, never given a value in the file
+    assert "HF_TOKEN=" not in COMPOSE_FILE.read_text()
+
+
+def test_twin_stack_needs_no_pull_in_ci() -> None:
+    """Every image of the twin stack is built here from a base CI makes locally, with pull_policy never."""
+    text = DOCKERFILE.read_text()
+    cfg = config("twin", "jobs", HARNESS_BASE_IMAGE=CI_BASE_IMAGE)
+    assert pull_problems(cfg, text, {CI_BASE_IMAGE}) == []
+    # the check itself bites: a pulled image, a missing pull_policy, a non-local base are all reported
+    broken = json.loads(json.dumps(cfg))
+    broken["services"]["sampler"]["pull_policy"] = "missing"
+    broken["services"]["report"] = {"image": "python:3.11", "pull_policy": "never"}
+    broken["services"]["sweep"]["build"]["args"]["BASE_IMAGE"] = "python:3.11-slim"
+    found = "\n".join(pull_problems(broken, text, {CI_BASE_IMAGE}))
+    assert "sampler: pull_policy" in found and "report: image 'python:3.11'" in found and "python:3.11-slim" in found
+    # with the default base (a GPU box with a registry) the same check names the base that would be pulled
+    default = config("twin", "jobs")
+    assert any("python:3.11-slim-bookworm" in p for p in pull_problems(default, text, {CI_BASE_IMAGE}))
+
+
+def test_gpu_stack_pins_sglang_by_tag_through_an_arg() -> None:
+    global_args, stages = dockerfile_stages(DOCKERFILE.read_text())
+    tag = global_args["SGLANG_TAG"]
+    assert re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?-cu\d+", tag), f"SGLANG_TAG default {tag!r} is not a pinned version"
+    gpu_stage = next(s for s in stages if s["name"] == "gpu")
+    assert gpu_stage["from"] == "lmsysorg/sglang:${SGLANG_TAG}"
+    assert stages[-1]["name"] == "gpu", "the gpu stage must stay last (legacy builder runs all stages up to --target)"
+    cfg = config("gpu", "jobs")
+    for name in ("sweep", "pilot", "train", "report"):
+        build = cfg["services"][name]["build"]
+        assert build["target"] == "gpu" and build["args"]["SGLANG_TAG"] == tag, name
+        assert cfg["services"][name]["image"] == f"eagle-harness:gpu-{tag}"
+        assert external_images("gpu", build["args"], DOCKERFILE.read_text()) == [f"lmsysorg/sglang:{tag}"]
+    other = config("gpu", "jobs", SGLANG_TAG="v0.5.23-cu129")["services"]["sweep"]
+    assert other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu129" and other["image"] == "eagle-harness:gpu-v0.5.23-cu129"
+
+
+def test_images_carry_no_secrets_and_the_context_is_an_allow_list() -> None:
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"^\s*(ARG|ENV)\s+[^\n]*(TOKEN|SECRET|PASSWORD|API_KEY)", text, re.M | re.I)
+    ignore = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert ignore[0] == "*", ".dockerignore must exclude everything by default"
+    admitted = {l[1:].rstrip("/") for l in ignore if l.startswith("!")}
+    assert admitted <= {"pyproject.toml", "README.md", "harness", "pilots", "policies", ".e2e/wheels"}
+    assert re.search(r"^USER\s+harness\s*$", text, re.M) and "USER ${HARNESS_UID}" in text
+
+
+def _service_argvs() -> list[tuple[str, str, list[str]]]:
+    if COMPOSE is None:
+        return []
+    out = []
+    for world in WORLDS:
+        for name, svc in config(world, "jobs")["services"].items():
+            if svc.get("scale") == 0:
+                continue
+            out.append((world, name, [*svc["entrypoint"], *(svc.get("command") or [])]))
+    return out
+
+
+@pytest.mark.parametrize(("world", "name", "argv"), _service_argvs(), ids=lambda v: v if isinstance(v, str) else None)
+def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str, argv: list[str]) -> None:
+    """Each service's argv (entrypoint + default command) names real commands and flags of this checkout's CLI."""
+    assert argv[0] == "harness"
+    args = [a for a in argv[1:] if a != "--help"]
+    if name == "pilot":  # what `docker compose run pilot --suite terminalbench` runs
+        args += ["--suite", "terminalbench"]
+    out = subprocess.run([sys.executable, "-m", "harness", *args, "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, check=False)
+    assert out.returncode == 0, f"{world}/{name}: harness {' '.join(args)} --help -> {out.stdout[-600:]}{out.stderr[-600:]}"
+    assert "Usage" in out.stdout
