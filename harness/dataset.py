@@ -19,7 +19,7 @@ from typing import Any, Iterable, Literal, Sequence
 from pydantic import BaseModel, Field
 
 from harness.errors import DataError, MissingFileError, OutputError, UsageError
-from harness.grid import ACTIONS, SpecConfig
+from harness.grid import ACTIONS, SpecConfig, violated_rule
 from harness.jsonl import read_jsonl, write_jsonl_atomic
 from harness.rows import (
     GRID_SPEED_SOURCES,
@@ -78,32 +78,46 @@ def detect_layout(records: Sequence[dict[str, Any]]) -> Layout:
     return "published" if all(set(r) <= published for r in records) else "native"
 
 
-def load(path: str | Path) -> Loaded:
-    """Read a dataset strictly; raise DataError naming the first bad record (layout, key order, types, config)."""
+def config_problem(cfg: SpecConfig, *, published_only: bool) -> str | None:
+    """Why a row's config is unacceptable: it breaks sglang's rules, or (``published_only``) is not one of the 19."""
+    rule = violated_rule(*cfg.as_tuple())
+    if rule is not None:
+        return f"config breaks sglang's rules: {rule}"
+    if cfg.topk == 1 and cfg.draft_tokens != cfg.steps + 1:
+        return f"config {cfg} is not rewritten (topk 1 runs with num_draft_tokens = steps + 1)"
+    if published_only and cfg not in ACTIONS:
+        return f"config {cfg} is not one of the {len(ACTIONS)} published actions"
+    return None
+
+
+def load(path: str | Path, *, published_only: bool = False) -> Loaded:
+    """Read a dataset strictly; raise DataError naming the first bad record (layout, key order, types, config).
+
+    Configs must satisfy sglang's rules; ``published_only`` also requires one of the 19 published actions.
+    """
     p = resolve_input(path)
     records = read_jsonl(p, allow_torn_tail=False)
     if not records:
         raise DataError(f"{p} holds no rows", fix="point at a dataset with at least one row")
     layout = detect_layout(records)
     rows = []
-    known = set(ACTIONS)
     for i, rec in enumerate(records, 1):
         where = f"{p}: record {i}"
         problem = key_order_problem(rec) if layout == "published" else _native_order_problem(rec)
         if problem:
             raise DataError(f"{where}: {problem}", fix="run harness dataset validate on it; rows keep the published key order")
         row = from_native(rec, where=where)
-        if row.config not in known:
-            raise DataError(f"{where}: config {row.config} is not one of the {len(ACTIONS)} published actions",
-                            fix="remove the row or fix steps/topk/num_draft_tokens")
+        problem = config_problem(row.config, published_only=published_only)
+        if problem:
+            raise DataError(f"{where}: {problem}", fix="remove the row or fix steps/topk/num_draft_tokens")
         rows.append(row)
     return Loaded(path=p, layout=layout, records=records, all_rows=rows, rows=resolve_latest(rows))
 
 
-def load_many(paths: Iterable[str | Path]) -> list[SweepRow]:
+def load_many(paths: Iterable[str | Path], *, published_only: bool = False) -> list[SweepRow]:
     out: list[SweepRow] = []
     for p in paths:
-        out.extend(load(p).rows)
+        out.extend(load(p, published_only=published_only).rows)
     return out
 
 
@@ -235,12 +249,14 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         report.warn("index_order", "rows are not in ascending index order")
 
     # grid rows
-    known = set(ACTIONS)
     for r in grid:
         where = f"index {r.index}"
         cfg = r.config
-        if cfg not in known:
-            report.error("unknown_config", f"config {cfg} is not one of the {len(ACTIONS)} published actions", where)
+        if config_problem(cfg, published_only=False):
+            report.error("invalid_config", config_problem(cfg, published_only=False) or "", where)
+        elif cfg not in ACTIONS:
+            # a custom grid (--steps/--topk/--draft-tokens) may hold valid configs outside the published 19
+            (report.warn if subset else report.error)("unknown_config", config_problem(cfg, published_only=True) or "", where)
         if r.is_baseline != cfg.is_baseline:
             report.error("is_baseline", f"is_baseline is {r.is_baseline} for config {cfg}", where)
         if r.repeat is None:
@@ -313,7 +329,7 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
             set_ = [k for k in ("gpu_temp_c_before", "gpu_mem_used_mb", "gpu_throttling") if getattr(r, k) is not None]
             if set_:
                 report.error("pilot_terminalbench_nulls", f"Terminal-Bench rows have null {set_}", where)
-        if r.config not in known:
+        if r.config not in ACTIONS:
             report.error("unknown_config", f"pilot config {r.config} is not one of the published actions", where)
         if r.index <= last_grid:
             report.error("pilot_position", "pilot rows come after every grid row (their index continues the grid's)", where)

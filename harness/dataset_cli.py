@@ -129,9 +129,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Merge grid + retries + pilot rows with the published exclusion semantics; indexes contiguous."""
         from harness.dataset import ValidationReport, check_rows, load, load_many, merge, write_rows
 
-        grid_rows = load(grid).rows
-        retry_rows = load_many(retries)
-        pilot_rows = load_many(pilots)
+        grid_rows = load(grid, published_only=True).rows
+        retry_rows = load_many(retries, published_only=True)
+        pilot_rows = load_many(pilots, published_only=True)
         result = merge(grid_rows, retry_rows, pilot_rows, default_retry_mem_fraction=retry_mem_fraction)
         check = ValidationReport(path=str(out), layout="native" if native else "published", n_records=len(result.rows),
                                  n_rows=len(result.rows), n_superseded=0)

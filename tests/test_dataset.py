@@ -72,7 +72,8 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
     [
         (lambda recs: recs.pop(5), "config_missing"),
         (lambda recs: recs[3].update(steps=2, topk=2, num_draft_tokens=2), "unknown_config"),
-        (lambda recs: recs[3].update(steps=3, topk=4, num_draft_tokens=16), "unknown_config"),
+        (lambda recs: recs[3].update(steps=3, topk=4, num_draft_tokens=16), "invalid_config"),
+        (lambda recs: recs[3].update(steps=3, topk=1, num_draft_tokens=2), "invalid_config"),
         (lambda recs: recs[0].update(is_baseline=False), "is_baseline"),
         (lambda recs: [r.update(error="boom", speed_tok_s=None) for r in recs if r["steps"] == 0 and r["batch_size"] == 4],
          "baseline_failed"),
@@ -85,7 +86,7 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
         (lambda recs: recs[7].update(extra_field=1), "key_order"),
         (lambda recs: recs[7].update(repeat=None), "repeat_missing"),
     ],
-    ids=["missing-config", "unknown-config", "rule-breaking-config", "is-baseline", "baseline-failed", "dup-index",
+    ids=["missing-config", "unknown-config", "rule-breaking-config", "unrewritten-topk1", "is-baseline", "baseline-failed", "dup-index",
          "bad-speed-source", "missing-measurement", "step-time", "key-order", "missing-key", "unknown-key", "no-repeat"],
 )
 def test_validate_flags_broken_grids(tmp_path: Path, grid228, mutate, code: str) -> None:
@@ -115,11 +116,20 @@ def test_validate_enforces_pilot_rules(tmp_path: Path, grid228, change: dict, co
     assert code in _codes(rep)
 
 
-def test_validate_subset_grids(tmp_path: Path) -> None:
+def test_validate_subset_and_custom_grids(tmp_path: Path, capsys) -> None:
     configs = [ACTIONS[0], ACTIONS[10]]
     f = write_published(tmp_path / "d.jsonl", grid_rows(repeats=2, batch_sizes=[1, 16], configs=configs, failing=()))
     assert "config_missing" in _codes(validate_file(f))
     assert validate_file(f, subset=True).ok
+    custom = [ACTIONS[0], SpecConfig(2, 2, 4)]  # valid for sglang, outside the published 19 (e.g. --steps 2)
+    g = write_published(tmp_path / "g.jsonl", grid_rows(repeats=2, batch_sizes=[1], configs=custom, failing=()))
+    assert "unknown_config" in _codes(validate_file(g))
+    rep = validate_file(g, subset=True)
+    assert rep.ok and rep.warnings[0].code == "unknown_config"
+    assert compare(load(g).rows, load(g).rows).agrees  # compare/export/report take custom grids
+    out = tmp_path / "m.jsonl"
+    assert main(["dataset", "merge", str(g), "--out", str(out)]) == 3  # merge builds published datasets only
+    assert "not one of the 19 published actions" in capsys.readouterr().err and not out.exists()
 
 
 @pytest.mark.parametrize("kind", ["malformed", "truncated", "empty", "missing", "not-object"])
