@@ -89,7 +89,7 @@ class PilotOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     suite: Literal["swebench", "terminalbench"]
-    engine: Literal["sglang", "twin"] = "sglang"
+    engine: Literal["sglang", "twin"] = "twin"
     time_scale: float = Field(default=1.0, gt=0)
     out: Path | None = None
     sampler_url: str | None = None

@@ -47,7 +47,7 @@ def test_pilot_configs_are_the_published_ones() -> None:
 
 def test_options_defaults_and_validation(tmp_path: Path) -> None:
     o = PilotOptions(suite="swebench")
-    assert o.server_batch_size == 16 and o.engine == "sglang" and o.configs == ["no_spec", "chosen", "chosen_bs16"]
+    assert o.server_batch_size == 16 and o.engine == "twin" and o.configs == ["no_spec", "chosen", "chosen_bs16"]
     assert o.run_dir == Path("results") / f"swebench-{o.run_id}"
     assert PilotOptions(suite="swebench", out=tmp_path).run_dir == tmp_path
     assert PilotOptions(suite="terminalbench", configs="chosen").configs == ["chosen"]
