@@ -1,0 +1,92 @@
+"""All eight trained by the real CLI on the synthetic grid; every artifact loads exactly as the model card says."""
+
+from __future__ import annotations
+
+import json
+
+import joblib
+import numpy as np
+import pytest
+import torch
+from sklearn.ensemble import GradientBoostingRegressor
+from sklearn.linear_model import LinearRegression
+
+from harness.grid import ACTIONS
+from policies import BehaviorNetwork, QNetwork
+from policies.base import ALGORITHMS, fit_policy, load_policy, pick
+from policies.contract import load_dataset
+from policies.synthetic import RECIPE
+
+from _policies_helpers import synthetic_files, trained_models  # noqa: F401  (session fixtures)
+
+ACTIONS_ARRAY = np.array([a.as_list() for a in ACTIONS])
+
+
+def test_picks_json_and_published_recipe(trained_models):
+    picks = json.loads((trained_models / "picks.json").read_text())
+    assert list(picks) == list(ALGORITHMS)
+    for algo in ALGORITHMS:
+        assert set(picks[algo]) == {"1", "4", "8", "16"}
+        assert all(tuple(c) in {a.as_tuple() for a in ACTIONS} for c in picks[algo].values())
+    for algo in ("lookup_table", "doubly_robust", "mlp_bandit"):  # the synthetic grid's optimum is the published recipe
+        assert picks[algo] == {str(bs): cfg.as_list() for bs, cfg in RECIPE.items()}, algo
+    assert picks["bcq"]["16"] != [5, 4, 16]  # never logged at bs 16 (an error row): illegal
+
+
+def test_qnetwork_artifacts_load_as_the_model_card_says(trained_models):
+    for algo in ("mlp_bandit", "cql"):
+        net = QNetwork(4, 19)
+        state = torch.load(trained_models / algo / "policy.pth")
+        assert sorted(state) == ["net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight", "net.4.bias", "net.4.weight"]
+        net.load_state_dict(state)
+        assert net(torch.zeros(1, 4)).shape == (1, 19)
+    blob = torch.load(trained_models / "bcq" / "policy.pth")
+    assert set(blob) == {"behavior_state_dict", "q_state_dict", "actions"}
+    QNetwork(4, 19).load_state_dict(blob["q_state_dict"])
+    BehaviorNetwork(4, 19).load_state_dict(blob["behavior_state_dict"])
+    assert blob["actions"] == ACTIONS_ARRAY.tolist()
+
+
+def test_table_npz_and_joblib_artifacts(trained_models):
+    table = json.loads((trained_models / "lookup_table" / "model.json").read_text())
+    assert set(table) == {"1", "4", "8", "16"}
+    assert table["16"]["config"] == [3, 2, 4] and 0 < table["16"]["mean_reward"] <= 1
+    with np.load(trained_models / "linucb" / "model.npz") as z:
+        assert z["theta"].shape == (19, 4) and z["A"].shape == (19, 4, 4) and (z["actions"] == ACTIONS_ARRAY).all()
+    with np.load(trained_models / "thompson_sampling" / "model.npz") as z:
+        assert z["mean"].shape == (19, 4) and z["cov"].shape == (19, 4, 4) and (z["actions"] == ACTIONS_ARRAY).all()
+        assert np.allclose(z["cov"], np.transpose(z["cov"], (0, 2, 1)))
+    gbt = joblib.load(trained_models / "gbt" / "model.joblib")
+    assert isinstance(gbt, GradientBoostingRegressor) and gbt.n_features_in_ == 5 and gbt.n_estimators == 100 and gbt.max_depth == 3
+    dr = joblib.load(trained_models / "doubly_robust" / "model.joblib")
+    assert isinstance(dr, LinearRegression) and dr.n_features_in_ == 5
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_loaded_policy_picks_what_training_picked(trained_models, synthetic_files, algo):
+    data = load_dataset(synthetic_files["dataset"])
+    picks = json.loads((trained_models / "picks.json").read_text())[algo]
+    loaded = pick(load_policy(trained_models, algo, data), data)
+    assert {str(bs): c.as_list() for bs, c in loaded.items()} == picks
+
+
+def test_training_is_deterministic_with_a_seed(synthetic_files):
+    data = load_dataset(synthetic_files["rows"])
+    a = fit_policy("mlp_bandit", data, seed=3, epochs=3)
+    b = fit_policy("mlp_bandit", data, seed=3, epochs=3)
+    c = fit_policy("mlp_bandit", data, seed=4, epochs=3)
+    assert np.array_equal(a.scores(data.states), b.scores(data.states))
+    assert not np.array_equal(a.scores(data.states), c.scores(data.states))
+    t1, t2 = fit_policy("thompson_sampling", data, seed=5), fit_policy("thompson_sampling", data, seed=5)
+    assert np.array_equal(t1.scores(data.states), t2.scores(data.states))
+    g1, g2 = fit_policy("gbt", data, seed=1), fit_policy("gbt", data, seed=1)
+    assert np.array_equal(g1.scores(data.states[:5]), g2.scores(data.states[:5]))
+
+
+def test_pre_decision_state_trains_from_native_rows(synthetic_files, tmp_path):
+    from policies.base import train
+
+    data = load_dataset(synthetic_files["rows"], state="pre")
+    assert np.allclose(data.states[:, 2], 310.0 / 8192) and np.allclose(data.states[:, 3], 0.0)
+    summary = train(data, tmp_path, ["lookup_table", "linucb"], seed=0)
+    assert summary.state == "pre" and summary.picks["lookup_table"]["16"] == [3, 2, 4]
