@@ -1,0 +1,168 @@
+"""The sampler's loop, store and HTTP API: an in-process server on a scripted probe, then the real sidecar process
+(`harness sampler serve --probe twin`) against a real twin GPU device process."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _telemetry_helpers import ScriptedProbe, free_port
+from harness.jsonl import read_jsonl
+from harness.telemetry.client import TelemetryClient, TelemetrySource, measure_clock_offset
+from harness.telemetry.sampler import InProcessSampler, SamplerCore
+from harness.telemetry.server import start_server
+from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
+from harness.timeutil import wall_ns
+
+
+@pytest.fixture
+def scripted_server(tmp_path: Path):
+    probe = ScriptedProbe()
+    core = SamplerCore(probe, rate_hz=20.0, log_dir=tmp_path / "log").start()
+    srv, _ = start_server(core, "127.0.0.1", 0)
+    try:
+        yield probe, core, f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        core.stop()
+
+
+def test_loop_keeps_its_grid_and_contiguous_seq():
+    probe = ScriptedProbe()
+    with InProcessSampler(probe, rate_hz=50.0) as s:
+        time.sleep(1.5)
+        core = s.core
+        recs = core.store.since(-1, 10_000)
+    samples = [r for r in recs if r.kind == "sample"]
+    assert [r.seq for r in recs] == list(range(recs[0].seq, recs[0].seq + len(recs)))
+    assert recs[0].kind == "start"
+    # No drift: first-to-last spacing is exactly (samples - 1 + skipped ticks) periods, up to scheduling jitter.
+    span_ns = samples[-1].t_mono_ns - samples[0].t_mono_ns
+    ticks = len(samples) - 1 + core.overruns_total
+    assert abs(span_ns - ticks * 20_000_000) < 15_000_000, (span_ns, ticks)
+    assert len(samples) >= 60
+
+
+def test_slow_probe_skips_ticks_and_counts_overruns():
+    probe = ScriptedProbe()
+    probe.delay_s = 0.25
+    with InProcessSampler(probe, rate_hz=10.0) as s:
+        time.sleep(1.4)
+        t1 = wall_ns()
+        w = s.window(t1 - 900_000_000, t1)
+        overruns = s.core.overruns_total
+        lat = s.snapshot().probe_latency_ms
+    assert overruns >= 3
+    assert lat >= 250.0
+    assert "slow_probe" in w.reasons and "coverage_below_95pct" in w.reasons and not w.valid
+
+
+def test_http_api_in_process(scripted_server):
+    probe, core, url = scripted_server
+    with TelemetryClient(url, timeout_s=3.0) as c:
+        c.wait_ready(5.0)
+        assert isinstance(c, TelemetrySource)
+        t0 = wall_ns()
+        time.sleep(1.0)
+        t1 = wall_ns()
+        w = c.window(t0, t1)
+        assert w.valid, w.reasons
+        assert w.energy_j == pytest.approx(probe.truth_wall(t0, t1), rel=2e-3)
+        assert w.sample_count >= 18 and w.coverage >= 0.95
+        snap = c.snapshot()
+        assert snap is not None and snap.uuid == "GPU-scripted-0" and snap.kind == "sample"
+        ident = c.identity()
+        assert ident["uuid"] == "GPU-scripted-0" and ident["probe"] == "scripted" and ident["rate_hz"] == 20.0
+        mark = c.mark("trial-1-begin")
+        assert mark is not None and abs(mark["sampler_wall_ns"] - mark["wall_ns"]) < 50_000_000
+        off = measure_clock_offset(url)
+        assert off.agrees and abs(off.offset_ns) < 20_000_000
+    # Raw endpoints.
+    r = httpx.get(f"{url}/v1/samples", params={"since_seq": 3, "limit": 5}).json()["samples"]
+    assert [x["seq"] for x in r] == [4, 5, 6, 7, 8] and all(x["schema"] == 1 for x in r)
+    assert httpx.get(f"{url}/-/healthy").status_code == 200 and httpx.get(f"{url}/-/ready").status_code == 200
+    assert httpx.get(f"{url}/v1/window", params={"start_ns": 5, "end_ns": 4}).status_code == 400
+    assert httpx.get(f"{url}/v1/window", params={"start_ns": "x", "end_ns": 4}).status_code == 400
+    assert httpx.get(f"{url}/v1/window", params={"start_ns": 1, "end_ns": 2, "edge_model": "cubic"}).status_code == 400
+    assert httpx.get(f"{url}/nope").status_code == 404
+    assert httpx.post(f"{url}/v1/marks", content=b"not json").status_code == 400
+    metrics = httpx.get(f"{url}/metrics").text
+    for name in ("gpu_energy_joules_total", "gpu_power_watts{", "sampler_samples_total", "sampler_errors_total", "sampler_loop_overruns_total",
+                 "sampler_last_sample_timestamp_seconds", "process_cpu_seconds_total"):  # fmt: skip
+        assert name in metrics, name
+    assert "gpu_sm_clock_hertz" not in metrics  # absent in the probe: left out, never 0
+    marks = read_jsonl(core.store.log_dir / "marks.jsonl")
+    assert marks[0]["name"] == "trial-1-begin"
+
+
+def test_scrapes_never_call_the_probe(scripted_server):
+    probe, core, url = scripted_server
+    with httpx.Client(base_url=url) as h:
+        time.sleep(0.3)
+        for _ in range(100):
+            h.get("/metrics")
+            h.get("/v1/latest")
+            n = wall_ns()
+            h.get("/v1/window", params={"start_ns": n - 200_000_000, "end_ns": n - 100_000_000})
+    assert probe.reads == core.samples_total
+
+
+def test_sidecar_against_twin_device(tmp_path: Path):
+    with start_twin_gpu(tmp_path, time_scale=20.0) as gpu, start_sampler(gpu.url, tmp_path / "log", tmp_path, rate_hz=10.0) as sp:
+        with TelemetryClient(sp.url) as c:
+            c.wait_ready(10.0)
+            load = TwinLoad(gpu.url)
+            try:
+                load.set(True, 40.0, 0.9)
+                t0 = wall_ns()
+                time.sleep(1.0)
+                t1 = wall_ns()
+                w = c.window(t0, t1)
+                truth = load.truth(t0, t1)
+            finally:
+                load.close()
+            ident = c.identity()
+        info = httpx.get(f"{sp.url}/v1/info").json()
+    assert w.valid, w.reasons
+    # A 1 s wall window at --time-scale 20 covers 20 twin seconds, and so does its energy.
+    assert w.duration_s == pytest.approx(20.0, rel=2e-3) and w.wall_duration_s == pytest.approx(1.0, rel=2e-3)
+    assert w.energy_j == pytest.approx(truth, rel=5e-3)
+    assert w.avg_power_w == pytest.approx(truth / 20.0, rel=5e-3)
+    assert w.gpu_uuid and w.gpu_uuid.startswith("GPU-twin-") and "twin" in (w.gpu_name or "")
+    assert ident["twin"] is True and ident["hardware"].startswith("twin:") and ident["time_scale"] == 20.0
+    assert info["probe"] == "twin" and info["rate_hz"] == 10.0
+    recs = read_jsonl(tmp_path / "log" / "samples.jsonl", allow_torn_tail=False)
+    assert recs[0]["kind"] == "start" and recs[0]["detail"]["probe"] == "twin"
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    s = next(r for r in recs if r["kind"] == "sample")
+    assert set(json.loads(json.dumps(s))) >= {"t_wall_ns", "t_mono_ns", "device_ns", "energy_mj", "power_w", "uuid", "errors",
+                                               "probe_latency_ms", "run_id", "schema", "clock_event_reasons"}  # fmt: skip
+
+
+def test_unreachable_sampler_is_invalid_never_zero():
+    url = f"http://127.0.0.1:{free_port()}"
+    with TelemetryClient(url, timeout_s=0.5) as c:
+        n = wall_ns()
+        w = c.window(n - 1_000_000_000, n)
+        assert not w.valid and w.reasons == ["sampler_unreachable"] and w.energy_j is None and w.energy_method is None
+        assert c.snapshot() is None and c.last_error and c.last_error.startswith("sampler_unreachable")
+        assert c.mark("x") is None
+        assert "sampler_error" in c.identity()
+
+
+def test_cli_nvml_without_gpu_is_a_clear_error(tmp_path: Path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "harness", "sampler", "serve", "--probe", "nvml", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 4
+    assert "NVML is not available" in r.stderr and "fix:" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "harness", "sampler", "serve", "--probe", "twin", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "--twin-url" in r.stderr
