@@ -38,19 +38,22 @@ from harness.rows import (
 
 Layout = Literal["published", "native"]
 PILOT_SOURCES = set(PILOT_SPEED_SOURCES.values())
+PILOT_ROWS = "dataset_rows.jsonl"  # a pilot run folder's rows (pilots/common.py)
 
 
 # --- loading -----------------------------------------------------------------------------------------------------
 
 
 def resolve_input(path: str | Path) -> Path:
-    """A run folder -> its rows.jsonl (else dataset.jsonl); a file -> itself. Raises MissingFileError."""
+    """A run folder -> its rows.jsonl (else dataset.jsonl; a pilot run's dataset_rows.jsonl); a file -> itself."""
     p = Path(path)
     if p.is_dir():
-        for name in (RowStore.ROWS, RowStore.DATASET):
+        for name in (RowStore.ROWS, RowStore.DATASET, PILOT_ROWS):
             if (p / name).is_file():
                 return p / name
-        raise MissingFileError(f"{p} is a folder without rows.jsonl or dataset.jsonl", fix="pass a run folder or a JSONL file")
+        raise MissingFileError(
+            f"{p} is a folder without rows.jsonl, dataset.jsonl or {PILOT_ROWS}", fix="pass a run folder or a JSONL file"
+        )
     if not p.exists():
         raise MissingFileError(f"file not found: {p}", fix="check the path (a run folder holds rows.jsonl and dataset.jsonl)")
     return p

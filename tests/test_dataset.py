@@ -184,7 +184,8 @@ def test_merge_applies_retries_and_appends_pilots(tmp_path: Path, grid228, capsy
     failing = grid228[75]
     assert failing.error and failing.config == SpecConfig(5, 4, 16) and failing.batch_size == 16
     retries = write_native(tmp_path / "retries.jsonl", [_retry_for(failing), _retry_for(grid228[3])])
-    tb = write_published(tmp_path / "tb.jsonl", pilots(n_tb=3, n_sb=0, start=900))
+    (tmp_path / "tb_run").mkdir()
+    tb = write_native(tmp_path / "tb_run" / "dataset_rows.jsonl", pilots(n_tb=3, n_sb=0, start=900)).parent
     sb = write_published(tmp_path / "sb.jsonl", pilots(n_tb=0, n_sb=3, start=5))
     out = tmp_path / "merged.jsonl"
     assert main(["dataset", "merge", str(grid), "--retries", str(retries), "--pilots", str(tb), "--pilots", str(sb),

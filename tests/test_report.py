@@ -89,7 +89,7 @@ def test_report_without_figures_on_a_file_and_bad_inputs(tmp_path: Path, capsys)
     empty = tmp_path / "empty_run"
     empty.mkdir()
     assert main(["report", "sweep", str(empty)]) == 3
-    assert "without rows.jsonl" in capsys.readouterr().err
+    assert "without rows.jsonl, dataset.jsonl" in capsys.readouterr().err
 
 
 def test_final_summary_table_renders_each_batch_size() -> None:
