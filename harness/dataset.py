@@ -163,7 +163,8 @@ class ValidationReport(BaseModel):
 
 
 def is_pilot(row: SweepRow) -> bool:
-    return row.speed_source in PILOT_SOURCES or (row.error or "").startswith(PILOT_ERROR_PREFIX)
+    """A pilot row (pilot speed source or the ``agentic_pilot_trace: `` marker), as ``SweepRow.is_pilot``."""
+    return row.is_pilot
 
 
 def validate_file(path: str | Path, *, subset: bool = False, strict: bool = False) -> ValidationReport:

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from harness.errors import DataError
+from harness.errors import DataError, MissingFileError
 from harness.grid import SpecConfig
 from harness.jsonl import JsonlAppender, read_jsonl, write_jsonl_atomic
 
@@ -497,8 +497,6 @@ def load_rows(path: str | Path) -> list[SweepRow]:
             if store.dataset_path.exists():
                 p = store.dataset_path
             else:
-                from harness.errors import MissingFileError
-
                 raise MissingFileError(f"{p} holds no rows.jsonl or dataset.jsonl", fix="pass a run folder or a JSONL file")
         else:
             return store.latest()
