@@ -11,6 +11,8 @@
 # host with pip (honouring this machine's pip config); build the cpu and sampler images from it with --no-index and
 # pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows; lint the
 # GPU stack with `docker compose config -q`; tear down; stop the daemon by PID (trap on exit).
+# Knobs: E2E_TRAIN=0 skips the torch image and the train step; E2E_DIR (cache, default .e2e/), E2E_DATA_ROOT (the
+# private daemon's images, default /var/lib/harness-e2e/docker; delete it to start cold), TWIN_TIME_SCALE (default 20).
 # Network: loopback, plus the Debian mirror and the package indexes pip is configured with. dockerd gets a dead proxy
 # so that an accidental registry pull fails at once.
 set -euo pipefail
@@ -25,7 +27,6 @@ PROJECT="harness-e2e"
 SUITE=bookworm
 BASE_PACKAGES="python3,python3-venv,ca-certificates"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
-E2E_TIMEOUT_S="${E2E_TIMEOUT_S:-900}"
 
 START_S=$SECONDS
 PHASE=""
@@ -134,6 +135,7 @@ start_daemon() {
 cleanup() {
   local rc=$?
   set +e
+  if [ -n "${WATCHDOG_PID:-}" ]; then kill "$WATCHDOG_PID" 2>/dev/null; wait "$WATCHDOG_PID" 2>/dev/null; fi
   if [ -n "$DOCKERD_PID" ] && kill -0 "$DOCKERD_PID" 2>/dev/null; then
     if [ "$rc" != 0 ] && [ -n "${COMPOSE_ARGS:-}" ]; then
       echo "[e2e] --- compose logs (tail) ---" >&2
@@ -191,7 +193,7 @@ build_base_image() {  # a minbase bookworm with python3, made by debootstrap and
 build_wheelhouse() {  # host-side pip (this machine's pip config and local indexes) -> .e2e/wheels, used with --no-index
   local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt"
   mkdir -p "$wh"
-  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-0}" >"$req" <<'PY'
+  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-1}" >"$req" <<'PY'
 import re, sys, tomllib
 deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
 with_torch = sys.argv[2] == "1"
@@ -201,7 +203,7 @@ for d in deps:
 print("setuptools>=68")
 print("wheel")
 PY
-  log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: ${E2E_TRAIN:-0})"
+  log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: ${E2E_TRAIN:-1})"
   "$PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wh" -r "$req" >"$E2E_DIR/pip-wheel.log" 2>&1 \
     || { grep -v '^WARNING: Location' "$E2E_DIR/pip-wheel.log" | tail -n 30 >&2; die "pip wheel failed"; }
   log "wheelhouse: $(ls "$wh" | wc -l) wheels, $(du -sh "$wh" | cut -f1)"
@@ -227,10 +229,12 @@ setup_compose_env() {
 dc() { docker compose "${COMPOSE_ARGS[@]}" "$@"; }
 
 build_images() {
-  local services=(gpu-twin sampler sweep)
-  [ "${E2E_TRAIN:-0}" = 1 ] && services+=(train)
-  timeout 900 docker compose "${COMPOSE_ARGS[@]}" --profile jobs build "${services[@]}" >"$TMP/build.log" 2>&1 \
+  # gpu-twin, report and pilot share sweep's image (eagle-harness:cpu): building it once is enough
+  local services=(sampler sweep)
+  [ "${E2E_TRAIN:-1}" = 1 ] && services+=(train)
+  timeout 600 docker compose "${COMPOSE_ARGS[@]}" --profile jobs build "${services[@]}" >"$TMP/build.log" 2>&1 \
     || { tail -n 40 "$TMP/build.log" >&2; die "docker compose build failed (log above)"; }
+  docker image prune -f >/dev/null
   docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^eagle-harness:|^harness-e2e/' | sed 's/^/  /'
 }
 
@@ -290,6 +294,13 @@ PY
   fi
 }
 
+train_policies() {  # the train service (torch image) on the quick sweep's rows
+  timeout 300 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps train \
+    --dataset results/e2e-sweep --out results/e2e-policies || die "harness train through docker compose failed"
+  [ -s "$RESULTS/e2e-policies/picks.json" ] || die "train wrote no picks.json"
+  log "policies: $(cd "$RESULTS/e2e-policies" && ls | tr '\n' ' ')"
+}
+
 lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)
   local w
   for w in gpu twin; do
@@ -313,6 +324,10 @@ main() {
   [ "$(id -u)" = 0 ] || die "run as root (apt-get, dockerd and debootstrap need it)"
   mkdir -p "$E2E_DIR"
   trap cleanup EXIT
+  trap 'echo "[e2e] time limit of ${E2E_LIMIT_S:-900}s reached" >&2; exit 124' TERM
+  # watchdog: at most E2E_LIMIT_S (15 min) in all; TERM lands between steps (each step has its own timeout too)
+  (sleep "${E2E_LIMIT_S:-900}" & s=$!; trap 'kill $s; exit 0' TERM; wait $s && kill -TERM $$) >/dev/null 2>&1 &
+  WATCHDOG_PID=$!
   phase install; install_tools
   phase daemon; start_daemon
   phase base; build_base_image
@@ -321,6 +336,7 @@ main() {
   phase up; up_stack
   phase sweep; run_sweep
   phase check; check_rows
+  if [ "${E2E_TRAIN:-1}" = 1 ]; then phase train; train_policies; fi
   phase lint-gpu; lint_gpu_stack
   phase down; tear_down
   end_phase
