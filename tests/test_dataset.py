@@ -45,8 +45,10 @@ def test_validate_accepts_a_full_grid_with_pilots(tmp_path: Path, grid228, capsy
     assert rep.ok, rep.errors
     assert (rep.n_grid, rep.n_pilot, rep.n_error_rows) == (228, 4, 1)
     assert rep.repeats == [0, 1, 2] and rep.batch_sizes == [1, 4, 8, 16]
-    assert main(["dataset", "validate", str(f)]) == 0
+    assert main(["dataset", "validate", str(f), "--json", str(tmp_path / "v.json")]) == 0
     assert "VALID" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "v.json").read_text())
+    assert saved["ok"] is True and saved["n_pilot"] == 4 and saved["errors"] == []
 
 
 def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) -> None:
