@@ -15,14 +15,23 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from pilots.common import SUITES, common_flags, describe_extra, options_from_flags, parse_extra
+from pilots.common import SUITES, PilotResult, check_result, common_flags, describe_extra, options_from_flags, parse_extra
 from harness.errors import UsageError
 
 _EXTRA_KEY = "pilot_extra_args"
 
 
 class PilotGroup(TyperGroup):
-    """A group that runs its callback when the first leftover argument is not a subcommand (suite flags)."""
+    """A group that runs its callback when the first leftover argument is not a subcommand (suite flags).
+
+    Without a subcommand, common and suite flags may come in any order (interspersed parsing; unknown options and
+    their values are kept for the suite). With a subcommand first (``setup``), everything after it is the
+    subcommand's.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.allow_interspersed_args = not (args and args[0] in self.commands)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         leftover = [*ctx._protected_args, *ctx.args]
@@ -90,7 +99,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         options = options_from_flags(flags)
         module = _suite_module(options.suite, "runner")
         extra = _parse_suite_extra(module, ctx.meta.get(_EXTRA_KEY, []))
-        module.run(options, extra)
+        result = module.run(options, extra)
+        if isinstance(result, PilotResult):
+            check_result(result)
 
     @group.command("setup", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
     @common_flags()

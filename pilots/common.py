@@ -784,6 +784,30 @@ def _safe(fn: Callable[[], Any]) -> Any:
 # Console
 
 
+def pilot_console(*, stderr: bool = False) -> Any:
+    """A rich console; when output is not a terminal it is 160 columns wide (``COLUMNS`` overrides)."""
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def check_result(result: "PilotResult") -> None:
+    """Raise ``EngineLaunchError`` when no config produced a trial because every server failed to start."""
+    from harness.errors import EngineLaunchError  # noqa: PLC0415
+
+    failed = [o for o in result.outcomes if o.summary.get("status") == "server_start_error"]
+    if result.outcomes and len(failed) == len(result.outcomes):
+        raise EngineLaunchError(
+            f"every pilot server failed to start ({failed[0].name}: {failed[0].summary.get('error')})",
+            fix=f"see the server logs under {result.run_dir / 'logs'}; outputs so far are in {result.run_dir}",
+        )
+
+
 def summary_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Any:
     """A rich table; floats get 3 significant decimals, None prints as a dash."""
     from rich.table import Table  # noqa: PLC0415

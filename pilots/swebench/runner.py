@@ -23,6 +23,7 @@ from pilots.common import (
     PilotTrial,
     energy_from_window,
     gpu_metrics,
+    pilot_console,
     summary_table,
 )
 from pilots.swebench import evaluate as ev
@@ -182,10 +183,8 @@ def _request_trial(run: ConfigRun, inst: Instance, built: BuiltPrompt, checkout:
 
 def run(options: PilotOptions, extra: SwebenchOptions | None = None) -> PilotResult:
     """Run the SWE-bench pilot; returns the result (outputs are under ``options.run_dir``)."""
-    from rich.console import Console  # noqa: PLC0415
-
     sw = extra if isinstance(extra, SwebenchOptions) else SwebenchOptions()
-    console = Console(stderr=True, highlight=False)
+    console = pilot_console(stderr=True)
     run_dir = options.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     instances = load_instances(options, sw)
@@ -213,7 +212,7 @@ def run(options: PilotOptions, extra: SwebenchOptions | None = None) -> PilotRes
     }
     runner = PilotRunner(options, suite_meta=suite_meta, console=console)
     result = runner.run(per_config, finalize=lambda r: _finalize(r, instances, options, sw))
-    _print_summary(result, console)
+    _print_summary(result, pilot_console())
     return result
 
 
@@ -292,6 +291,9 @@ def _print_summary(result: PilotResult, console: Any) -> None:
         ["config", "instance", "evaluation", "patch", "tok/s", "output tokens", "duration s", "accept len",
          "energy J", "avg power W", "GPU util %", "window ok"], rows,
     ))
+    for oc in result.outcomes:
+        if oc.summary.get("status") == "server_start_error":
+            console.print(f"[red]{oc.name}: server failed to start[/]: {oc.summary.get('error')}")
     reasons = {str((t.evaluation or {}).get("reason")) for t in result.trials if (t.evaluation or {}).get("reason")}
     for r in sorted(reasons):
         console.print(f"[yellow]{r}[/]")

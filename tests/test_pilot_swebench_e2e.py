@@ -1,0 +1,140 @@
+"""End to end: `harness pilot --suite swebench --fixture --engine twin` through real processes (twin GPU, sampler,
+one twin engine per config), then `harness dataset merge --pilots` on its rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.grid import SpecConfig
+from harness.jsonl import read_jsonl
+from harness.rows import PUBLISHED_KEYS, error_row, from_native, to_published
+
+IDS = ["astropy__astropy-12907", "astropy__astropy-14182"]
+CONFIGS = {"no_spec": SpecConfig(0, 0, 0), "chosen": SpecConfig(3, 4, 8), "chosen_bs16": SpecConfig(3, 2, 4)}
+PUBLISHED_RECORD_KEYS = ("model_elapsed_s", "output_tokens_per_s", "prompt_tokens", "completion_tokens", "energy_joules",
+                         "avg_power_watts", "joules_per_output_token", "gpu_metrics_before", "gpu_metrics_after")
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a harness command in its own process group; on timeout end that group (our own processes only)."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "COLUMNS": "200"})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(f"harness {' '.join(argv)} timed out\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("swe") / "run"
+    res = _run(["pilot", "--suite", "swebench", "--fixture", "--engine", "twin", "--time-scale", "20", "--out", str(out),
+                "--max-new-tokens", "768"], timeout=300)
+    assert res.returncode == 0, f"stdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
+    return out, res
+
+
+def test_every_output_is_written(run_dir: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    rd, res = run_dir
+    manifest = json.loads((rd / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["suite"] == "swebench"
+    assert manifest["configs"] == {n: c.as_list() for n, c in CONFIGS.items()}
+    assert manifest["server_batch_size"] == 16 and manifest["effective_concurrency"] == 1
+    assert manifest["world"]["engine"] == "twin" and manifest["hardware"].startswith("twin:")
+    assert [i["instance_id"] for i in manifest["suite_meta"]["instances"]] == IDS
+    for rel in ("telemetry/config_summaries.jsonl", "reports/merged.jsonl", "reports/summary.json", "dataset_rows.jsonl",
+                "prompts/index.jsonl", *(f"predictions/{c}.jsonl" for c in CONFIGS),
+                *(f"telemetry/{c}.jsonl" for c in CONFIGS), *(f"logs/server-{c}.log" for c in CONFIGS)):
+        assert (rd / rel).is_file(), rel
+        assert rel in manifest["outputs"]
+    assert (rd / "repositories" / "astropy__astropy" / ".git").is_dir()
+    # the rich summary table and the skip reason reach the console
+    assert "SWE-bench pilot" in res.stdout and "not evaluated: " in res.stdout and "astropy__astropy-14182" in res.stdout
+
+
+def test_records_have_the_published_names_and_valid_windows(run_dir: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    rd, _ = run_dir
+    for name in CONFIGS:
+        recs = read_jsonl(rd / "telemetry" / f"{name}.jsonl")
+        assert [r["instance_id"] for r in recs] == IDS
+        for r in recs:
+            for k in PUBLISHED_RECORD_KEYS:
+                assert r[k] is not None, (name, k)
+            assert r["status"] == "completed" and r["window_valid"] is True and r["window_reasons"] == []
+            assert r["prompt_source"] == "builder" and r["prompt_tokens"] > 2048  # long context
+            assert r["completion_tokens"] > 0 and r["max_new_tokens"] == 768 and r["temperature"] == 0.0
+            assert 0 < r["avg_power_watts"] <= 80.0 * 1.05
+            assert abs(r["joules_per_output_token"] - r["energy_joules"] / r["completion_tokens"]) < 1e-9
+            assert r["gpu_metrics_before"]["gpu_temperature_celsius"] is not None
+            assert r["patch_status"] == "no_patch"  # the twin answers with filler text
+            assert r["checkout_rev"] == "HEAD" and "fixture" in r["checkout_note"]
+    summaries = read_jsonl(rd / "telemetry" / "config_summaries.jsonl")
+    assert [s["config"] for s in summaries] == list(CONFIGS) and all(s["status"] == "completed" for s in summaries)
+
+
+def test_long_contexts_give_low_acceptance(run_dir: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    rd, _ = run_dir
+    rows = [from_native(r) for r in read_jsonl(rd / "dataset_rows.jsonl")]
+    by = {(r.pilot_config_name, r.pilot_task): r for r in rows}
+    for iid in IDS:
+        assert by[("no_spec", iid)].accept_length == 1.0
+        for name in ("chosen", "chosen_bs16"):
+            r = by[(name, iid)]
+            assert r.accept_length_source == "per_request"
+            assert 1.0 < r.accept_length < 1.5, (name, iid, r.accept_length)  # published agentic ~1.17-1.20
+
+
+def test_predictions_merged_and_summary(run_dir: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    rd, _ = run_dir
+    for name in CONFIGS:
+        preds = read_jsonl(rd / "predictions" / f"{name}.jsonl")
+        assert [p["instance_id"] for p in preds] == IDS
+        assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in preds)
+        assert all(p["model_name_or_path"].startswith("energy-llms-swebench-") for p in preds)
+    merged = read_jsonl(rd / "reports" / "merged.jsonl")
+    assert len(merged) == 6 and {m["config"] for m in merged} == set(CONFIGS)
+    for m in merged:
+        assert m["evaluation"]["status"] == "not_evaluated" and m["evaluation"]["reason"].startswith("not evaluated: ")
+        assert m["record"]["instance_id"] == m["task_id"]
+    summary = json.loads((rd / "reports" / "summary.json").read_text())
+    assert summary["subset_size"] == 2 and summary["evaluation"].startswith("not evaluated: ")
+    assert summary["configs"]["chosen"]["patch_status"]["no_patch"] == 2
+    assert summary["configs"]["chosen"]["resolved_rate"] is None  # nothing graded, so no rate
+
+
+def test_rows_have_pilot_semantics_and_merge_after_the_grid(run_dir: tuple[Path, subprocess.CompletedProcess[str]],
+                                                            tmp_path: Path) -> None:
+    rd, _ = run_dir
+    raw = read_jsonl(rd / "dataset_rows.jsonl")
+    assert len(raw) == 6
+    for rec in raw:
+        assert list(rec)[:26] == list(PUBLISHED_KEYS)
+        r = from_native(rec)
+        assert r.is_baseline is False and r.batch_size == 1 and r.repeat is None and r.step_time_s is None
+        assert r.error.startswith("agentic_pilot_trace: ") and r.speed_source == "swebench_pilot"
+        assert r.pilot_server_batch_size == 16 and r.window_valid is True
+        assert r.gpu_temp_c_before is not None and r.gpu_temp_c is not None and r.gpu_mem_used_mb is not None
+        assert r.energy_joules and r.energy_joules > 0 and r.speed_tok_s and r.speed_tok_s > 0
+    grid = tmp_path / "grid.jsonl"
+    grid.write_text(json.dumps(to_published(error_row(hardware="twin:rtx4060-laptop", index=0, repeat=0, batch_size=1,
+                                                      config=SpecConfig(0, 0, 0), error="launch failed"))) + "\n")
+    merged = tmp_path / "merged.jsonl"
+    res = _run(["dataset", "merge", str(grid), "--pilots", str(rd), "--out", str(merged)], timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = read_jsonl(merged)
+    assert [r["index"] for r in out] == list(range(7))
+    assert [r["speed_source"] for r in out[1:]] == ["swebench_pilot"] * 6
