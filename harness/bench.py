@@ -214,7 +214,10 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
     energy = getattr(window, "energy_j", None)
     duration = getattr(window, "duration_s", None)
     avg_power = energy / duration if energy is not None and duration else None
-    req_accept = [r.accept_length for r in results if r.accept_length is not None]
+    req_accept = [r.accept_length for r in results if r.accept_length]
+    weighted = [(r.completion_tokens, r.accept_length) for r in results if r.accept_length]
+    # token-weighted mean = all tokens / all verify steps, the same definition as the server's counter
+    req_mean = sum(c for c, _ in weighted) / sum(c / a for c, a in weighted) if weighted else None
     latencies = [r.e2e_latency_s if r.e2e_latency_s is not None else r.client_latency_s for r in results]
     return CellResult(
         batch_size=batch_size,
@@ -236,7 +239,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         window=sample_dict(window) or {},
         pre=pre,
         after=after,
-        req_accept_length_mean=_mean(req_accept),
+        req_accept_length_mean=req_mean,
         req_accept_length_p50=_pct(req_accept, 50),
         req_latency_mean_s=_mean(latencies),
         req_latency_p50_s=_pct(latencies, 50),

@@ -190,9 +190,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         from harness.rows import RowStore
 
+        from harness.jsonl import write_jsonl_atomic
+
         published = run_dir / "published.jsonl"
-        n = RowStore(run_dir).write_published(published)
-        Console(highlight=False).print(f"published layout: {published} ({n} rows)")
+        records = sorted(RowStore(run_dir).published(), key=lambda rec: rec["index"])
+        write_jsonl_atomic(published, records)
+        Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)")
         if compare is not None:
             from harness import dataset
             from harness.dataset_cli import render_compare

@@ -23,6 +23,7 @@ from harness.grid import SpecConfig
 from harness.timeutil import wall_ns
 
 DEFAULT_MEM_FRACTIONS: tuple[float, ...] = (0.65, 0.55)
+PORT_IN_USE = re.compile(r"address already in use|errno 98", re.I)
 OOM_PATTERN = re.compile(r"out of memory|outofmemory|not enough memory|cuda error: out of memory|insufficient memory", re.I)
 
 
@@ -131,6 +132,17 @@ class EngineLauncher:
     def launch(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None = None,
                log_path: str | Path | None = None, *, seed: int | None = None) -> RunningServer:
         """Start a server and wait for ``/health``; raise ``ServerLaunchError`` with the log tail on failure."""
+        for attempt in range(3):
+            try:
+                return self._launch_once(config, batch_size, mem_fraction, port, log_path, seed)
+            except ServerLaunchError as exc:
+                # a free port taken between the probe and the server's bind: pick another one
+                if port is not None or attempt == 2 or not PORT_IN_USE.search(exc.log_tail):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _launch_once(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None,
+                     log_path: str | Path | None, seed: int | None) -> RunningServer:
         port = port or procs.free_port(self.spec.host)
         spec = self.spec if seed is None or self.spec.kind != "twin" else self.spec.model_copy(update={"twin_seed": seed})
         argv = build_argv(spec, config, batch_size, mem_fraction, port)
