@@ -49,6 +49,7 @@ SUITES: tuple[str, ...] = ("swebench", "terminalbench")
 SPEED_SOURCES: dict[str, str] = {"swebench": "swebench_pilot", "terminalbench": "terminalbench_pilot"}
 ERROR_PREFIX = "agentic_pilot_trace: "
 IDLE_BIT = 0x1
+WINDOW_WAIT_S = 2.0
 POWER_THERMAL_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 """NVML clock-event bits that mean real throttling: SW power cap, HW slowdown, SW/HW thermal, power brake."""
 
@@ -368,12 +369,22 @@ def measure(telemetry: Any, clock: ScaledClock, fn: Callable[[], Any]) -> Measur
         err = exc
     end_mono, end_wall = mono_ns(), wall_ns()
     after = as_dict(telemetry.snapshot())
-    window = as_dict(telemetry.window(start_wall, end_wall)) or {}
+    window = window_for(telemetry, start_wall, end_wall)
     return Measured(value, start_wall, end_wall, clock.elapsed_s(start_mono, end_mono), before, after, window, err)
 
 
 def window_for(telemetry: Any, start_ns: int, end_ns: int) -> dict[str, Any]:
-    """The sampler's window over a wall-ns interval (for trials timed by someone else, e.g. Harbor)."""
+    """The sampler's window over a wall-ns interval (also for trials timed by someone else, e.g. Harbor).
+
+    Waits up to ``WINDOW_WAIT_S`` for a sample after the end edge where the source supports it (the in-process
+    NVML sampler does not wait by default).
+    """
+    try:
+        accepts_wait = "wait_s" in inspect.signature(telemetry.window).parameters
+    except (TypeError, ValueError):
+        accepts_wait = False
+    if accepts_wait:
+        return as_dict(telemetry.window(int(start_ns), int(end_ns), wait_s=WINDOW_WAIT_S)) or {}
     return as_dict(telemetry.window(int(start_ns), int(end_ns))) or {}
 
 

@@ -134,3 +134,13 @@ def test_cli_pilot_group_dispatch_and_errors() -> None:
     assert bad.returncode == 2 and "suite" in bad.stderr
     bad_cfg = _harness("pilot", "--suite", "swebench", "--configs", "fast")
     assert bad_cfg.returncode == 2 and "unknown pilot config" in bad_cfg.stderr
+
+
+def test_cli_suite_help_and_flag_order() -> None:
+    out = _harness("pilot", "--suite", "swebench", "--suite-help")
+    assert out.returncode == 0 and "--max-new-tokens" in out.stdout and "--repos-dir" in out.stdout
+    # suite flags before common ones: the common --configs is still parsed (and rejected here), not given to the suite
+    bad = _harness("pilot", "--suite", "swebench", "--max-new-tokens", "8", "--configs", "fast")
+    assert bad.returncode == 2 and "unknown pilot config 'fast'" in bad.stderr
+    bad_suite_flag = _harness("pilot", "--suite", "swebench", "--fixture", "--bogus", "1")
+    assert bad_suite_flag.returncode == 2 and "unknown option --bogus" in bad_suite_flag.stderr

@@ -204,3 +204,12 @@ def test_evaluation_skip_path(fixture_instances: list[Instance]) -> None:
     assert not ok and "lack the swebench 5.x fields image/eval_script" in why and "never gradable" in why
     graded = ev.not_evaluated(["a"], "not evaluated: " + why)
     assert graded["a"]["status"] == "not_evaluated" and graded["a"]["resolved"] is None
+
+
+def test_hf_dataset_offline_fails_with_a_fix() -> None:
+    from harness.errors import DataError
+    from pilots.swebench.instances import load_hf
+
+    with pytest.raises(DataError) as info:
+        load_hf("SWE-bench/SWE-bench_Lite", "test")  # the suite runs offline (HF_DATASETS_OFFLINE=1)
+    assert "--instances FILE" in (info.value.fix or "") and "--fixture" in (info.value.fix or "")
