@@ -683,6 +683,19 @@ class PilotRunner:
             "host": socket.gethostname(),
         }
         write_json_atomic(rd / "manifest.json", manifest)
+        try:
+            return self._run(per_config, finalize, manifest)
+        except BaseException as exc:
+            manifest["status"] = "failed"
+            manifest["error"] = f"{type(exc).__name__}: {exc}"
+            manifest["finished_at"] = to_iso(wall_ns())
+            write_json_atomic(rd / "manifest.json", manifest)
+            raise
+
+    def _run(self, per_config: PerConfigFn, finalize: Callable[[PilotResult], None] | None,
+             manifest: dict[str, Any]) -> PilotResult:
+        o = self.options
+        rd = self.run_dir
         outcomes: list[ConfigOutcome] = []
         with ExitStack() as stack:
             world = stack.enter_context(_open_world(o, rd))
@@ -717,7 +730,7 @@ class PilotRunner:
         write_jsonl_atomic(rd / "dataset_rows.jsonl", result.rows)
         manifest["status"] = "completed"
         manifest["finished_at"] = to_iso(wall_ns())
-        manifest["outputs"] = sorted(str(p.relative_to(rd)) for p in rd.rglob("*") if p.is_file() and p.name != "manifest.json")
+        manifest["outputs"] = _listing(rd)
         write_json_atomic(rd / "manifest.json", manifest)
         return result
 
@@ -742,7 +755,13 @@ class PilotRunner:
         try:
             summary["launch_s"] = (mono_ns() - t0) / 1e9
             summary["base_url"] = str(server.base_url)
-            summary.update(warm_up(server))
+            try:
+                summary.update(warm_up(server))
+            except HarnessError as exc:
+                summary.update(status="warmup_error", error=exc.message, wall_clock_s=(mono_ns() - t0) / 1e9)
+                self._log(f"  [red]warm-up failed[/]: {exc.message}")
+                outcome.summary = summary
+                return outcome
             run = ConfigRun(name, cfg, server, world.telemetry, clock, o, self.run_dir, summary["launch_s"], world)
             outcome.trials = list(per_config(run))
             stats = server_stats(server)
@@ -766,6 +785,16 @@ class PilotRunner:
                 out.append({**t.record, "accept_length": t.accept_length, "accept_length_source": t.accept_length_source})
         outcome.summary = summary
         return outcome
+
+
+def _listing(rd: Path) -> list[str]:
+    """Output files of a run folder, without checkouts (``repositories/``) and git internals."""
+    out = []
+    for p in rd.rglob("*"):
+        rel = p.relative_to(rd)
+        if p.is_file() and rel.parts[0] != "repositories" and ".git" not in rel.parts and rel.name != "manifest.json":
+            out.append(str(rel))
+    return sorted(out)
 
 
 def _means(trials: Iterable[PilotTrial]) -> dict[str, Any]:
@@ -811,7 +840,7 @@ def check_result(result: "PilotResult") -> None:
     """Raise ``EngineLaunchError`` when no config produced a trial because every server failed to start."""
     from harness.errors import EngineLaunchError  # noqa: PLC0415
 
-    failed = [o for o in result.outcomes if o.summary.get("status") == "server_start_error"]
+    failed = [o for o in result.outcomes if o.summary.get("status") in ("server_start_error", "warmup_error")]
     if result.outcomes and len(failed) == len(result.outcomes):
         raise EngineLaunchError(
             f"every pilot server failed to start ({failed[0].name}: {failed[0].summary.get('error')})",
