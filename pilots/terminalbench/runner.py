@@ -238,12 +238,19 @@ def _run_harbor(argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Pa
         except BaseException:
             _stop_group(proc)
             raise
+        _stop_group(proc)  # leftovers of Harbor's process group (e.g. sandbox holders after a crash)
     return rc, None if rc == 0 else f"harbor exited {rc} (bad configuration?); see {log_path}"
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
     import signal  # noqa: PLC0415
 
+    if proc.poll() is not None:  # Harbor is gone: kill whatever is left in its process group, if anything
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
     for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
@@ -251,9 +258,13 @@ def _stop_group(proc: subprocess.Popen) -> None:
             return
         try:
             proc.wait(timeout=wait)
-            return
         except subprocess.TimeoutExpired:
             continue
+        break
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _finalize(pilot: TerminalBenchPilot, result: PilotResult) -> None:

@@ -137,8 +137,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(self.sandbox_dir / "holder.log", "wb"),
-            start_new_session=True,
-        )
+        )  # same process group as Harbor: if Harbor's group is killed, the trial's namespace goes with it
         deadline = time.monotonic() + 20
         while not (self.root / "tmp" / ".sandbox-ready").exists():
             if self._holder.poll() is not None or time.monotonic() > deadline:
@@ -205,17 +204,15 @@ class LocalSandboxEnvironment(BaseEnvironment):
 
     async def _kill_holder(self) -> None:
         holder, self._holder = self._holder, None
+        ns_pid, self._ns_pid = self._ns_pid, None
         if holder is None or holder.poll() is not None:
             return
-        try:
-            os.killpg(holder.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if self._ns_pid:
-            try:
-                os.kill(self._ns_pid, signal.SIGKILL)  # PID 1 of the namespace: takes every trial process with it
-            except ProcessLookupError:
-                pass
+        for pid in (ns_pid, holder.pid):  # PID 1 of the namespace first: it takes every trial process with it
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         holder.wait(timeout=10)
 
     # ---- exec and file transfer --------------------------------------------------------------------------------
