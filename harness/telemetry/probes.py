@@ -112,6 +112,7 @@ class TwinProbe:
         for f in STATE_FIELDS:
             out[f] = state.get(f)
         out["device_ns"] = state.get("device_ns")
+        out["read_wall_ns"], out["read_mono_ns"] = state.get("wall_ns"), state.get("mono_ns")
         errs = state.get("errors") or []
         if isinstance(errs, str):
             errs = [errs]
@@ -296,9 +297,25 @@ def make_probe(kind: str, *, gpu_index: int = 0, twin_url: str | None = None) ->
     raise UsageError(f"unknown probe {kind!r}", fix="use --probe nvml or --probe twin")
 
 
+READ_STAMP_SLACK_NS = 1_000_000
+
+
 def probe_timing(probe: Probe) -> tuple[dict[str, Any], int, int, float]:
-    """Read once and stamp it: (reading, wall ns, mono ns at the call's midpoint, latency ms)."""
+    """Read once and stamp it: (reading, wall ns, mono ns, latency ms).
+
+    The stamp is the instant the backend says it took the reading (``read_wall_ns`` / ``read_mono_ns`` in the
+    reading: the twin device stamps its state on the shared host clocks) when that instant lies within the call;
+    otherwise the call's midpoint. A slow or descheduled backend thus does not shift the reading in time.
+    """
     w0, m0 = wall_ns(), mono_ns()
     reading = probe.read()
     w1, m1 = wall_ns(), mono_ns()
-    return reading, (w0 + w1) // 2, (m0 + m1) // 2, (m1 - m0) / 1e6
+    rw, rm = reading.pop("read_wall_ns", None), reading.pop("read_mono_ns", None)
+    t_wall, t_mono = (w0 + w1) // 2, (m0 + m1) // 2
+    if isinstance(rw, int) and w0 - READ_STAMP_SLACK_NS <= rw <= w1 + READ_STAMP_SLACK_NS:
+        t_wall = rw
+        if isinstance(rm, int) and m0 - READ_STAMP_SLACK_NS <= rm <= m1 + READ_STAMP_SLACK_NS:
+            t_mono = rm  # same monotonic clock (no time namespace between the two processes)
+        else:
+            t_mono = m0 + (rw - w0)
+    return reading, t_wall, t_mono, (m1 - m0) / 1e6
