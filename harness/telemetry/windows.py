@@ -304,11 +304,9 @@ def compute_window(
     if clock_bad:
         reasons.append(CLOCK_DISAGREEMENT)
     # Errors and slow calls on any record between the bracketing samples (failed reads are not "usable").
-    if bracket:
-        t0, t1 = bracket[0].t_wall_ns, bracket[-1].t_wall_ns
-        span = [s for s in samples if t0 <= s.t_wall_ns <= t1 and s.kind == "sample"]
-    else:
-        span = [s for s in samples if start_ns <= s.t_wall_ns <= end_ns and s.kind == "sample"]
+    t0 = min(start_ns, bracket[0].t_wall_ns) if bracket else start_ns
+    t1 = max(end_ns, bracket[-1].t_wall_ns) if bracket else end_ns
+    span = [s for s in samples if t0 <= s.t_wall_ns <= t1 and s.kind == "sample"]
     if any(s.errors for s in span):
         reasons.append(PROBE_ERRORS)
     if any(s.probe_latency_ms is not None and s.probe_latency_ms > period_s * 1e3 for s in span):
