@@ -134,6 +134,54 @@ def test_oracle_solves_both_fixture_tasks_in_the_local_sandbox(harbor: Path, tmp
     assert not list((tmp_path / "sbx").iterdir())  # sandbox roots removed after each trial
 
 
+def test_environment_failure_has_no_agent_window(harbor: Path, tmp_path: Path) -> None:
+    """A task whose Dockerfile RUN fails: the sandbox refuses to start, Harbor records the exception, the trial has no
+    agent_execution (so no GPU window) and no reward; the parser agrees with Harbor's models."""
+    import shutil
+
+    from pilots.terminalbench.tasks import FIXTURE_DIR
+
+    task = tmp_path / "tasks" / "broken-env"
+    shutil.copytree(FIXTURE_DIR / "log-error-digest", task)
+    with open(task / "environment" / "Dockerfile", "a") as f:
+        f.write("RUN echo building && exit 3\n")
+    argv = [str(harbor), "run", "-p", str(task.parent), "-a", "oracle", "-e", LOCAL_SANDBOX_IMPORT,
+            "--ek", f"sandbox_base={tmp_path / 'sbx'}", "-n", "1", "-o", str(tmp_path / "jobs"), "--job-name", "broken",
+            "--yes", "--quiet"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=harbor_environ(), cwd=tmp_path, timeout=240)
+    assert out.returncode == 0  # Harbor exits 0 even though the trial failed
+    _assert_parser_agrees(harbor, tmp_path / "jobs" / "broken")
+    _, (t,) = read_job(tmp_path / "jobs" / "broken")
+    assert t.status == "environment_error" and t.agent_start_ns is None and t.reward is None and t.success is None
+    assert t.exception_type == "SandboxError" and "exit 3" in (t.exception_message or "")
+    assert segment([t])[0].problems == ["no_agent_execution"]
+
+
+SCHEMA = r"""
+import json
+from harbor.models.agent.context import AgentContext
+from harbor.models.job.result import JobResult
+from harbor.models.trial.result import TrialResult, TimingInfo, ExceptionInfo
+from harbor.models.verifier.result import VerifierResult
+print(json.dumps({n: sorted(m.model_fields) for n, m in {"TrialResult": TrialResult, "JobResult": JobResult,
+    "TimingInfo": TimingInfo, "ExceptionInfo": ExceptionInfo, "AgentContext": AgentContext,
+    "VerifierResult": VerifierResult}.items()}))
+"""
+
+
+def test_parser_schema_is_a_subset_of_harbors_models(harbor: Path) -> None:
+    from pilots.terminalbench import results as r
+
+    out = subprocess.run([str(harbor_python(harbor)), "-c", SCHEMA], capture_output=True, text=True,
+                         env=harbor_environ(), timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    theirs = json.loads(out.stdout)
+    ours = {"TrialResult": r.HarborTrialResult, "JobResult": r.HarborJobResult, "TimingInfo": r.TimingInfo,
+            "ExceptionInfo": r.ExceptionInfo, "AgentContext": r.AgentContext, "VerifierResult": r.VerifierResult}
+    for name, model in ours.items():
+        assert set(model.model_fields) <= set(theirs[name]), (name, set(model.model_fields) - set(theirs[name]))
+
+
 def test_terminus2_timeout_in_a_never_returning_call_is_flagged_stuck(harbor: Path, tmp_path: Path) -> None:
     """Terminus 2 runs one real command through tmux in the sandbox, then its next LLM call never returns: the agent
     timeout fires, the verifier still grades (0.0), and the in-flight call is flagged as the stuck call. Harbor runs
@@ -165,3 +213,14 @@ def test_terminus2_timeout_in_a_never_returning_call_is_flagged_stuck(harbor: Pa
     start, end, how = job_window_ns(job, trials, "Asia/Kolkata")
     assert how == "inferred:UTC+05:30"
     assert segment(trials, job_start_ns=start, job_end_ns=end)[0].problems == []
+
+
+def test_setup_reuses_an_installed_harbor_and_checks_harbor_bin(harbor: Path, tmp_path: Path) -> None:
+    from harness.errors import HarnessError
+    from pilots.terminalbench.setup import SetupOptions, setup
+
+    assert setup(None, SetupOptions(harbor_bin=str(harbor))) == harbor
+    if harbor.parent.parent.joinpath("pyvenv.cfg").exists():  # a venv install: setup finds it and does not reinstall
+        assert setup(None, SetupOptions(venv=harbor.parent.parent)) == harbor.parent.parent.resolve() / "bin" / "harbor"
+    with pytest.raises(HarnessError):
+        setup(None, SetupOptions(harbor_bin=str(tmp_path / "no-harbor")))
