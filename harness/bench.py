@@ -142,8 +142,14 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
             stop.set()
             return None
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"req-{tag}") as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"req-{tag}")
+    try:
         results = list(pool.map(one, range(n)))
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): queue nothing more; stopping the server ends in-flight ones
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if errors:
         first = next((e for e in errors if e.kind == "timeout"), errors[0])
         raise CellError(first.message, first.kind)
