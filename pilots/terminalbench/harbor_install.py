@@ -144,3 +144,14 @@ def harbor_version(harbor_bin: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def check_local_sandbox_host() -> None:
+    """The local sandbox needs root, util-linux and tmux on the host (its system dirs are the sandbox's, read-only)."""
+    if os.geteuid() != 0:
+        raise HarnessError("the local sandbox environment needs root (it uses unshare, mount and chroot)",
+                           fix="run as root, or use --env docker")
+    missing = [t for t in ("tmux", "unshare", "nsenter", "chroot", "mount") if shutil.which(t) is None]
+    if missing:
+        raise HarnessError(f"the local sandbox needs {', '.join(missing)} on this host (Terminus 2 drives tmux)",
+                           fix="apt-get install -y tmux util-linux coreutils")

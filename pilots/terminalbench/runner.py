@@ -22,7 +22,13 @@ from harness.errors import HarnessError
 from harness.jsonl import write_json_atomic, write_jsonl_atomic
 from pilots.common import ConfigRun, PilotOptions, PilotResult, PilotRunner, PilotTrial, energy_from_window, window_for
 from pilots.terminalbench.command import HarborRunSpec, ServerLimits, resolve_env
-from pilots.terminalbench.harbor_install import harbor_environ, harbor_version, resolve_harbor_bin
+from pilots.terminalbench.harbor_install import (
+    LOCAL_SANDBOX_IMPORT,
+    check_local_sandbox_host,
+    harbor_environ,
+    harbor_version,
+    resolve_harbor_bin,
+)
 from pilots.terminalbench.results import TrialOutcome, read_job
 from pilots.terminalbench.tasks import TaskSource, resolve_tasks
 from pilots.terminalbench.windows import DEFAULT_STUCK_FRACTION, call_profile, segment
@@ -108,6 +114,8 @@ class TerminalBenchPilot:
             dataset=extra.dataset, tasks=extra.tasks or None, work_dir=self.run_dir / "harbor",
         )
         self.env = resolve_env(extra.env, fixture=options.fixture)
+        if self.env == LOCAL_SANDBOX_IMPORT:
+            check_local_sandbox_host()
         self.outcomes: dict[str, list[dict[str, Any]]] = {}
 
     def suite_meta(self) -> dict[str, Any]:
@@ -129,7 +137,7 @@ class TerminalBenchPilot:
         max_in = limits.max_input_tokens or limits.context_length or 32768
         max_tokens = self.extra.max_tokens if not limits.context_length else min(self.extra.max_tokens, limits.context_length)
         env_kwargs: dict[str, Any] = {}
-        if self.env and self.env.startswith("tb_local_sandbox:"):
+        if self.env == LOCAL_SANDBOX_IMPORT:
             env_kwargs = {"sandbox_base": str(self.run_dir / "harbor" / "sandboxes")}
             if self.extra.keep_sandboxes:
                 env_kwargs["keep_root"] = True
