@@ -25,12 +25,13 @@ class PilotGroup(TyperGroup):
     """A group that runs its callback when the first leftover argument is not a subcommand (suite flags).
 
     Without a subcommand, common and suite flags may come in any order (interspersed parsing; unknown options and
-    their values are kept for the suite). With a subcommand first (``setup``), everything after it is the
-    subcommand's.
+    their values are kept for the suite). With a subcommand (``setup``), the flags before it belong to the group
+    (``docker compose run pilot setup ...`` puts ``--engine``/``--sampler-url`` there) and are inherited by the
+    subcommand unless it sets them itself; everything after it is the subcommand's.
     """
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        ctx.allow_interspersed_args = not (args and args[0] in self.commands)
+        ctx.allow_interspersed_args = not any(a in self.commands for a in args)
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
@@ -73,6 +74,22 @@ def _print_suite_help(suite: str) -> None:
     Console().print(table)
 
 
+def _inherit_group_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
+    """Common flags given before the subcommand (on the group) fill those the subcommand left at their default."""
+    from typer._click.core import ParameterSource  # noqa: PLC0415
+
+    parent = ctx.parent
+    if parent is None:
+        return flags
+    out = dict(flags)
+    for name in flags:
+        mine = ctx.get_parameter_source(name)
+        theirs = parent.get_parameter_source(name)
+        if mine in (None, ParameterSource.DEFAULT) and theirs not in (None, ParameterSource.DEFAULT):
+            out[name] = parent.params.get(name)
+    return out
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     group = groups["pilot"]
 
@@ -107,7 +124,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     @common_flags()
     def setup(ctx: typer.Context, flags: dict | None = None) -> None:
         """Prepare a suite's tools (e.g. the isolated Harbor venv for terminalbench)."""
-        options = options_from_flags(flags or {})
+        options = options_from_flags(_inherit_group_flags(ctx, flags or {}))
         module = _suite_module(options.suite, "setup")
         fn = module.setup
         if len(inspect.signature(fn).parameters) >= 2:

@@ -144,3 +144,18 @@ def test_cli_suite_help_and_flag_order() -> None:
     assert bad.returncode == 2 and "unknown pilot config 'fast'" in bad.stderr
     bad_suite_flag = _harness("pilot", "--suite", "swebench", "--fixture", "--bogus", "1")
     assert bad_suite_flag.returncode == 2 and "unknown option --bogus" in bad_suite_flag.stderr
+
+
+def test_setup_subcommand_inherits_group_flags(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`docker compose run pilot setup --suite terminalbench` puts --engine/--sampler-url before `setup`."""
+    import pilots.terminalbench.setup as tb_setup
+    from harness.cli import main
+
+    seen: list[tuple[PilotOptions, object]] = []
+    monkeypatch.setattr(tb_setup, "setup", lambda options, extra=None: seen.append((options, extra)))
+    assert main(["pilot", "--engine", "sglang", "--sampler-url", "http://127.0.0.1:9", "setup", "--suite", "terminalbench"]) == 0
+    assert main(["pilot", "setup", "--suite", "terminalbench", "--engine", "sglang"]) == 0
+    (first, extra), (second, _) = seen
+    assert (first.suite, first.engine, first.sampler_url) == ("terminalbench", "sglang", "http://127.0.0.1:9")
+    assert isinstance(extra, tb_setup.SUITE_OPTIONS)
+    assert (second.engine, second.sampler_url) == ("sglang", None)
