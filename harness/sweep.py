@@ -24,7 +24,7 @@ from harness.bench import BenchSettings, CellError, CellResult, load_prompts, ru
 from harness.console import SweepConsole
 from harness.engine.argv import EngineSpec
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
-from harness.errors import OutputError, UsageError
+from harness.errors import HarnessError, OutputError, UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.manifest import new_manifest, read_manifest, write_manifest
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
@@ -110,6 +110,12 @@ def derive_seed(seed: int, key: str) -> int:
 
 class Interrupted(Exception):
     """SIGTERM received: stop cleanly, keep every written row."""
+
+
+class SweepInterrupted(HarnessError):
+    """The sweep was stopped (Ctrl-C or SIGTERM) after writing every finished row."""
+
+    exit_code = 130
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -442,8 +448,9 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
                 manifest.pop("launches_before", None)
                 manifest["wall_s"] = sum(s.get("wall_s", 0.0) for s in manifest["sessions"])
                 write_manifest(run_dir, manifest)
-    except Interrupted:
-        raise KeyboardInterrupt from None
+    except (KeyboardInterrupt, Interrupted):
+        raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
+                               fix=f"continue with: harness sweep --resume {run_dir}") from None
     finally:
         signal.signal(signal.SIGTERM, old)
     return run_dir, rows, manifest
