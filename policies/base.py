@@ -50,6 +50,11 @@ class Policy(ABC):
     def fit(self, data: PolicyDataset) -> "Policy":
         """Learn from the dataset; return self."""
 
+    @classmethod
+    def fit_many(cls, datasets: list[PolicyDataset], seed: int = 0, **params: Any) -> list["Policy"]:
+        """One policy per dataset (the leave-one-repeat-out folds); neural policies train the folds together."""
+        return [cls(seed=seed, **params).fit(d) for d in datasets]
+
     @abstractmethod
     def scores(self, states: np.ndarray) -> np.ndarray:
         """(n, 19) scores; higher is better."""

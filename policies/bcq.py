@@ -10,6 +10,7 @@ reduces to Q regression (see docs/policies.md).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +18,15 @@ from torch.nn import functional as F
 
 from policies.base import Policy, register
 from policies.contract import ACTIONS, PolicyDataset
-from policies.nets import BehaviorNetwork, QNetwork, data_values, predict, seeded, train
+from policies.nets import BehaviorNetwork, QNetwork, data_values, predict, seeded, train_batched
+
+
+def _imitation_loss(logits: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, a)
+
+
+def _q_loss(q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return F.smooth_l1_loss(data_values(q, a), r)
 
 
 @register
@@ -27,11 +36,26 @@ class BCQ(Policy):
     defaults = {"threshold": 0.3, "behavior_epochs": 300, "q_epochs": 300}
 
     def fit(self, data: PolicyDataset) -> "BCQ":
-        with seeded(self.seed):
-            self.behavior, self.q = BehaviorNetwork(), QNetwork()
-            train(self.behavior, data, lambda logits, a, r: F.cross_entropy(logits, a), epochs=self.params["behavior_epochs"], seed=self.seed)
-            train(self.q, data, lambda q, a, r: F.smooth_l1_loss(data_values(q, a), r), epochs=self.params["q_epochs"], seed=self.seed + 1)
+        self._fit_all([self], [data])
         return self
+
+    @classmethod
+    def fit_many(cls, datasets: list[PolicyDataset], seed: int = 0, **params: Any) -> list[Policy]:
+        if len({len(d) for d in datasets}) != 1:
+            return super().fit_many(datasets, seed, **params)
+        return cls._fit_all([cls(seed=seed, **params) for _ in datasets], datasets)
+
+    @staticmethod
+    def _fit_all(policies: list["BCQ"], datasets: list[PolicyDataset]) -> list[Policy]:
+        """Behaviour nets first (cross-entropy), then Q nets (Huber on r); folds train together."""
+        for p in policies:
+            with seeded(p.seed):
+                p.behavior, p.q = BehaviorNetwork(), QNetwork()
+        first, seeds = policies[0], [p.seed for p in policies]
+        with seeded(first.seed):
+            train_batched([p.behavior for p in policies], datasets, _imitation_loss, epochs=first.params["behavior_epochs"], seeds=seeds)
+            train_batched([p.q for p in policies], datasets, _q_loss, epochs=first.params["q_epochs"], seeds=[s + 1 for s in seeds])
+        return list(policies)
 
     def allowed(self, states: np.ndarray, legal_mask: np.ndarray | None = None) -> np.ndarray:
         """(n, 19) bool: actions whose behaviour probability ratio to the best (legal) action exceeds the threshold."""

@@ -52,11 +52,16 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
         names = parse_algos(algos)
-        summary = train_all(data, out, names, seed)
+        params: dict[str, dict] = {}
         if tune:
-            from policies.tune import train_tuned
+            from harness.jsonl import write_json_atomic
+            from policies.tune import tune_variants
 
-            summary = train_tuned(data, out, seed)
+            tunings = tune_variants(data, seed)
+            params = {t.variant: t.chosen for t in tunings}
+            names += [t.variant for t in tunings]
+            write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
+        summary = train_all(data, out, names, seed, params)
         print_picks(out)
         typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
 

@@ -142,8 +142,7 @@ def ope_estimates(train: PolicyDataset, held: PolicyDataset, target: np.ndarray)
     }
 
 
-def _fold(name: str, params: dict, seed: int, train: PolicyDataset, held: PolicyDataset, fold: int) -> tuple[list[FoldScore], dict[str, float]]:
-    policy = fit_policy(name, train, seed, **params)
+def _fold(name: str, policy: Policy, train: PolicyDataset, held: PolicyDataset, fold: int) -> tuple[list[FoldScore], dict[str, float]]:
     picks = pick(policy, train)
     scores = []
     for bs in held.batch_size_list:
@@ -169,8 +168,10 @@ def loro(data: PolicyDataset, algos: list[str], params: dict[str, dict], seed: i
     estimates: dict[str, dict[str, float]] = {}
     for name in algos:
         per_fold = []
-        for r in folds:
-            s, e = _fold(name, params.get(name, {}), seed, data.subset(data.repeats != r), data.subset(data.repeats == r), r)
+        trains = [data.subset(data.repeats != r) for r in folds]
+        fitted = policy_class(name).fit_many(trains, seed, **params.get(name, {}))
+        for r, train, policy in zip(folds, trains, fitted):
+            s, e = _fold(name, policy, train, data.subset(data.repeats == r), r)
             all_scores += s
             per_fold.append(e)
         estimates[name] = {k: float(np.mean([e[k] for e in per_fold])) for k in per_fold[0]}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from policies.base import Policy
 from policies.contract import PolicyDataset
-from policies.nets import QNetwork, predict, seeded, train
+from policies.nets import QNetwork, predict, seeded, train_batched
 
 
 class QRegressionPolicy(Policy):
@@ -21,10 +22,25 @@ class QRegressionPolicy(Policy):
         raise NotImplementedError
 
     def fit(self, data: PolicyDataset) -> "QRegressionPolicy":
-        with seeded(self.seed):
-            self.net = QNetwork()
-            self.history = train(self.net, data, self.loss, epochs=self.params["epochs"], seed=self.seed)
+        self._fit_all([self], [data])
         return self
+
+    @classmethod
+    def fit_many(cls, datasets: list[PolicyDataset], seed: int = 0, **params: Any) -> list["Policy"]:
+        if len({len(d) for d in datasets}) != 1:
+            return super().fit_many(datasets, seed, **params)
+        return cls._fit_all([cls(seed=seed, **params) for _ in datasets], datasets)
+
+    @staticmethod
+    def _fit_all(policies: list["QRegressionPolicy"], datasets: list[PolicyDataset]) -> list["Policy"]:
+        """Each policy's net starts from its own seed; all train together (see nets.train_batched)."""
+        for p in policies:
+            with seeded(p.seed):
+                p.net = QNetwork()
+        first = policies[0]
+        with seeded(first.seed):
+            train_batched([p.net for p in policies], datasets, first.loss, epochs=first.params["epochs"], seeds=[p.seed for p in policies])
+        return list(policies)
 
     def scores(self, states: np.ndarray) -> np.ndarray:
         return predict(self.net, states)
