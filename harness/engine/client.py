@@ -230,11 +230,17 @@ class EngineClient:
                                          f"{limit:g} s (runaway generation or hung server)", "timeout",
                                          fix="raise --request-timeout if the server is just slow") from None
             raise EngineRequestError(f"connection to {self.base_url}/generate broke mid-request: {exc!r}", "connection") from None
-        except httpx.HTTPError as exc:
-            raise EngineRequestError(f"POST {self.base_url}/generate failed: {exc!r}", "connection",
-                                     fix="is the server running? see its log") from None
-        except (ValueError, KeyError) as exc:
-            raise EngineRequestError(f"unreadable /generate answer: {exc}", "protocol") from None
+        except Exception as exc:  # noqa: BLE001 - the watchdog closing the stream can surface as many types
+            if timed_out.is_set():
+                raise EngineRequestError(f"request to {self.base_url}/generate did not finish within --request-timeout "
+                                         f"{limit:g} s (runaway generation or hung server)", "timeout",
+                                         fix="raise --request-timeout if the server is just slow") from None
+            if isinstance(exc, httpx.HTTPError):
+                raise EngineRequestError(f"POST {self.base_url}/generate failed: {exc!r}", "connection",
+                                         fix="is the server running? see its log") from None
+            if isinstance(exc, (ValueError, KeyError, TypeError, AttributeError)):
+                raise EngineRequestError(f"unreadable /generate answer: {exc!r}", "protocol") from None
+            raise
         out.client_latency_s = time.monotonic() - t0
         return out
 

@@ -17,12 +17,15 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
+try:  # loaded once in the parent: the child must not load libraries between fork and exec
+    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _LIBC = None
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
