@@ -517,6 +517,11 @@ def compare(
     """
     from scipy.stats import kendalltau, spearmanr
 
+    if k <= 0 or min_band < 0 or not 0 <= min_cell_agreement <= 1 or not -1 <= min_tau <= 1:
+        raise UsageError(
+            f"bad compare thresholds (k={k}, min_band={min_band}, min_cell_agreement={min_cell_agreement}, min_tau={min_tau})",
+            fix="k > 0, min band >= 0, min cell agreement in [0, 1], min tau in [-1, 1]",
+        )
     ca, cb = _cell_values(a_rows), _cell_values(b_rows)
     common = sorted(set(ca) & set(cb), key=lambda c: (c[0], ACTIONS.index(c[1]) if c[1] in ACTIONS else 99))
     noise: dict[str, float] = {}

@@ -12,6 +12,7 @@ import pytest
 from _dataset_helpers import HW, grid_rows, pilots, write_native, write_published
 from harness.cli import main
 from harness.dataset import compare, load, merge, validate_file
+from harness.errors import UsageError
 from harness.grid import ACTIONS, SpecConfig
 from harness.rows import PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, make_cell_id, to_published
 
@@ -290,6 +291,8 @@ def test_compare_without_repeats_uses_the_floor(grid228) -> None:
     assert "min band only" in res.noise_source["speed_tok_s"] and all(c.band == 0.02 for c in res.cells)
     assert res.agrees
     assert main(["dataset", "compare", "/nonexistent/a.jsonl", "/nonexistent/b.jsonl"]) == 3
+    with pytest.raises(UsageError, match="bad compare thresholds"):
+        compare(one, one, k=0)
 
 
 # --- export ------------------------------------------------------------------------------------------------------
