@@ -257,6 +257,8 @@ class SweepRunner:
 
     def _measure(self, cell: Cell, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> bool:
         """Run the bench on ``server`` and write the cell's row; False when the cell failed (server unusable)."""
+        if "engine_identity" not in self.manifest:
+            self.manifest["engine_identity"] = self._engine_identity(server)
         try:
             result = run_cell(server, cell.batch_size, self.settings, self.world.telemetry, self.world.clock)
         except CellError as exc:
@@ -264,6 +266,19 @@ class SweepRunner:
             return False
         self._write(self._row(cell, result, server, attempts, t0), cell)
         return True
+
+    @staticmethod
+    def _engine_identity(server: RunningServer) -> dict[str, Any]:
+        """What the first server says it is (version, served models, twin marker), for the manifest."""
+        out: dict[str, Any] = {"argv": server.argv}
+        try:
+            info = server.client.server_info()
+            out["server_version"] = info.version
+            out["twin"] = bool(info.raw.get("twin")) or "twin" in str(info.raw.get("version", "")).lower()
+            out["models"] = server.client.models()
+        except Exception as exc:  # noqa: BLE001 - informative only
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
 
     def _settle(self) -> None:
         if self._first_cell:
