@@ -14,14 +14,10 @@ ARG SGLANG_TAG=v0.5.2-cu126
 
 # ------------------------------------------------------------------------------------------------------------ pybase
 FROM ${BASE_IMAGE} AS pybase
-ARG PIP_INSTALL_FLAGS=
 ARG HARNESS_UID=1000
 ENV PATH=/opt/harness/bin:$PATH \
     HOME=/home/harness \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_FIND_LINKS=/wheels \
     HARBOR_TELEMETRY=0
 # A non-root user (useradd when the base has it, else /etc/passwd directly: a debootstrap minbase lacks passwd).
 # HOME and /work are world-writable so compose's `user:` may name any uid (results keep the caller's ownership).
@@ -36,8 +32,17 @@ RUN set -eu; \
     chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \
     chmod 0777 /home/harness /home/harness/.cache /work /work/results; \
     python3 -m venv /opt/harness
+WORKDIR /work
+
+# ------------------------------------------------------------------------------------------------- build stages
+# The wheelhouse and the sources exist only in these stages; the final images copy the finished venv, so no image
+# carries the wheels (torch alone is 190 MB of them).
+FROM pybase AS build-base
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_FIND_LINKS=/wheels
 COPY pyproject.toml .e2e/wheel[s] /wheels/
-# select_deps INCLUDE|EXCLUDE NAMES...: the [project] dependencies of pyproject.toml filtered by name
+# select_deps.py include|exclude NAMES...: the [project] dependencies of pyproject.toml filtered by name
 RUN printf '%s\n' \
       'import re, sys, tomllib' \
       'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \
@@ -45,10 +50,8 @@ RUN printf '%s\n' \
       'name = lambda d: re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower()' \
       'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
       >/usr/local/bin/select_deps.py
-WORKDIR /work
 
-# --------------------------------------------------------------------------------------------------------------- cpu
-FROM pybase AS cpu
+FROM build-base AS build-cpu
 ARG PIP_INSTALL_FLAGS=
 RUN python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
  && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
@@ -56,13 +59,9 @@ COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots
 COPY policies /src/policies
-RUN pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt && harness --help >/dev/null
-USER harness
-ENTRYPOINT ["harness"]
-CMD ["--help"]
+RUN pip install $PIP_INSTALL_FLAGS --no-deps /src
 
-# ----------------------------------------------------------------------------------------------------------- sampler
-FROM pybase AS sampler
+FROM build-base AS build-sampler
 ARG PIP_INSTALL_FLAGS=
 ARG SAMPLER_DEPS="typer rich pydantic httpx nvidia-ml-py numpy pyyaml"
 RUN python3 /usr/local/bin/select_deps.py include $SAMPLER_DEPS >/tmp/requirements.txt \
@@ -71,19 +70,36 @@ COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots
 COPY policies /src/policies
-RUN pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt \
- && harness sampler serve --help >/dev/null
+RUN pip install $PIP_INSTALL_FLAGS --no-deps /src
+
+FROM build-cpu AS build-train
+ARG PIP_INSTALL_FLAGS=
+RUN python3 /usr/local/bin/select_deps.py include torch >/tmp/requirements.txt \
+ && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+
+# --------------------------------------------------------------------------------------------------------------- cpu
+FROM pybase AS cpu
+COPY --from=build-cpu /opt/harness /opt/harness
+RUN harness --help >/dev/null
+USER harness
+ENTRYPOINT ["harness"]
+CMD ["--help"]
+
+# ----------------------------------------------------------------------------------------------------------- sampler
+FROM pybase AS sampler
+COPY --from=build-sampler /opt/harness /opt/harness
+RUN harness sampler serve --help >/dev/null
 USER harness
 ENTRYPOINT ["harness", "sampler", "serve"]
 CMD ["--help"]
 
 # ------------------------------------------------------------------------------------------------------------- train
-FROM cpu AS train
-ARG PIP_INSTALL_FLAGS=
-USER root
-RUN python3 /usr/local/bin/select_deps.py include torch >/tmp/requirements.txt \
- && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt && rm /tmp/requirements.txt
+FROM pybase AS train
+COPY --from=build-train /opt/harness /opt/harness
+RUN harness train --help >/dev/null && python3 -c "import torch"
 USER harness
+ENTRYPOINT ["harness"]
+CMD ["--help"]
 
 # --------------------------------------------------------------------------------------------------------------- gpu
 # Keep LAST (see the top). The harness goes into sglang's own interpreter (the sweep runs `python -m
@@ -103,7 +119,7 @@ ENV HOME=/home/harness \
     SGLANG_RECORD_STEP_TIME=1 \
     SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
 RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this sglang image has " + sys.version.split()[0] + ": pick another SGLANG_TAG")'
-# the same select_deps.py as in pybase (copying it from there would make this stage build pybase, i.e. pull its base)
+# the same select_deps.py as in build-base (copying it from there would build pybase, i.e. pull its base)
 RUN printf '%s\n' \
       'import re, sys, tomllib' \
       'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \

@@ -234,7 +234,8 @@ build_images() {
   [ "${E2E_TRAIN:-1}" = 1 ] && services+=(train)
   timeout 600 docker compose "${COMPOSE_ARGS[@]}" --profile jobs build "${services[@]}" >"$TMP/build.log" 2>&1 \
     || { tail -n 40 "$TMP/build.log" >&2; die "docker compose build failed (log above)"; }
-  docker image prune -f >/dev/null
+  docker image prune -f >/dev/null                            # superseded tags from earlier reruns
+  docker builder prune -f --keep-storage 4gb >/dev/null 2>&1 || log "builder prune not supported: cache kept"
   docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^eagle-harness:|^harness-e2e/' | sed 's/^/  /'
 }
 
