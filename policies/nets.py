@@ -103,17 +103,19 @@ def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss_fn:
     xs, acts, rs = (torch.stack(t) for t in zip(*(tensors(d) for d in datasets)))
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     last = len(weights) - 1
+    pairs = list(zip(weights, biases))
     for _ in range(epochs):
         perm = torch.stack([torch.randperm(n, generator=g) for g in gens])  # (M, n)
+        x_ep, a_ep, r_ep = torch.take_along_dim(xs, perm[..., None], dim=1), torch.take_along_dim(acts, perm, dim=1), torch.take_along_dim(rs, perm, dim=1)
         for start in range(0, n, batch_size):
-            idx = perm[:, start : start + batch_size]
-            h = torch.take_along_dim(xs, idx[..., None], dim=1)
-            for j, (w, b) in enumerate(zip(weights, biases)):
+            h = x_ep[:, start : start + batch_size]
+            for j, (w, b) in enumerate(pairs):
                 h = torch.baddbmm(b, h, w)
                 if j != last:
                     h = torch.nn.functional.gelu(h)
-            loss = loss_fn(h.reshape(-1, h.shape[-1]), torch.take_along_dim(acts, idx, dim=1).reshape(-1),
-                           torch.take_along_dim(rs, idx, dim=1).reshape(-1)) * m_count  # fmt: skip
+            loss = loss_fn(h.reshape(-1, h.shape[-1]), a_ep[:, start : start + batch_size].reshape(-1), r_ep[:, start : start + batch_size].reshape(-1))
+            if m_count > 1:
+                loss = loss * m_count
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -90,3 +90,26 @@ def test_pre_decision_state_trains_from_native_rows(synthetic_files, tmp_path):
     assert np.allclose(data.states[:, 2], 310.0 / 8192) and np.allclose(data.states[:, 3], 0.0)
     summary = train(data, tmp_path, ["lookup_table", "linucb"], seed=0)
     assert summary.state == "pre" and summary.picks["lookup_table"]["16"] == [3, 2, 4]
+
+
+def test_batched_fold_training_equals_training_each_fold_alone(synthetic_files):
+    from torch.nn import functional as F
+
+    from policies.nets import QNetwork, data_values, predict, seeded, train, train_batched
+
+    data = load_dataset(synthetic_files["rows"])
+    folds = [data.subset(data.repeats != r) for r in (0, 1, 2)]
+    loss = lambda q, a, r: F.mse_loss(data_values(q, a), r)  # noqa: E731
+    alone, together = [], []
+    for i, f in enumerate(folds):
+        with seeded(i):
+            net = QNetwork()
+            train(net, f, loss, epochs=4, seed=i)
+            alone.append(net)
+        with seeded(i):
+            together.append(QNetwork())
+    train_batched(together, folds, loss, epochs=4, seeds=[0, 1, 2])
+    for a, b, f in zip(alone, together, folds):
+        assert np.allclose(predict(a, f.states), predict(b, f.states), atol=1e-5)
+    fitted = fit_policy("mlp_bandit", data, seed=0, epochs=2).__class__.fit_many(folds, seed=0, epochs=2)
+    assert all(np.allclose(p.scores(f.states), fit_policy("mlp_bandit", f, seed=0, epochs=2).scores(f.states), atol=1e-5) for p, f in zip(fitted, folds))
