@@ -28,9 +28,9 @@ RUN set -eu; \
       echo "harness:x:$HARNESS_UID:$HARNESS_UID:harness:/home/harness:/bin/sh" >>/etc/passwd; \
       echo "harness:x:$HARNESS_UID:" >>/etc/group; \
     fi; \
-    mkdir -p /home/harness/.cache /work/results; \
+    mkdir -p /home/harness/.cache /work/results /work/.harbor-venv; \
     chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \
-    chmod 0777 /home/harness /home/harness/.cache /work /work/results; \
+    chmod 0777 /home/harness /home/harness/.cache /work /work/results /work/.harbor-venv; \
     python3 -m venv /opt/harness
 WORKDIR /work
 
@@ -143,9 +143,9 @@ RUN set -eu; \
       groupadd -g "$HARNESS_UID" harness 2>/dev/null || true; \
       useradd -u "$HARNESS_UID" -g "$HARNESS_UID" -d /home/harness -s /bin/bash harness; \
     fi; \
-    mkdir -p /home/harness/.cache /work/results; \
+    mkdir -p /home/harness/.cache /work/results /work/.harbor-venv; \
     chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \
-    chmod 0777 /home/harness /home/harness/.cache /work /work/results; \
+    chmod 0777 /home/harness /home/harness/.cache /work /work/results /work/.harbor-venv; \
     harness --help >/dev/null
 USER ${HARNESS_UID}
 WORKDIR /work
