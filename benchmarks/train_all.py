@@ -48,20 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, dict[str, float]] = {}
     t_all = time.perf_counter()
     for name in ALGORITHMS:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         train(data, out, [name], args.seed)
         t1 = time.perf_counter()
         ev = evaluate(data, models_dir=out, algos=[name], seed=args.seed)
-        t2 = time.perf_counter()
-        timings[name] = {"train": t1 - t0, "evaluate": t2 - t1, "total": t2 - t0}
+        t2, c2 = time.perf_counter(), time.process_time()
+        timings[name] = {"train": t1 - t0, "evaluate": t2 - t1, "total": t2 - t0, "cpu": c2 - c0}
         s = ev.summary[name]
         picks = json.loads((out / "picks.json").read_text())[name]
-        print(f"{name:18s} train {t1 - t0:6.2f} s  evaluate {t2 - t1:6.2f} s  | in-sample {s.in_sample_avg:.4f}  "
+        print(f"{name:18s} train {t1 - t0:6.2f} s  evaluate {t2 - t1:6.2f} s  cpu {c2 - c0:6.2f} s | in-sample {s.in_sample_avg:.4f}  "
               f"held-out {s.loro_value:.4f} [{s.loro_value_ci[0]:.3f}, {s.loro_value_ci[1]:.3f}]  regret {s.loro_regret:.4f}  "
               f"picks {' '.join(f'{b}:{tuple(c)}' for b, c in picks.items())}")  # fmt: skip
         sys.stdout.flush()
     total = time.perf_counter() - t_all
-    print(f"TOTAL train + evaluate, all eight: {total:.2f} s  (goal {GOAL_S:.0f} s, ratio {total / GOAL_S:.2f} x goal)")
+    cpu = sum(t["cpu"] for t in timings.values())
+    load = os.getloadavg()[0]
+    print(f"TOTAL train + evaluate, all eight: {total:.2f} s wall  (goal {GOAL_S:.0f} s, ratio {total / GOAL_S:.2f} x goal); "
+          f"{cpu:.2f} s CPU (ratio {cpu / GOAL_S:.2f}); 1-min load average {load:.2f} on {os.cpu_count()} cpus")
     if args.tune:
         from policies.tune import tune_variants
 
