@@ -121,16 +121,18 @@ class SamplerCore:
         return self.store.window(start_ns, end_ns, self.period_s, edge_model)
 
     def latest(self) -> GpuSample | None:
-        return self.store.latest()
+        """The newest sample, failed reads included (their fields are None and ``errors`` says why)."""
+        return self.store.latest(usable=False)
 
     def ready(self) -> bool:
-        return self.store.latest() is not None
+        """At least one sample carried a reading."""
+        return self.store.latest(usable=True) is not None
 
     def healthy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def identity(self) -> dict[str, Any]:
-        latest = self.store.latest()
+        latest = self.store.latest(usable=True)
         ident = dict(self._identity)
         if latest is not None:  # the live identity (a UUID change shows here)
             ident.update({k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None})
