@@ -78,6 +78,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         batch_sizes: Annotated[Optional[str], typer.Option(help="subset of batch sizes (with --live), e.g. 1,16")] = None,
         time_scale: Annotated[float, typer.Option(help="twin time scale (with --live --engine twin)")] = 20.0,
         sampler_url: Annotated[Optional[str], typer.Option(help="existing sampler (with --live)")] = None,
+        output_tokens: Annotated[Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")] = None,
         state: Annotated[str, typer.Option()] = "hindsight",
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
@@ -87,7 +88,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             from policies.live import run_live
             from policies.report import print_live
 
-            result = run_live(models, engine=engine, trials=trials, seed=seed, batch_sizes=batch_sizes, time_scale=time_scale, sampler_url=sampler_url)
+            result = run_live(models, engine=engine, trials=trials, seed=seed, batch_sizes=batch_sizes, time_scale=time_scale, sampler_url=sampler_url,
+                              output_tokens=output_tokens)
             typer.echo(result.model_dump_json(indent=2)) if as_json else print_live(result)
             return
         if dataset is None:
