@@ -853,10 +853,16 @@ def summary_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[An
     from rich.table import Table  # noqa: PLC0415
 
     table = Table(title=title, show_lines=False)
-    for c in columns:
-        table.add_column(c, justify="right" if c not in ("config", "task", "instance", "status", "patch", "evaluation") else "left")
+    text_cols = ("config", "task", "instance", "status", "patch", "evaluation", "success")
+    rows = [[fmt(v) for v in r] for r in rows]
+    for i, c in enumerate(columns):
+        if c in text_cols:
+            width = max([len(c)] + [len(r[i]) for r in rows if i < len(r)])
+            table.add_column(c, justify="left", no_wrap=True, min_width=min(width, 40))
+        else:
+            table.add_column(c, justify="right")
     for r in rows:
-        table.add_row(*(fmt(v) for v in r))
+        table.add_row(*r)
     return table
 
 
