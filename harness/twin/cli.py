@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +41,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         code = engine_main(list(ctx.args))
         if code:
-            raise typer.Exit(code)
+            sys.exit(code)  # typer.Exit is swallowed by the root app in non-standalone mode
 
     @twin.command("calibrate")
     def calibrate(

@@ -81,6 +81,7 @@ class TwinGpu:
         self.seg_e: list[float] = [0.0]
         self.seg_p: list[float] = [self.power_w]
         self.faults: dict = {}
+        self.launch_seq = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -174,6 +175,7 @@ class TwinGpu:
                     self.engines[engine_id] = old
                 return False, free
             self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9))
+            self.launch_seq += 1
             self._recompute(jitter=False)
             return True, self.memory_free_mb()
 
@@ -343,7 +345,7 @@ def build_router(gpu: TwinGpu):
                 {"error": {"message": f"CUDA out of memory (twin): tried to reserve {mem:.0f} MiB, "
                            f"{max(free, 0):.0f} MiB free of {gpu.p.memory_total_mb} MiB", "memory_free_mb": free}},
             )
-        return {"ok": True, "memory_free_mb": free}
+        return {"ok": True, "memory_free_mb": free, "launch_seq": gpu.launch_seq}
 
     def activity(req):
         body = req.json()

@@ -55,56 +55,63 @@ class DeviceParams(_Strict):
 
 
 class PerfParams(_Strict):
-    """Speculative decoding performance: acceptance and step time (milliseconds at full clocks)."""
+    """Speculative decoding performance: acceptance, step time (ms at full clocks), prefill, launch."""
 
-    accept_first: float = 0.593
-    accept_decay: float = 0.87
-    rank_share: float = 0.45
-    long_context_tokens: int = 2048
-    long_context_accept_floor: float = 0.17
-    long_context_scale_tokens: float = 1024.0
-    prompt_quality_spread: float = 0.12
+    accept_first: float = Field(0.593, description="P(draft top-1 is the target token) at depth 1, prompt quality 1")
+    accept_decay: float = Field(0.87, description="per-depth decay of the top-1 acceptance")
+    accept_decay_power: float = Field(1.0, description="a_d = accept_first * accept_decay ** ((d-1) ** power)")
+    rank_share: float = Field(0.45, description="geometric share of the remaining mass taken by each lower rank")
+    long_context_tokens: int = Field(2048, description="the draft head's training context")
+    long_context_floor: float = Field(0.3, description="quality multiplier far beyond the training context")
+    long_context_scale_tokens: float = 1500.0
+    prompt_quality_spread: float = Field(0.12, description="+- spread of per-prompt draft quality (content predictability)")
     target_mem_ms: float = 9.6
     target_ms_per_token: float = 0.03
-    target_compute_knee_tokens: float = 48.0
+    target_knee_tokens: float = 48.0
     target_ms_per_token_above_knee: float = 0.05
     baseline_overhead_ms: float = 0.6
     spec_overhead_ms: float = 1.4
     spec_overhead_ms_per_req: float = 0.05
     draft_step_ms: float = 1.0
+    tree_ms_per_candidate: float = Field(0.002, description="tree build/select cost per request per candidate node (topk + (steps-1) topk^2)")
     draft_ms_per_token: float = 0.04
-    compute_fraction_target: float = 0.35
-    compute_fraction_draft: float = 0.5
-    step_jitter: float = 0.03
-    launch_spread: float = 0.012
+    stretch_target: float = Field(0.5, description="share of target time that slows with the SM clock")
+    stretch_draft: float = Field(0.6, description="share of draft time that slows with the SM clock")
+    step_jitter: float = Field(0.03, description="lognormal sigma of one iteration's duration")
+    launch_spread: float = Field(0.012, description="sigma of a per-launch step-time factor (run-to-run spread)")
+    prefill_fixed_ms: float = 4.0
     prefill_ms_per_token: float = 0.02
-    prefill_fixed_ms: float = 6.0
-    sched_gap_ms: float = 0.4
+    request_overhead_ms: float = Field(12.0, description="tokenize/detokenize/HTTP latency per request (twin ms)")
+    launch_import_s: float = 14.0
+    launch_weights_s: float = 4.0
+    launch_graph_s_per_bs: float = 0.35
+    launch_draft_graph_s_per_node: float = 0.4
 
 
 class PowerParams(_Strict):
     """Dynamic power demand (watts above idle + loaded, at full clocks) of each phase of a decode iteration."""
 
-    target_w: float = 68.0
+    target_w: float = 62.0
     target_w_per_token: float = 0.08
     target_w_token_sat: float = 128.0
-    draft_w: float = 45.0
-    overhead_w: float = 22.0
-    prefill_w: float = 60.0
+    draft_w: float = 40.0
+    overhead_w: float = 18.0
+    prefill_w: float = 55.0
     util_target: float = 0.99
-    util_draft: float = 0.9
-    util_overhead: float = 0.6
-    power_spread: float = 0.01
+    util_draft: float = 0.93
+    util_overhead: float = 0.55
+    power_spread: float = Field(0.01, description="sigma of a per-launch power factor")
 
 
 class MemoryParams(_Strict):
-    """Memory footprint of an engine: static pool from the mem fraction plus buffers beyond it."""
+    """Memory footprint of an engine: the static pool (mem fraction x total) plus buffers outside it."""
 
-    weights_mb: float = 2560.0
-    context_mb: float = 420.0
-    graph_mb_per_bs: float = 18.0
-    spec_buffer_mb_per_token: float = 0.9
-    spec_graph_mb: float = 160.0
+    weights_mb: float = Field(2700.0, description="target + draft weights (inside the static pool)")
+    min_kv_mb: float = Field(256.0, description="smallest KV cache sglang starts with")
+    context_mb: float = Field(500.0, description="CUDA context, allocator, torch workspace")
+    graph_mb_per_bs: float = Field(25.0, description="CUDA-graph activations per captured batch size")
+    spec_slot_mb: float = Field(3.0, description="draft/verify logits buffers per (bs x (draft tokens + steps x topk))")
+    tree_node_mb: float = Field(0.3, description="tree masks and scores per (bs x draft tokens x steps x topk)")
 
 
 class TwinProfile(_Strict):

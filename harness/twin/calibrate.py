@@ -1,0 +1,304 @@
+"""Fit the twin's model parameters to the published live measurements (``calibration.json``).
+
+Everything runs in-process on the pure model (``model.simulate_cell``: the published protocol, no servers):
+speed = accept length / p20(step time), J/token = energy / tokens, utilization = average power / 80 W.
+
+Fitting is staged, physics first:
+1. acceptance (``accept_first``, ``accept_decay``, ``rank_share``): the tree model's harmonic mean over the four
+   published prompts against every published accept length (analytic, no sampling);
+2. step time and power (12 parameters: target floor/per-token costs, draft step costs, overheads, phase powers):
+   least squares on the simulated cells (speed, J/token, utilization, published step times);
+3. ``prompt_quality_spread`` (content predictability spread, which drives stragglers at large batch sizes): the
+   outer loop over a small grid, keeping the best total error.
+
+Nothing is a per-row table: batch sizes 4 and 8 are predictions of the same physics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import MissingFileError
+from harness.grid import ACTIONS, BASELINE, SpecConfig
+from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
+from harness.twin.profile import PROFILES_DIR, DEFAULT_PROFILE, TwinProfile, load_profile
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+CALIBRATION_PATH = DATA_DIR / "calibration.json"
+PROMPTS_PATH = DATA_DIR / "sweep_prompts.json"
+
+# Derived from the published rewards and J/token (see docs/twin.md): utilization = avg power / 80 W.
+DERIVED_UTILIZATION: dict[tuple[int, tuple[int, int, int]], float] = {
+    (1, (3, 4, 8)): 0.888, (1, (5, 4, 16)): 0.921, (1, (5, 4, 8)): 0.888,
+    (16, (3, 4, 8)): 1.01, (16, (3, 2, 4)): 0.952, (16, (1, 4, 2)): 0.909, (16, (5, 2, 8)): 0.972,
+}
+# Published live p20 step times (ms).
+PUBLISHED_STEP_MS: dict[tuple[int, tuple[int, int, int]], float] = {
+    (1, (0, 0, 0)): 10.28, (1, (3, 4, 8)): 15.35, (1, (5, 4, 16)): 18.0,
+    (16, (0, 0, 0)): 11.0, (16, (3, 4, 8)): 21.1, (16, (3, 2, 4)): 18.2, (16, (1, 4, 2)): 14.8, (16, (5, 2, 8)): 23.5,
+}
+TARGETS = {"speed": 0.05, "accept": 0.03, "jpt": 0.10, "util": 0.03}
+
+STEP_POWER_PARAMS: tuple[tuple[str, str], ...] = (
+    ("perf", "target_mem_ms"), ("perf", "target_ms_per_token"), ("perf", "target_ms_per_token_above_knee"),
+    ("perf", "baseline_overhead_ms"), ("perf", "spec_overhead_ms"), ("perf", "spec_overhead_ms_per_req"),
+    ("perf", "draft_step_ms"), ("perf", "draft_ms_per_token"), ("perf", "tree_ms_per_candidate"),
+    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "draft_w"), ("power", "overhead_w"),
+)
+# Physical floors (a tiny draft head still costs something per token; CPU-bound phases still draw some power).
+LOWER_BOUNDS: dict[str, float] = {
+    "target_ms_per_token_above_knee": 1e-4, "draft_ms_per_token": 0.004, "tree_ms_per_candidate": 2e-4, "overhead_w": 4.0,
+    "spec_overhead_ms_per_req": 1e-3, "target_w_per_token": 1e-3,
+}
+ACCEPT_PARAMS: tuple[str, ...] = ("accept_first", "accept_decay", "accept_decay_power", "rank_share")
+
+
+def load_calibration(path: str | Path | None = None) -> dict:
+    p = Path(path) if path else CALIBRATION_PATH
+    if not p.exists():
+        raise MissingFileError(f"calibration file not found: {p}", fix="pass --calibration PATH (shared/reference/calibration.json)")
+    return json.loads(p.read_text())
+
+
+def load_prompts() -> list[str]:
+    return json.loads(PROMPTS_PATH.read_text())["prompts"]
+
+
+def published_rows(cal: dict) -> list[dict]:
+    return [r for r in cal["rows"]]
+
+
+# ---- evaluation -----------------------------------------------------------------------------------------------
+@dataclass
+class RowFit:
+    batch_size: int
+    config: tuple[int, int, int]
+    accept: float
+    speed: float
+    jpt: float
+    util: float
+    step_ms: float | None
+    pub_accept: float
+    pub_speed: float
+    pub_jpt: float
+    pub_util: float | None
+    pub_step_ms: float | None
+
+    @property
+    def errors(self) -> dict[str, float | None]:
+        return {
+            "speed": self.speed / self.pub_speed - 1.0,
+            "accept": self.accept / self.pub_accept - 1.0,
+            "jpt": self.jpt / self.pub_jpt - 1.0,
+            "util": None if self.pub_util is None else self.util - self.pub_util,
+        }
+
+    def within_targets(self) -> bool:
+        return all(v is None or abs(v) <= TARGETS[k] for k, v in self.errors.items())
+
+
+def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ...] = (0, 1, 2)) -> list[RowFit]:
+    """Simulate every published row (mean over ``seeds``) and pair it with the published figures."""
+    cal = cal or load_calibration()
+    prompts = load_prompts()
+    out = []
+    for row in published_rows(cal):
+        cfg, bs = SpecConfig(*row["config"]), int(row["batch_size"])
+        sims = [simulate_cell(profile, cfg, bs, prompts, seed=s) for s in seeds]
+        key = (bs, tuple(row["config"]))
+        out.append(RowFit(
+            bs, tuple(row["config"]),
+            accept=statistics.fmean(c.accept_length for c in sims),
+            speed=statistics.fmean(c.speed_tok_s for c in sims),
+            jpt=statistics.fmean(c.joules_per_token for c in sims),
+            util=statistics.fmean(c.utilization for c in sims),
+            step_ms=statistics.fmean(c.step_time_p20_s for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
+            pub_accept=row["accept_length"], pub_speed=row["speed_tok_s"], pub_jpt=row["joules_per_token"],
+            pub_util=row.get("utilization", DERIVED_UTILIZATION.get(key)), pub_step_ms=PUBLISHED_STEP_MS.get(key),
+        ))
+    return out
+
+
+# ---- reward (the published definition) -------------------------------------------------------------------------
+def published_reward(util: float, speed: float, baseline_speed: float, temp_c: float | None = None, throttled: bool = False) -> float:
+    band = 1.0 if 0.95 <= util <= 0.98 else (util / 0.95 if util < 0.95 else max(0.0, 1.0 - 10.0 * (util - 0.98)))
+    thr = min(1.0, max(0.0, (speed / baseline_speed - 1.0) / 2.0))
+    combined = band ** 0.5 * thr ** 0.5
+    mult = 1.0
+    if temp_c is not None:
+        mult = 0.5 if temp_c > 80 else (0.8 if temp_c > 75 else 1.0)
+    if throttled:
+        mult *= 0.3
+    return min(1.0, max(0.0, combined * mult))
+
+
+def predict_rewards(profile: TwinProfile, batch_sizes: tuple[int, ...] = (1, 4, 8, 16), repeats: int = 3,
+                    configs: tuple[SpecConfig, ...] = ACTIONS, mem_fraction: float = 0.65) -> dict[int, list[tuple[SpecConfig, float, float]]]:
+    """Per batch size: (config, mean reward, std over repeats), best first, from the pure model.
+
+    The baseline speed of a repeat is that repeat's baseline cell; configs that do not fit in memory at 0.65 or
+    0.55 score 0 (an error row). Thermal multipliers are left out: the twin keeps temperatures below 75 C.
+    """
+    from harness.twin.model import memory_footprint_mb
+
+    prompts = load_prompts()
+    out: dict[int, list[tuple[SpecConfig, float, float]]] = {}
+    for bs in batch_sizes:
+        base = [simulate_cell(profile, BASELINE, bs, prompts, seed=1000 * r + bs).speed_tok_s for r in range(repeats)]
+        scores = []
+        for cfg in configs:
+            fits = any(memory_footprint_mb(profile, cfg, mf, bs)["fits"] for mf in (mem_fraction, 0.55))
+            rs = []
+            for r in range(repeats):
+                if not fits:
+                    rs.append(0.0)
+                    continue
+                c = simulate_cell(profile, cfg, bs, prompts, seed=1000 * r + bs + 17 * ACTIONS.index(cfg))
+                rs.append(published_reward(c.utilization, c.speed_tok_s, base[r]))
+            scores.append((cfg, statistics.fmean(rs), statistics.pstdev(rs)))
+        out[bs] = sorted(scores, key=lambda t: -t[1])
+    return out
+
+
+# ---- fitting ---------------------------------------------------------------------------------------------------
+def _set(profile: TwinProfile, section: str, name: str, value: float) -> None:
+    setattr(getattr(profile, section), name, float(value))
+
+
+def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
+    """Stage 1: accept_first, accept_decay, rank_share from every published accept length (analytic)."""
+    from scipy.optimize import least_squares
+
+    prompts = load_prompts()
+    targets: list[tuple[SpecConfig, int, float, float]] = []  # config, bs, accept, tolerance
+    for row in published_rows(cal):
+        if row["config"] != [0, 0, 0]:
+            targets.append((SpecConfig(*row["config"]), int(row["batch_size"]), row["accept_length"], 0.01))
+    for key, val in cal.get("other_accept_lengths", {}).items():
+        if key.startswith("("):
+            targets.append((SpecConfig(*map(int, key.strip("()").split(","))), 8, float(val), 0.015))
+    prof = profile.model_copy(deep=True)
+
+    def protocol_accept(cfg: SpecConfig, bs: int) -> float:
+        """Tokens per verify over the protocol's requests (warm-up of bs, then max(16, bs), prompts cycled)."""
+        n = bs + max(16, bs)
+        qs = [prompt_quality(prof.perf, prompts[i % len(prompts)]) for i in range(n)]
+        return len(qs) / sum(1.0 / expected_accept_length(prof.perf, cfg, q) for q in qs)
+
+    def resid(x):
+        for name, v in zip(ACCEPT_PARAMS, x):
+            setattr(prof.perf, name, float(v))
+        return [math.log(protocol_accept(cfg, bs) / val) / tol for cfg, bs, val, tol in targets]
+
+    x0 = [getattr(prof.perf, n) for n in ACCEPT_PARAMS]
+    res = least_squares(resid, x0, bounds=([0.2, 0.5, 0.3, 0.05], [0.95, 1.0, 3.0, 0.95]), diff_step=1e-3)
+    for name, v in zip(ACCEPT_PARAMS, res.x):
+        setattr(prof.perf, name, float(v))
+    return prof
+
+
+def _residuals(fits: list[RowFit]) -> list[float]:
+    r: list[float] = []
+    for f in fits:
+        r.append(math.log(f.speed / f.pub_speed) / TARGETS["speed"])
+        r.append(math.log(f.jpt / f.pub_jpt) / TARGETS["jpt"])
+        if f.pub_util is not None:
+            r.append((f.util - f.pub_util) / TARGETS["util"])
+        if f.pub_step_ms is not None and f.step_ms is not None:
+            r.append(math.log(f.step_ms / f.pub_step_ms) / 0.05)
+    return r
+
+
+def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinProfile:
+    """Stage 2: step-time and power parameters by least squares on the simulated published protocol."""
+    from scipy.optimize import least_squares
+
+    prof = profile.model_copy(deep=True)
+    lo = [math.log(LOWER_BOUNDS.get(n, 1e-3)) for _, n in STEP_POWER_PARAMS]
+    hi = [math.log(1e3) for _ in STEP_POWER_PARAMS]
+    x0 = [min(max(math.log(max(getattr(getattr(prof, s), n), 1e-6)), a + 1e-3), b - 1e-3) for (s, n), a, b in zip(STEP_POWER_PARAMS, lo, hi)]
+
+    def apply(x):
+        for (s, n), v in zip(STEP_POWER_PARAMS, x):
+            _set(prof, s, n, math.exp(v))
+
+    def resid(x):
+        apply(x)
+        return _residuals(evaluate(prof, cal, seeds=(0,)))
+
+    res = least_squares(resid, x0, bounds=(lo, hi), diff_step=0.02, max_nfev=max_nfev, x_scale=1.0)
+    apply(res.x)
+    return prof
+
+
+def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spreads: tuple[float, ...] = (0.15, 0.2, 0.25, 0.3),
+                max_nfev: int = 60, log=print) -> tuple[TwinProfile, float]:
+    """All stages; returns the best profile and its total squared (normalised) error."""
+    cal = cal or load_calibration()
+    start = profile or load_profile()
+    best: tuple[TwinProfile, float] | None = None
+    for spread in spreads:
+        p = start.model_copy(deep=True)
+        p.perf.prompt_quality_spread = spread
+        p = fit_acceptance(p, cal)
+        p = fit_step_power(p, cal, max_nfev=max_nfev)
+        err = sum(v * v for v in _residuals(evaluate(p, cal)))
+        log(f"spread {spread:.2f}: error {err:.2f}")
+        if best is None or err < best[1]:
+            best = (p, err)
+    assert best is not None
+    return best
+
+
+def fit_table(fits: list[RowFit]) -> list[dict]:
+    rows = []
+    for f in fits:
+        e = f.errors
+        rows.append({
+            "batch_size": f.batch_size, "config": list(f.config),
+            "accept": round(f.accept, 3), "pub_accept": f.pub_accept, "accept_err": round(e["accept"], 4),
+            "speed": round(f.speed, 2), "pub_speed": f.pub_speed, "speed_err": round(e["speed"], 4),
+            "jpt": round(f.jpt, 5), "pub_jpt": f.pub_jpt, "jpt_err": round(e["jpt"], 4),
+            "util": round(f.util, 3), "pub_util": f.pub_util, "util_err": None if e["util"] is None else round(e["util"], 4),
+            "step_ms": None if f.step_ms is None else round(f.step_ms, 2), "pub_step_ms": f.pub_step_ms,
+            "ok": f.within_targets(),
+        })
+    return rows
+
+
+def print_fit_table(fits: list[RowFit]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="twin vs published (calibration.json)")
+    for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "ok"):
+        t.add_column(col, justify="right")
+    for r in fit_table(fits):
+        pct = lambda v: "" if v is None else f"{100 * v:+.1f}%"
+        t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", pct(r["accept_err"]),
+                  f"{r['speed']:.1f}", f"{r['pub_speed']:.1f}", pct(r["speed_err"]), f"{r['jpt']:.4f}", f"{r['pub_jpt']:.4f}", pct(r["jpt_err"]),
+                  f"{r['util']:.3f}", "" if r["pub_util"] is None else f"{r['pub_util']:.3f}",
+                  "" if r["util_err"] is None else f"{r['util_err']:+.3f}",
+                  "" if r["step_ms"] is None else f"{r['step_ms']:.2f}", "" if r["pub_step_ms"] is None else f"{r['pub_step_ms']:.2f}",
+                  "yes" if r["ok"] else "NO")
+    Console(width=max(160, Console().width)).print(t)
+
+
+def run_calibration(out: Path | None = None, calibration_path: Path | None = None) -> Path:
+    """``harness twin calibrate``: fit, write the profile (default: the committed one), print the fit table."""
+    from harness.jsonl import write_json_atomic
+
+    cal = load_calibration(calibration_path)
+    prof, err = fit_profile(cal=cal)
+    fits = evaluate(prof, cal)
+    prof.calibration = {"source": str(calibration_path or "harness/data/calibration.json"), "total_sq_error": round(err, 3),
+                        "rows_within_targets": sum(f.within_targets() for f in fits), "rows": len(fits)}
+    target = out or (PROFILES_DIR / f"{DEFAULT_PROFILE}.json")
+    write_json_atomic(target, prof.model_dump(mode="json"))
+    print_fit_table(fits)
+    print(f"wrote {target}")
+    return target

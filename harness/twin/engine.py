@@ -1,0 +1,867 @@
+"""The twin engine: an sglang-compatible HTTP server whose decode is a discrete-event continuous batch on the twin
+clock, running on a twin GPU device (``harness twin engine <launch_server flags> --twin-gpu URL``).
+
+Launch: simulated imports and weight loading, a memory lease on the device (out of memory -> sglang-like error and
+exit 1), CUDA-graph capture, HTTP bind, a warm-up generation, then ``/health`` turns 200. A scheduler thread wakes
+every millisecond or so of WALL time and runs every decode iteration whose start time has passed on the twin clock
+(never one sleep per iteration), publishing tokens when an iteration's end time has passed. Load changes are reported
+to the device, which answers with the clock factor that stretches the next iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import httpx
+
+from harness.grid import SpecConfig
+from harness.timeutil import ScaledClock, mono_ns
+from harness.twin import engine_args as ea
+from harness.twin.httpd import Request, Response, Router, Stream, make_server
+from harness.twin.model import (
+    Decoder,
+    Iteration,
+    SimRequest,
+    context_quality,
+    launch_seconds,
+    memory_footprint_mb,
+    prompt_quality,
+)
+from harness.twin.profile import profile_from_dict
+from harness.twin.tokens import EOS_ID, count_tokens, decode, filler_id, stable_hash
+
+SAMPLING_KEYS_0523 = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+})
+KV_BYTES_PER_TOKEN = 32 * 1024  # Llama-3.2-1B: 16 layers x 8 KV heads x 64 dims x (K, V) x 2 bytes
+
+
+def log(msg: str, level: str = "INFO") -> None:
+    ts = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{ts}] {level} {msg}", flush=True)
+
+
+@dataclass
+class EngineRequest:
+    """One client request as the server sees it."""
+
+    sim: SimRequest
+    stream_key: int
+    stops: list[str] = field(default_factory=list)
+    stop_ids: set[int] = field(default_factory=set)
+    no_stop_trim: bool = False
+    visible: int = 0
+    snapshots: list[int] = field(default_factory=list)  # visible count after each iteration that added tokens
+    done: bool = False
+    stop_matched: str | None = None
+    event: threading.Event = field(default_factory=threading.Event)
+    received_ns: int = 0
+
+    def ids(self, n: int | None = None) -> list[int]:
+        count = self.visible if n is None else n
+        return [filler_id(self.stream_key, i) for i in range(count)]
+
+    def text(self) -> str:
+        t = decode(self.ids())
+        if self.stop_matched and not self.no_stop_trim:
+            t = t[: t.find(self.stop_matched)] if self.stop_matched in t else t
+        return t
+
+
+class DeviceLink:
+    """HTTP to the twin GPU: clock, profile, memory lease, activity reports (a background reporter thread)."""
+
+    def __init__(self, url: str, engine_id: str) -> None:
+        self.url = url.rstrip("/")
+        self.engine_id = engine_id
+        self.http = httpx.Client(base_url=self.url, timeout=5.0, trust_env=False)
+        self.clock_factor = 1.0
+        self._desired = (False, 0.0, 0.0)
+        self._sent: tuple | None = None
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def get(self, path: str) -> dict:
+        r = self.http.get(path)
+        r.raise_for_status()
+        return r.json()
+
+    def lease(self, memory_mb: float, lease_s: float = 10.0) -> tuple[int, dict]:
+        r = self.http.post("/v1/engines", json={"engine_id": self.engine_id, "memory_mb": memory_mb, "lease_s": lease_s})
+        return r.status_code, r.json()
+
+    def release(self) -> None:
+        try:
+            self.http.delete(f"/v1/engines/{self.engine_id}", timeout=2.0)
+        except httpx.HTTPError:
+            pass
+
+    def set_activity(self, busy: bool, dyn_w: float, util: float) -> None:
+        with self._cv:
+            self._desired = (busy, round(dyn_w, 3), round(util, 3))
+            if self._desired != self._sent:
+                self._cv.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="device-reporter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        last = 0.0
+        while True:
+            with self._cv:
+                if self._desired == self._sent:
+                    self._cv.wait(timeout=max(0.0, 1.0 - (time.monotonic() - last)))
+                if self._stop:
+                    return
+                desired = self._desired
+            try:
+                r = self.http.post(f"/v1/engines/{self.engine_id}/activity",
+                                   json={"busy": desired[0], "dynamic_power_w": desired[1], "util": desired[2]}, timeout=2.0)
+                if r.status_code == 200:
+                    self.clock_factor = float(r.json().get("clock_factor", 1.0))
+                    self._sent = desired
+                else:
+                    log(f"twin GPU refused the activity report ({r.status_code}): {r.text[:200]}", "WARNING")
+                    time.sleep(0.2)
+            except httpx.HTTPError as exc:
+                log(f"twin GPU unreachable: {exc}", "WARNING")
+                time.sleep(0.2)
+            last = time.monotonic()
+
+
+class TwinEngine:
+    """Server state: args, clock, decoder, requests, counters."""
+
+    def __init__(self, args, cfg: SpecConfig, profile, clock: ScaledClock, link: DeviceLink, seed: int, faults: set[str],
+                 version: str, warnings: list[str]) -> None:
+        self.args = args
+        self.cfg = cfg
+        self.profile = profile
+        self.clock = clock
+        self.link = link
+        self.seed = seed
+        self.faults = faults
+        self.version = version
+        self.spec_warnings = warnings
+        self.status = "Starting"
+        self.lock = threading.RLock()
+        self.max_running = args.max_running_requests or (48 if not cfg.is_baseline else 1024)
+        self.decoder = Decoder(profile, cfg, self.max_running, seed, start_ns=clock.now_ns(), log_interval=args.decode_log_interval)
+        self.requests: dict[str, EngineRequest] = {}
+        self.counter = 0
+        self.pending: Iteration | None = None
+        self.stop_event = threading.Event()
+        self.wake = threading.Event()
+        self.record_step_time = os.environ.get("SGLANG_RECORD_STEP_TIME", "").lower() in ("1", "true", "yes")
+        self.crash_after = int(os.environ.get("TWIN_CRASH_AFTER_ITERS", "60"))
+        self.http500_every = max(1, int(os.environ.get("TWIN_HTTP500_EVERY", "1")))
+        self.http500_count = 0
+        self.runaway_armed = "runaway" in faults
+        self.warmup_iters: int | None = None
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.e2e_sum = 0.0
+        self.e2e_count = 0
+        self.last_gen_throughput = 0.0
+        self._tp_mark = (clock.now_ns(), 0)
+        self.memory: dict = {}
+        self.launch_s = 0.0
+        self.start_wall = time.time()
+
+    # ---- model name / info ---------------------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.args.served_model_name or f"twin:{self.args.model_path}"
+
+    # ---- scheduler -----------------------------------------------------------------------------------------
+    def submit(self, req: EngineRequest) -> None:
+        with self.lock:
+            self.requests[req.sim.rid] = req
+            self.decoder.submit(req.sim)
+            self.prompt_tokens_total += req.sim.prompt_tokens
+        self.wake.set()
+
+    def run_scheduler(self) -> None:
+        while not self.stop_event.is_set():
+            with self.lock:
+                self._advance(self.clock.now_ns())
+                nxt = self.pending.end_ns if self.pending is not None else self.decoder.next_start_ns()
+            if nxt is not None:
+                wait = (nxt - self.clock.now_ns()) / self.clock.scale / 1e9
+                self.wake.wait(min(max(wait, 0.0002), 0.005))
+                self.wake.clear()
+            else:
+                self.wake.wait(0.05)
+                self.wake.clear()
+
+    def _advance(self, now: int) -> None:
+        while True:
+            if self.pending is not None:
+                if self.pending.end_ns > now:
+                    return
+                self._publish(self.pending)
+                self.pending = None
+            start = self.decoder.next_start_ns()
+            if start is None or start > now:
+                if self.decoder.idle():
+                    self.link.set_activity(False, 0.0, 0.0)
+                return
+            it = self.decoder.run_iteration(self.link.clock_factor)
+            self.pending = it
+            self.link.set_activity(True, it.dyn_w, it.util)
+            if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
+                self._log_decode(it)
+
+    def _log_decode(self, it: Iteration) -> None:
+        t0, g0 = self._tp_mark
+        dt = (it.end_ns - t0) / 1e9
+        if dt > 0:
+            self.last_gen_throughput = (self.decoder.total_generated - g0) / dt
+        self._tp_mark = (it.end_ns, self.decoder.total_generated)
+
+    def _publish(self, it: Iteration) -> None:
+        if "crash" in self.faults and self.warmup_iters is not None and self.decoder.forward_ct - self.warmup_iters >= self.crash_after:
+            log("Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered "
+                "(twin fault: crash)", "ERROR")
+            self.link.release()
+            os._exit(1)
+        for sim in it.touched:
+            req = self.requests.get(sim.rid)
+            if req is None:
+                continue
+            prev = req.visible
+            req.visible = sim.generated
+            if (req.stops or req.stop_ids) and not sim.finished and req.visible > prev:
+                self._check_stops(req, prev, it.end_ns)
+            if req.visible > prev:
+                req.snapshots.append(req.visible)
+            if sim.finished and not req.done:
+                self._finish(req)
+            req.event.set()
+
+    def _check_stops(self, req: EngineRequest, prev: int, end_ns: int) -> None:
+        ids = req.ids()
+        for i in range(prev, len(ids)):
+            if ids[i] in req.stop_ids:
+                req.visible = i + 1
+                self.decoder.finish_now(req.sim, {"type": "stop", "matched": ids[i]})
+                req.sim.finish_ns = end_ns
+                return
+        if req.stops:
+            text = decode(ids)
+            for s in req.stops:
+                pos = text.find(s)
+                if pos >= 0:
+                    # the token that completes the match
+                    n = prev
+                    while n < len(ids) and len(decode(ids[: n + 1])) < pos + len(s):
+                        n += 1
+                    req.visible = min(len(ids), n + 1)
+                    req.stop_matched = s
+                    self.decoder.finish_now(req.sim, {"type": "stop", "matched": s})
+                    req.sim.finish_ns = end_ns
+                    return
+
+    def _finish(self, req: EngineRequest) -> None:
+        req.done = True
+        self.generation_tokens_total += req.visible
+        if req.sim.finish_ns is not None:
+            self.e2e_sum += (req.sim.finish_ns - req.received_ns) / 1e9
+            self.e2e_count += 1
+
+    # ---- requests ------------------------------------------------------------------------------------------
+    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict, rid: str | None = None) -> EngineRequest:
+        perf = self.profile.perf
+        with self.lock:
+            self.counter += 1
+            n = self.counter
+        prompt_tokens = len(input_ids) if input_ids is not None else count_tokens(prompt_text or "")
+        key_text = prompt_text if prompt_text is not None else ",".join(map(str, (input_ids or [])[:64]))
+        temperature = float(sp.get("temperature", 1.0) if sp.get("temperature") is not None else 1.0)
+        salt = 0 if temperature <= 0 else stable_hash(self.seed, "sample", n)
+        quality = prompt_quality(perf, key_text) * context_quality(perf, prompt_tokens)
+        max_new = sp.get("max_new_tokens")
+        max_new = 128 if max_new is None else int(max_new)
+        ctx_limit = self.context_length() - prompt_tokens
+        max_new = max(0, min(max_new, ctx_limit))
+        ignore_eos = bool(sp.get("ignore_eos", False))
+        eos_at = 24 + stable_hash("eos", key_text, salt) % 489
+        never = False
+        if self.runaway_armed and not (rid or "").startswith("twin-warmup"):
+            self.runaway_armed = False
+            never = True
+            log("twin fault runaway: this request will never finish", "WARNING")
+        now = self.clock.now_ns()
+        sim = SimRequest(
+            rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
+            arrival_ns=now + int(perf.request_overhead_ms * 0.75e6), seed=stable_hash(self.seed, "req", n, key_text),
+            ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
+        )
+        stops = sp.get("stop") or []
+        if isinstance(stops, str):
+            stops = [stops]
+        return EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
+                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")), received_ns=now)
+
+    def context_length(self) -> int:
+        return self.args.context_length or 131072
+
+    def meta_info(self, req: EngineRequest, final: bool, completion: int | None = None) -> dict:
+        sim = req.sim
+        completion = req.visible if completion is None else completion
+        meta = {
+            "id": sim.rid,
+            "finish_reason": (sim.finish_reason if final else None),
+            "prompt_tokens": sim.prompt_tokens,
+            "completion_tokens": completion,
+            "cached_tokens": 0,
+            "weight_version": "default",
+        }
+        if self.version == "0.5.23":
+            meta["reasoning_tokens"] = 0
+            meta["num_retractions"] = 0
+        if final:
+            if sim.finish_ns is not None:
+                meta["e2e_latency"] = (sim.finish_ns - req.received_ns) / 1e9
+            if not self.cfg.is_baseline:
+                if self.version == "0.5.2":
+                    meta["spec_verify_ct"] = sim.verify_ct
+                elif sim.verify_ct > 0:
+                    proposed = sim.verify_ct * (self.cfg.draft_tokens - 1)
+                    meta.update({
+                        "spec_accept_rate": sim.correct_drafts / proposed if proposed else 0.0,
+                        "spec_accept_length": completion / sim.verify_ct,
+                        "spec_num_correct_drafts": sim.correct_drafts,
+                        "spec_num_proposed_drafts": proposed,
+                        "spec_verify_ct": sim.verify_ct,
+                        "spec_correct_drafts_histogram": list(sim.histogram),
+                    })
+            if self.version == "0.5.23" and self.args.enable_metrics and sim.finish_ns is not None:
+                meta["queue_time"] = max(0.0, ((sim.first_token_ns or sim.finish_ns) - sim.arrival_ns) / 1e9)
+                meta["first_token_latency"] = ((sim.first_token_ns or sim.finish_ns) - req.received_ns) / 1e9
+                meta["decode_throughput"] = completion / max((sim.finish_ns - (sim.first_token_ns or req.received_ns)) / 1e9, 1e-9)
+        return meta
+
+    def abort(self, req: EngineRequest) -> None:
+        with self.lock:
+            self.decoder.abort(req.sim)
+
+    def server_args(self) -> dict:
+        a = self.args
+        d = {k: v for k, v in vars(a).items() if not k.startswith("twin") and k != "emulate_version"}
+        d.update({
+            "speculative_num_steps": None if self.cfg.is_baseline else self.cfg.steps,
+            "speculative_eagle_topk": None if self.cfg.is_baseline else self.cfg.topk,
+            "speculative_num_draft_tokens": None if self.cfg.is_baseline else self.cfg.draft_tokens,
+            "max_running_requests": self.max_running,
+            "mem_fraction_static": self.memory.get("mem_fraction"),
+            "attention_backend": a.attention_backend or ("flashinfer" if self.cfg.topk > 1 else "fa3"),
+            "served_model_name": self.model_id,
+        })
+        return d
+
+    def server_info(self) -> dict:
+        with self.lock:
+            state = {
+                **self.server_args(),
+                "last_gen_throughput": self.last_gen_throughput,
+                "memory_usage": {
+                    "weight": round(self.profile.memory.weights_mb / 1024, 2),
+                    "kvcache": round(self.memory.get("kv_cache_mb", 0) / 1024, 2),
+                    "token_capacity": self.max_total_tokens(),
+                    "graph": round(self.memory.get("extra_mb", 0) / 1024, 2),
+                },
+                "load": len(self.decoder.running) + len(self.decoder.waiting),
+            }
+            acc = self.decoder.accept_length()
+            if acc is not None:
+                state["avg_spec_accept_length"] = acc
+            if self.record_step_time:
+                state["step_time_dict"] = {k: list(v) for k, v in self.decoder.step_time_dict.items()}
+        info = {
+            **self.server_args(),
+            "status": self.status,
+            "max_total_num_tokens": self.max_total_tokens(),
+            "max_req_input_len": self.context_length() - 5,
+            "internal_states": [state],
+            "version": self.version,
+            "twin": True,
+            "engine": "twin",
+            "hardware": self.profile.hardware,
+            "twin_seed": self.seed,
+            "twin_launch_s": round(self.launch_s, 3),
+        }
+        if self.version == "0.5.23":
+            info["launch_command"] = "harness twin engine " + " ".join(sys.argv[1:])
+            info["startup_time"] = round(self.launch_s, 3)
+            info["frontend"] = "twin"
+            info["kv_events"] = None
+        return info
+
+    def max_total_tokens(self) -> int:
+        return int(self.memory.get("kv_cache_mb", 0) * 1024 * 1024 / KV_BYTES_PER_TOKEN)
+
+    def flush_cache(self) -> tuple[bool, str]:
+        with self.lock:
+            if self.decoder.running or self.decoder.waiting or self.pending is not None:
+                return False, "Cache not flushed because there are pending requests. (twin)"
+            self.decoder.reset_accept()
+            return True, ("Cache flushed.\nPlease check backend logs for more details. "
+                          "(When there are running or waiting requests, the operation will not be performed.)\n")
+
+    def metrics(self) -> str:
+        with self.lock:
+            labels = f'model_name="{self.model_id}",engine_type="unified",tp_rank="0",pp_rank="0"'
+            lines = [
+                "# HELP sglang:num_running_reqs The number of running requests.", "# TYPE sglang:num_running_reqs gauge",
+                f"sglang:num_running_reqs{{{labels}}} {len(self.decoder.running)}",
+                "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs{{{labels}}} {len(self.decoder.waiting)}",
+                "# TYPE sglang:gen_throughput gauge", f"sglang:gen_throughput{{{labels}}} {self.last_gen_throughput}",
+                "# TYPE sglang:spec_accept_length gauge",
+                f"sglang:spec_accept_length{{{labels}}} {self.decoder.last_interval_accept or 0.0}",
+                "# TYPE sglang:prompt_tokens_total counter", f'sglang:prompt_tokens_total{{model_name="{self.model_id}"}} {self.prompt_tokens_total}',
+                "# TYPE sglang:generation_tokens_total counter",
+                f'sglang:generation_tokens_total{{model_name="{self.model_id}"}} {self.generation_tokens_total}',
+                "# TYPE sglang:e2e_request_latency_seconds summary",
+                f'sglang:e2e_request_latency_seconds_sum{{model_name="{self.model_id}"}} {self.e2e_sum}',
+                f'sglang:e2e_request_latency_seconds_count{{model_name="{self.model_id}"}} {self.e2e_count}',
+            ]
+            if self.version == "0.5.23" and not self.cfg.is_baseline:
+                lines += ["# TYPE sglang:spec_verify_calls_total counter", f"sglang:spec_verify_calls_total{{{labels}}} {self.decoder.cum_ct}",
+                          "# TYPE sglang:spec_num_draft_tokens gauge", f"sglang:spec_num_draft_tokens{{{labels}}} {self.cfg.draft_tokens}"]
+        return "\n".join(lines) + "\n"
+
+
+# ---- HTTP --------------------------------------------------------------------------------------------------------
+def _err(status: int, message: str) -> Response:
+    return Response(status, {"error": {"message": message}})
+
+
+def build_router(eng: TwinEngine) -> Router:
+    r = Router()
+    v523 = eng.version == "0.5.23"
+
+    def health(req: Request):
+        if "slow-health" in eng.faults:
+            time.sleep(float(os.environ.get("TWIN_SLOW_HEALTH_S", "5")))
+        if eng.status != "Up":
+            return Response(503, None, text="")
+        return Response(200, None, text="")
+
+    r.add("GET", "/health", health)
+    r.add("GET", "/health_generate", health)
+    if v523:
+        r.add("GET", "/ready", lambda req: Response(200 if eng.status == "Up" else 503, None, text=""))
+
+    def fault_500() -> Response | None:
+        if "http500" in eng.faults:
+            eng.http500_count += 1
+            if eng.http500_count % eng.http500_every == 0:
+                return _err(500, "Internal Server Error (twin fault: http500)")
+        return None
+
+    def generate(req: Request):
+        if eng.status != "Up":
+            return _err(503, "server is starting")
+        try:
+            body = req.json()
+        except json.JSONDecodeError as exc:
+            return _err(400, f"invalid JSON: {exc.msg}")
+        if not isinstance(body, dict):
+            return _err(400, "request body must be a JSON object")
+        bad = fault_500()
+        if bad:
+            return bad
+        sp = body.get("sampling_params") or {}
+        if not isinstance(sp, dict):
+            return _err(400, "sampling_params must be an object")
+        if v523:
+            unknown = sorted(set(sp) - SAMPLING_KEYS_0523)
+            if unknown:
+                return _err(400, f"unknown field `{unknown[0]}` in sampling_params, expected one of "
+                                 + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)))
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is None and ids is None:
+            return _err(400, "Either text or input_ids should be provided.")
+        if eng.args.skip_tokenizer_init and ids is None:
+            return _err(400, "input_ids must be provided with --skip-tokenizer-init")
+        batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
+        items = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
+        reqs = []
+        for i, item in enumerate(items):
+            rid = body.get("rid")
+            rid = (rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid))
+            if isinstance(item, str):
+                reqs.append(eng.new_request(item, None, sp, rid))
+            else:
+                reqs.append(eng.new_request(None, list(item), sp, rid))
+        for q in reqs:
+            eng.submit(q)
+        with_text = not eng.args.skip_tokenizer_init
+        if body.get("stream") and not batch:
+            return Stream(_sse_generate(eng, reqs[0], with_text))
+        outs = []
+        for q in reqs:
+            while not q.done:
+                q.event.wait(0.5)
+                q.event.clear()
+            outs.append(_result(eng, q, with_text))
+        return outs if batch else outs[0]
+
+    r.add("POST,PUT", "/generate", generate)
+
+    info = lambda req: eng.server_info()
+    r.add("GET", "/get_server_info", info)
+    if v523:
+        r.add("GET", "/server_info", info)
+
+    def model_info(req: Request):
+        out = {"model_path": eng.args.model_path, "tokenizer_path": eng.args.tokenizer_path or eng.args.model_path,
+               "is_generation": True, "preferred_sampling_params": None, "weight_version": "default", "twin": True}
+        if v523:
+            out.update({"served_model_name": eng.model_id, "load_format": eng.args.load_format, "reasoning_parser": None})
+        return out
+
+    r.add("GET", "/get_model_info", model_info)
+    if v523:
+        r.add("GET", "/model_info", model_info)
+
+    def flush(req: Request):
+        ok, msg = eng.flush_cache()
+        return Response(200 if ok else 400, None, text=msg)
+
+    r.add("GET,POST", "/flush_cache", flush)
+
+    def models(req: Request):
+        return {"object": "list", "data": [{"id": eng.model_id, "object": "model", "created": int(eng.start_wall),
+                                            "owned_by": "sglang-twin", "root": eng.model_id, "max_model_len": eng.context_length(),
+                                            "twin": True}]}
+
+    r.add("GET", "/v1/models", models)
+
+    def openai(kind: str):
+        def handler(req: Request):
+            if eng.status != "Up":
+                return _err(503, "server is starting")
+            try:
+                body = req.json()
+            except json.JSONDecodeError as exc:
+                return _err(400, f"invalid JSON: {exc.msg}")
+            bad = fault_500()
+            if bad:
+                return bad
+            if kind == "chat":
+                msgs = body.get("messages")
+                if not isinstance(msgs, list) or not msgs:
+                    return _err(400, "messages must be a non-empty list")
+                prompt = _chat_prompt(msgs)
+            else:
+                prompt = body.get("prompt")
+                if isinstance(prompt, list):
+                    prompt = prompt[0] if prompt else ""
+                if not isinstance(prompt, str):
+                    return _err(400, "prompt must be a string")
+            max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+            sp = {"temperature": body.get("temperature", 1.0), "max_new_tokens": max_tokens if max_tokens is not None else eng.context_length(),
+                  "stop": body.get("stop"), "ignore_eos": body.get("ignore_eos", False), "stop_token_ids": body.get("stop_token_ids"),
+                  "min_new_tokens": body.get("min_tokens", 0)}
+            q = eng.new_request(prompt, None, sp)
+            eng.submit(q)
+            details = v523 and bool(body.get("return_spec_tokens_details"))
+            if body.get("stream"):
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                return Stream(_sse_openai(eng, q, kind, include_usage, details))
+            while not q.done:
+                q.event.wait(0.5)
+                q.event.clear()
+            return _openai_result(eng, q, kind, details)
+
+        return handler
+
+    r.add("POST", "/v1/chat/completions", openai("chat"))
+    r.add("POST", "/v1/completions", openai("completion"))
+
+    def metrics(req: Request):
+        if not eng.args.enable_metrics:
+            return _err(404, "metrics are disabled (launch with --enable-metrics)")
+        return Response(200, None, text=eng.metrics(), content_type="text/plain; version=0.0.4")
+
+    r.add("GET", "/metrics", metrics)
+    return r
+
+
+def _chat_prompt(msgs: list) -> str:
+    parts = []
+    for m in msgs:
+        content = m.get("content") if isinstance(m, dict) else str(m)
+        if isinstance(content, list):
+            content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(f"<|start_header_id|>{m.get('role', 'user') if isinstance(m, dict) else 'user'}<|end_header_id|>\n\n{content or ''}<|eot_id|>")
+    return "".join(parts) + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def _result(eng: TwinEngine, q: EngineRequest, with_text: bool) -> dict:
+    out: dict = {}
+    if with_text:
+        out["text"] = q.text()
+    out["output_ids"] = q.ids()
+    out["meta_info"] = eng.meta_info(q, final=True)
+    return out
+
+
+def _sse(obj) -> str:
+    return "data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n"
+
+
+def _iter_counts(q: EngineRequest):
+    """Yield (completion count, final) once per decode iteration that produced tokens (sglang's stream_interval 1)."""
+    idx = 0
+    while True:
+        q.event.wait(0.5)
+        q.event.clear()
+        done = q.done
+        snaps = q.snapshots
+        end = len(snaps)
+        while idx < end:
+            n = snaps[idx]
+            idx += 1
+            if not (done and idx == end):
+                yield n, False
+        if done:
+            yield q.visible, True
+            return
+
+
+def _sse_generate(eng: TwinEngine, q: EngineRequest, with_text: bool):
+    sent_ids = 0
+    cumulative_ids = eng.version == "0.5.23" and not getattr(eng.args, "incremental_streaming_output", False)
+    incremental_text = eng.version == "0.5.23" and getattr(eng.args, "incremental_streaming_output", False)
+    sent_text = 0
+    try:
+        for n, final in _iter_counts(q):
+            ids = q.ids(n)
+            chunk: dict = {}
+            if with_text:
+                text = q.text() if final else decode(ids)
+                chunk["text"] = text[sent_text:] if incremental_text else text
+                sent_text = len(text)
+            chunk["output_ids"] = ids if cumulative_ids else ids[sent_ids:]
+            chunk["meta_info"] = eng.meta_info(q, final=final, completion=n)
+            sent_ids = n
+            yield _sse(chunk)
+        yield _sse("[DONE]")
+    except GeneratorExit:
+        if not q.done:
+            eng.abort(q)
+        raise
+
+
+def _finish_str(q: EngineRequest) -> str:
+    fr = q.sim.finish_reason or {}
+    return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr.get("type", ""), "stop")
+
+
+def _usage(q: EngineRequest) -> dict:
+    return {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible, "total_tokens": q.sim.prompt_tokens + q.visible,
+            "prompt_tokens_details": None, "reasoning_tokens": 0}
+
+
+def _spec_details(eng: TwinEngine, q: EngineRequest) -> dict:
+    meta = eng.meta_info(q, final=True)
+    return {k: v for k, v in meta.items() if k.startswith("spec_")}
+
+
+def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool) -> dict:
+    fr = q.sim.finish_reason or {}
+    matched = fr.get("matched") if fr.get("type") == "stop" else None
+    text = q.text()
+    if kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
+                  "logprobs": None, "finish_reason": _finish_str(q), "matched_stop": matched}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_str(q), "matched_stop": matched}
+        obj = "text_completion"
+    out = {"id": q.sim.rid, "object": obj, "created": int(time.time()), "model": eng.model_id, "choices": [choice],
+           "usage": _usage(q), "metadata": {"weight_version": "default"}}
+    if details:
+        out["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
+    return out
+
+
+def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: bool, details: bool):
+    sent_text = 0
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    created = int(time.time())
+    first = True
+    try:
+        for n, final in _iter_counts(q):
+            text = q.text() if final else decode(q.ids(n))
+            delta = text[sent_text:]
+            sent_text = len(text)
+            if kind == "chat":
+                d = {"role": "assistant", "content": delta} if first else {"content": delta}
+                choice = {"index": 0, "delta": d, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+            else:
+                choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+            chunk = {"id": q.sim.rid, "object": obj, "created": created, "model": eng.model_id, "choices": [choice]}
+            if final and details:
+                chunk["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
+            first = False
+            yield _sse(chunk)
+        if include_usage:
+            yield _sse({"id": q.sim.rid, "object": obj, "created": created, "model": eng.model_id, "choices": [], "usage": _usage(q)})
+        yield _sse("[DONE]")
+    except GeneratorExit:
+        if not q.done:
+            eng.abort(q)
+        raise
+
+
+# ---- launch ------------------------------------------------------------------------------------------------------
+def _sleep_twin(clock: ScaledClock, seconds: float, stop: threading.Event | None = None) -> None:
+    wall = clock.wall_seconds(seconds)
+    if stop is not None:
+        stop.wait(wall)
+    else:
+        time.sleep(wall)
+
+
+def main(argv: list[str]) -> int:
+    """Parse sglang flags, launch on the twin GPU, serve until SIGTERM; returns the exit code."""
+    version = ea.emulated_version(argv)
+    try:
+        parser = ea.build_parser(version)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        return 0
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 2)
+    try:
+        choice = ea.resolve_spec(args)
+        faults = ea.parse_faults(args, dict(os.environ))
+    except ea.SpecRejected as exc:
+        log(f"ValueError: {exc}", "ERROR")
+        return 1
+    for w in choice.warnings:
+        log(w, "WARNING")
+    cfg = choice.config
+    log(f"server_args: model_path={args.model_path} speculative={cfg} dtype={args.dtype} "
+        f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, sglang {version})")
+
+    engine_id = f"engine-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    link = DeviceLink(args.twin_gpu, engine_id)
+    try:
+        clock = ScaledClock.from_dict(link.get("/v1/clock"))
+        profile = profile_from_dict(link.get("/v1/profile"))
+        dev_info = link.get("/v1/info")
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
+        return 1
+
+    graph_bs = ea.cuda_graph_max_bs(args) or min(args.max_running_requests or 16, 16)
+    mem_fraction = args.mem_fraction_static if args.mem_fraction_static is not None else 0.65
+    phases = launch_seconds(profile, cfg, graph_bs)
+    scale = args.twin_launch_scale
+    t_launch0 = clock.now_ns()
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    log(f"Load weight begin. avail mem={dev_info.get('memory_total_mb', 0) / 1024:.2f} GB (twin GPU {dev_info.get('name')})")
+    _sleep_twin(clock, (phases["imports"] + phases["weights"]) * scale, stop)
+    if stop.is_set():
+        return 0
+    if not cfg.is_baseline and args.dtype == "auto":
+        log("Capture cuda graph failed: RuntimeError: expected mat1 and mat2 to have the same dtype, but got: "
+            "c10::BFloat16 != c10::Half (the EAGLE3 draft ships float16, the target bfloat16; pass --dtype float16)", "ERROR")
+        return 1
+    mem = memory_footprint_mb(profile, cfg, mem_fraction, graph_bs)
+    if not mem["kv_ok"]:
+        log("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            f"(static pool {mem['static_mb']:.0f} MB < weights {profile.memory.weights_mb:.0f} MB + minimum KV cache)", "ERROR")
+        return 1
+    want = mem["total_mb"] if "oom" not in faults else profile.device.memory_total_mb * 2
+    status, body = link.lease(want)
+    if status != 200:
+        free = body.get("error", {}).get("memory_free_mb", 0.0)
+        log("Capture cuda graph failed: torch.OutOfMemoryError: CUDA out of memory. "
+            f"Tried to allocate {max(want - mem['static_mb'], 0):.0f} MiB. GPU 0 has a total capacity of "
+            f"{profile.device.memory_total_mb / 1024:.2f} GiB of which {max(free, 0):.0f} MiB is free. "
+            "Possible solutions: reduce --mem-fraction-static, --cuda-graph-max-bs or --max-running-requests (twin)", "ERROR")
+        return 1
+    seed = args.twin_seed if args.twin_seed is not None else stable_hash("launch", dev_info.get("seed", 0), body.get("launch_seq", 0)) % (2**31)
+    link.start()
+    try:
+        log(f"Memory pool end. KV cache {mem['kv_cache_mb']:.0f} MB, buffers {mem['extra_mb']:.0f} MB, total {mem['total_mb']:.0f} MB")
+        if ea.oversized_tree(cfg):
+            _sleep_twin(clock, 2.0 * scale, stop)
+            log(f"Capture cuda graph failed: RuntimeError: selected index k out of range "
+                f"(speculative_num_draft_tokens - 1 = {cfg.draft_tokens - 1} > tree candidates)", "ERROR")
+            return 1
+        _sleep_twin(clock, phases["cuda_graphs"] * scale, stop)
+        if stop.is_set():
+            return 0
+        eng = TwinEngine(args, cfg, profile, clock, link, seed, faults, version, choice.warnings)
+        eng.memory = {**mem, "mem_fraction": mem_fraction}
+        try:
+            server = make_server(args.host, args.port, build_router(eng), server_header="sglang-twin")
+        except OSError as exc:
+            log(f"cannot bind {args.host}:{args.port}: {exc}", "ERROR")
+            return 1
+        sched = threading.Thread(target=eng.run_scheduler, name="scheduler", daemon=True)
+        sched.start()
+        http = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        http.start()
+        log(f"Uvicorn running on http://{args.host}:{args.port} (twin)")
+        warm = eng.new_request("The capital city of France is", None, {"max_new_tokens": 8, "temperature": 0}, rid="twin-warmup")
+        eng.submit(warm)
+        while not warm.done and not stop.is_set():
+            warm.event.wait(0.05)
+        eng.warmup_iters = eng.decoder.forward_ct
+        eng.launch_s = (clock.now_ns() - t_launch0) / 1e9
+        eng.status = "Up"
+        log(f"The server is fired up and ready to roll! (twin, launch {eng.launch_s:.1f} s on the twin clock)")
+        while not stop.wait(0.2):
+            if not sched.is_alive():
+                log("scheduler thread died", "ERROR")
+                return 1
+        eng.status = "Stopping"
+        eng.stop_event.set()
+        server.shutdown()
+        server.server_close()
+        return 0
+    finally:
+        link.stop()
+        link.release()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
