@@ -213,3 +213,68 @@ def test_hf_dataset_offline_fails_with_a_fix() -> None:
     with pytest.raises(DataError) as info:
         load_hf("SWE-bench/SWE-bench_Lite", "test")  # the suite runs offline (HF_DATASETS_OFFLINE=1)
     assert "--instances FILE" in (info.value.fix or "") and "--fixture" in (info.value.fix or "")
+
+
+def test_checkout_at_a_real_base_commit_and_missing_commit(fixture_instances: list[Instance], repos: Path) -> None:
+    head = subprocess.run(["git", "-C", str(repos / "astropy__astropy"), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    real = fixture_instances[0].model_copy(update={"base_commit": head, "fixture_kind": None})
+    checkout, why = find_checkout(repos, real)
+    assert checkout is not None and checkout.rev == head and why == "base_commit found"
+    missing = fixture_instances[0].model_copy(update={"fixture_kind": None})
+    checkout, why = find_checkout(repos, missing)
+    assert checkout is None and "not in" in why and "git fetch origin" in why
+
+
+def test_hints_only_when_asked(fixture_instances: list[Instance]) -> None:
+    inst = fixture_instances[0].model_copy(update={"hints_text": "Look at _stack."})
+    assert "<hints>" not in build_prompt(inst, None).text
+    assert "<hints>\nLook at _stack.\n</hints>" in build_prompt(inst, None, PromptSettings(include_hints=True)).text
+
+
+STANDIN_RUN_EVALUATION = '''
+"""Stand-in for swebench.harness.run_evaluation (test only): writes a 5.x run report and exits 0 like the real one
+does when image pulls fail. Empty patches go to empty_patch_ids, every other instance to error_ids."""
+import argparse, json, pathlib
+p = argparse.ArgumentParser()
+for a in ("--dataset_name", "--split", "--predictions_path", "--run_id", "--report_dir", "--max_workers"):
+    p.add_argument(a)
+p.add_argument("--instance_ids", nargs="+")
+a = p.parse_args()
+preds = [json.loads(l) for l in open(a.predictions_path) if l.strip()]
+empty = [x["instance_id"] for x in preds if not x["model_patch"]]
+err = [x["instance_id"] for x in preds if x["model_patch"]]
+report = {"submitted_ids": a.instance_ids, "completed_ids": [], "resolved_ids": [], "unresolved_ids": [],
+          "empty_patch_ids": empty, "error_ids": err, "infra_failure_ids": err, "schema_version": 2}
+out = pathlib.Path(a.report_dir)
+out.mkdir(parents=True, exist_ok=True)
+(out / f"{preds[0]['model_name_or_path']}.{a.run_id}.json").write_text(json.dumps(report))
+'''
+
+
+def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], tmp_path: Path) -> None:
+    pkg = tmp_path / "standin" / "swebench"
+    (pkg / "harness").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "5.0.2-standin"\n')
+    (pkg / "harness" / "__init__.py").write_text("")
+    (pkg / "harness" / "run_evaluation.py").write_text(STANDIN_RUN_EVALUATION)
+    evaluator = tmp_path / "evaluator-python"
+    evaluator.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
+    evaluator.chmod(0o755)
+    insts = [i.model_copy(update={"image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest", "eval_script": "#!/bin/bash\n"})
+             for i in fixture_instances]
+    rd = tmp_path / "run"
+    preds = rd / "predictions" / "chosen.jsonl"
+    preds.parent.mkdir(parents=True)
+    preds.write_text("".join(json.dumps(prediction(i.instance_id, "chosen", SpecConfig(3, 4, 8), SEPARABLE_FIX if n == 0 else None)) + "\n"
+                             for n, i in enumerate(insts)))
+    graded = ev.evaluate_config(run_dir=rd, config_name="chosen", run_id="r1", predictions_path=preds, instances=insts,
+                                evaluator_python=str(evaluator), timeout_s=60)
+    first, second = (graded[i.instance_id] for i in insts)
+    assert first["status"] == "infra_failure" and first["resolved"] is False  # exit code 0, yet not graded as done
+    assert second["status"] == "empty_patch"
+    assert first["evaluation_report_path"].endswith("energy-llms-swebench-chosen-3-4-8.r1_chosen.json")
+    assert "exit 0" in (rd / "logs" / "eval-chosen.log").read_text()
+    ok, why = ev.availability(insts, str(evaluator), runner=lambda argv, **_: subprocess.CompletedProcess(argv, 1, "", "no daemon")
+                              if argv[0] == "docker" else subprocess.run(argv, capture_output=True, text=True))
+    assert not ok and ("docker daemon not reachable: no daemon" in why or why == "docker CLI not found")
