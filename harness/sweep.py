@@ -56,6 +56,14 @@ class SweepOptions(BaseModel):
     draft_model_path: str | None = None
     twin_faults: list[str] = Field(default_factory=list)
     hardware: str | None = None
+    stream: bool | None = None
+    """Stream responses (published); None = stream on sglang, not on the twin (see ``stream_requests``)."""
+
+    @property
+    def stream_requests(self) -> bool:
+        """Streaming costs client CPU per token; on the twin at a time scale > 1 that cost is scaled too and
+        delays the end of the window far past the end of decoding, so the twin defaults to whole responses."""
+        return self.stream if self.stream is not None else self.engine == "sglang"
 
     @field_validator("mem_fractions")
     @classmethod
@@ -142,7 +150,8 @@ class SweepRunner:
         self.console = console
         self.store = RowStore(run_dir)
         self.settings = BenchSettings(output_tokens=opts.output_tokens, num_prompts=opts.num_prompts,
-                                      prompts=load_prompts(opts.prompts_file), request_timeout_s=opts.request_timeout_s)
+                                      prompts=load_prompts(opts.prompts_file), request_timeout_s=opts.request_timeout_s,
+                                      stream=opts.stream_requests)
         self.settle_kind, self.settle_value = parse_settle(opts.settle)
         self.cells = plan_cells(opts)
         self.run_id = manifest["run_id"]
@@ -318,7 +327,8 @@ class SweepRunner:
             sglang_version=self.opts.sglang_version,
             time_scale=self.world.clock.scale,
             power_limit_w=_num(self.world.power_limit_w),
-            extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per},
+            extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per,
+                    "stream": self.settings.stream},
         )
 
     def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:

@@ -97,6 +97,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         draft_model_path: Optional[str] = typer.Option(None, "--draft-model-path", help="EAGLE3 draft model"),
         hardware: Optional[str] = typer.Option(None, "--hardware", help="override the rows' hardware label"),
         plain: bool = typer.Option(False, "--plain", help="plain progress lines even on a terminal"),
+        stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="stream responses (default: on for sglang, off for the twin)"),
     ) -> None:
         """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
         import sys
@@ -139,7 +140,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 prompts_file=str(prompts) if prompts else None, request_timeout_s=request_timeout,
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
-                **base,
+                stream=stream, **base,
             )
         except ValidationError as exc:
             raise UsageError(f"invalid sweep options: {exc.errors()[0]['msg']}", fix="see harness sweep --help") from None

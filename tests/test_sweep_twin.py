@@ -1,0 +1,150 @@
+"""Real twin sweeps through the CLI: the ladder, faults as error rows, kill -9 and resume, launch per config."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from harness.rows import PUBLISHED_KEYS
+from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
+
+
+def rows_by_cell(run: Path) -> dict[str, dict]:
+    return {r["cell_id"]: r for r in read_lines(run / "rows.jsonl")}
+
+
+def assert_no_leftovers(run: Path) -> None:
+    manifest = json.loads((run / "manifest.json").read_text())
+    for session in manifest["sessions"]:
+        url = (session.get("world") or {}).get("twin_gpu_url")
+        if url:
+            deadline = time.monotonic() + 10
+            while processes_mentioning(url) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert processes_mentioning(url) == [], f"processes of {url} left behind"
+
+
+def test_sweep_ladder_error_row_and_recovered_row(tmp_path):
+    run = tmp_path / "run"
+    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,5:4:8,5:4:16", "--batch-sizes", "1,16",
+                    "--out", str(run), *FAST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = rows_by_cell(run)
+    assert len(rows) == 6 and len(read_lines(run / "rows.jsonl")) == 6
+    big = rows["r0-bs16-s5k4d16"]
+    assert big["error"].startswith("launch: ") and "memory" in big["error"] and "0.65, 0.55" in big["error"]
+    assert big["speed_tok_s"] is None and big["retry_mem_fraction"] is None
+    recovered = rows["r0-bs16-s5k4d8"]
+    assert recovered["error"] is None and recovered["retry_mem_fraction"] == 0.55 and recovered["speed_tok_s"] > 0
+    for cid, row in rows.items():
+        if cid != "r0-bs16-s5k4d16":
+            assert row["error"] is None and row["energy_joules"] > 0 and row["window_valid"], row
+            assert row["hardware"] == "twin:rtx4060-laptop" and row["speed_source"] == "step_time"
+            assert row["pre_gpu_temp_c"] is not None and row["gpu_temp_c"] is not None
+    assert [r["index"] for r in read_lines(run / "dataset.jsonl")] == list(range(6))
+    assert all(list(rec) == list(PUBLISHED_KEYS) for rec in read_lines(run / "dataset.jsonl"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["launches"] == 8  # 6 cells + 2 retries
+    assert manifest["git"]["commit"] and manifest["world"]["gpu"]["uuid"].startswith("GPU-twin")
+    assert manifest["power_limit_w"] == 80.0 and manifest["argv"][:2] == ["harness", "sweep"]
+    assert (run / "logs" / "r0-bs16-s5k4d16.mf0.55.log").exists()
+    assert "sweep summary" in r.stdout and "1 recovered" in r.stdout
+    v = run_harness("dataset", "validate", str(run), "--subset")
+    assert v.returncode == 0, v.stdout + v.stderr
+    s = run_harness("status", str(run))
+    assert s.returncode == 0 and "6 / 6 done" in s.stdout
+    assert_no_leftovers(run)
+
+
+def test_faults_become_error_rows_and_the_sweep_goes_on(tmp_path):
+    run = tmp_path / "run"
+    faults = ["oom@1/0:0:0", "http500@1/3:4:8", "crash@2/0:0:0", "runaway@2/3:4:8"]
+    args = [a for f in faults for a in ("--twin-fault", f)]
+    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,1:1:2,3:4:8", "--batch-sizes", "1,2",
+                    "--request-timeout", "3", "--mem-fractions", "0.65", "--out", str(run), *args, *FAST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = rows_by_cell(run)
+    assert len(rows) == 6
+    assert rows["r0-bs1-s0k0d0"]["error"].startswith("launch: ") and "memory" in rows["r0-bs1-s0k0d0"]["error"]
+    assert rows["r0-bs1-s3k4d8"]["error"].startswith("http: HTTP 500")
+    assert rows["r0-bs2-s0k0d0"]["error"].startswith("crash: engine exited")
+    assert rows["r0-bs2-s3k4d8"]["error"].startswith("timeout: ") and "--request-timeout 3" in rows["r0-bs2-s3k4d8"]["error"]
+    for cid in ("r0-bs1-s1k1d2", "r0-bs2-s1k1d2"):
+        assert rows[cid]["error"] is None and rows[cid]["speed_tok_s"] > 0
+    assert_no_leftovers(run)
+
+
+def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
+    run = tmp_path / "run"
+    grid = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2,4", "--repeats", "2"]
+    rng = random.Random(20261202)
+    first = True
+    for k in range(5):
+        cmd = harness_cmd("sweep", "--engine", "twin", *grid, "--out", str(run), *FAST) if first else \
+            harness_cmd("sweep", "--resume", str(run), "--plain")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "COLUMNS": "200"})
+        try:
+            time.sleep(rng.uniform(1.5, 5.0))
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        first = False
+        if not (run / "manifest.json").exists():
+            first = True  # killed before the run folder existed: start it again
+            continue
+        assert_no_leftovers(run)
+        if k == 2 and (run / "rows.jsonl").exists():  # simulate a write torn by the kill
+            with open(run / "rows.jsonl", "ab") as f:
+                f.write(b'{"hardware":"twin:rtx4060-laptop","index":3,"repe')
+    r = run_harness("sweep", "--resume", str(run), "--plain", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    native = read_lines(run / "rows.jsonl")
+    published = read_lines(run / "dataset.jsonl")
+    counts = Counter(row["cell_id"] for row in native)
+    assert len(counts) == 12 and set(counts.values()) == {1}, counts
+    assert sorted(row["index"] for row in published) == list(range(12))
+    assert [p["index"] for p in published] == [n["index"] for n in native]
+    assert all(row["error"] is None for row in native), [row["error"] for row in native if row["error"]]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and len(manifest["sessions"]) >= 2
+    assert_no_leftovers(run)
+
+
+def test_launch_per_config_uses_fewer_launches(tmp_path):
+    run = tmp_path / "run"
+    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,4", "--launch-per",
+                    "config", "--out", str(run), *FAST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = rows_by_cell(run)
+    assert len(rows) == 4 and all(row["error"] is None for row in rows.values())
+    assert json.loads((run / "manifest.json").read_text())["launches"] == 2
+    for row in rows.values():
+        assert row["engine"]["identity"]["launch_batch_size"] == 4 and row["step_time_s"] > 0
+
+
+def test_sigterm_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(harness_cmd("sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2",
+                                        "--out", str(run), *FAST), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "rows.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err and "--resume" in err, err
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+    read_lines(run / "rows.jsonl")
+    assert_no_leftovers(run)
