@@ -141,3 +141,11 @@ def test_step_edge_model_recovers_a_load_step_between_samples():
     assert w.edge_model == "step" and w.energy_j == pytest.approx(220.0)
     lin = compute_window(s, ns(1.3), ns(3.5), 1.0, edge_model="linear")
     assert lin.energy_j == pytest.approx(233.0 - (10.0 + 0.3 * 73.0))  # linear books 30 % of the step interval early
+
+
+def test_edge_sample_without_counter_uses_the_next_counter_reading():
+    s = constant(50.0, 0.0, 5.0)
+    s[10] = s[10].model_copy(update={"energy_mj": None, "errors": ["nvml energy: GPU is lost"]})  # the sample at 1.0 s
+    w = compute_window(s, ns(1.05), ns(3.0), 0.1)
+    assert w.energy_j == pytest.approx(50.0 * 1.95) and w.energy_method == "counter"
+    assert "probe_errors" in w.reasons

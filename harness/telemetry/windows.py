@@ -297,8 +297,16 @@ def compute_window(
     uuids = {s.uuid for s in bracket if s.uuid is not None}
     if len(uuids) > 1:
         reasons.append(UUID_CHANGE)
-    counter = [(s.t_wall_ns, s.energy_mj / 1e3, s.power_w, float(s.device_ns if s.device_ns is not None else s.t_wall_ns))
-               for s in bracket if s.energy_mj is not None]  # fmt: skip
+    # Counter points: normally the bracket's; when an edge sample lost its counter read (power only), the nearest
+    # counter reading beyond it is used instead (the failed read is flagged as probe_errors anyway).
+    all_counter = [(s.t_wall_ns, s.energy_mj / 1e3, s.power_w, float(s.device_ns if s.device_ns is not None else s.t_wall_ns))
+                   for s in samples if s.kind == "sample" and s.energy_mj is not None]  # fmt: skip
+    cw = [c[0] for c in all_counter]
+    j0, j1 = bisect_right(cw, start_ns) - 1, bisect_left(cw, end_ns)
+    if bracket and j0 >= 0 and j1 < len(all_counter):
+        counter = all_counter[min(j0, bisect_left(cw, bracket[0].t_wall_ns)) : max(j1, bisect_right(cw, bracket[-1].t_wall_ns) - 1) + 1]
+    else:
+        counter = [c for c in all_counter if bracket and bracket[0].t_wall_ns <= c[0] <= bracket[-1].t_wall_ns]
     if any(b[1] < a[1] for a, b in zip(counter, counter[1:])):
         reasons.append(COUNTER_RESET)
     if clock_bad:
