@@ -56,3 +56,21 @@ def test_resume_writes_gap_and_reloads_history(tmp_path: Path):
     assert early.valid and abs(early.energy_j - 100.0) < 1e-6
     across = b.window(base + 2_000_000_000, base + 71_000_000_000, 0.1)
     assert {"gap_over_3_periods", "sampler_restart"} <= set(across.reasons)
+
+
+def test_old_windows_are_read_back_from_the_log(tmp_path: Path):
+    base = wall_ns() - 3_600_000_000_000  # an hour ago
+    store = SampleStore(tmp_path, retention_s=1e12, max_records=200)
+    store.open("r", {})
+    _fill(store, 3000, base=base)  # 300 s at 10 Hz; the ring keeps the last ~200 records
+    assert len(store) <= 226 and store.trimmed
+    w = store.window(base + 12_340_000_000, base + 57_000_000_000, 0.1)
+    assert w.valid, w.reasons
+    assert abs(w.energy_j - 50.0 * (57.0 - 12.34)) < 1e-6 and w.sample_count >= 440
+    recent = store.window(base + 295_000_000_000, base + 298_000_000_000, 0.1)
+    assert recent.valid and abs(recent.energy_j - 150.0) < 1e-6
+    store.close()
+    none = SampleStore(None, retention_s=1e12, max_records=200)
+    none.open("r", {})
+    _fill(none, 300, base=base)
+    assert "outside_retention" in none.window(base + 1_000_000_000, base + 2_000_000_000, 0.1).reasons

@@ -176,8 +176,9 @@ class InProcessSampler:
     def snapshot(self) -> GpuSample | None:
         return self.core.latest()
 
-    def window(self, start_ns: int, end_ns: int, edge_model: str = "step") -> WindowStats:
-        return self.core.window(start_ns, end_ns, wait_s=self.wait_s, edge_model=edge_model)
+    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str = "step") -> WindowStats:
+        """Waits up to ``wait_s`` (default ``self.wait_s``) for a sample after ``end_ns``, then aggregates."""
+        return self.core.window(start_ns, end_ns, wait_s=self.wait_s if wait_s is None else wait_s, edge_model=edge_model)
 
     def identity(self) -> dict[str, Any]:
         return {**self.core.identity(), "sampler": "in-process", "rate_hz": self.core.rate_hz}

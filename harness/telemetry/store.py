@@ -24,6 +24,7 @@ from harness.timeutil import mono_ns, wall_ns
 LOG_NAME = "samples.jsonl"
 MARKS_NAME = "marks.jsonl"
 FSYNC_INTERVAL_NS = 1_000_000_000
+LOG_MARGIN_NS = 10_000_000_000  # read this much log beyond each edge of an old window
 MAX_RECORDS = 40_000
 _TAIL_BYTES_PER_RECORD = 900
 _ALL_FIELDS = set(GpuSample.model_fields)  # one shared fields-set for every stored record (saves ~2 KB each)
@@ -183,11 +184,16 @@ class SampleStore:
                 i1 += 1
             chunk = recs[max(0, i0 - 2) : i1 + 3]
             oldest = walls[0] if walls else None
+        from_log = False
+        if self.trimmed and oldest is not None and start_ns < oldest and self.log_dir is not None:
+            margin = max(LOG_MARGIN_NS, int(10 * period_s * 1e9))
+            chunk = scan_log(self.log_dir / LOG_NAME, start_ns - margin, end_ns + margin)
+            from_log = True
         samples = [r for r in chunk if r.kind == "sample"]
         samples.sort(key=lambda r: r.t_wall_ns)
         restarts = [r.t_wall_ns for r in chunk if r.kind == "gap"]
         stats = compute_window(samples, start_ns, end_ns, period_s, restarts_ns=restarts, edge_model=edge_model)
-        if self.trimmed and oldest is not None and start_ns < oldest:
+        if self.trimmed and oldest is not None and start_ns < oldest and not from_log:
             stats.reasons.append(OUTSIDE_RETENTION)
             stats.valid = False
         return stats
@@ -217,3 +223,51 @@ def _read_tail(path: Path, max_bytes: int) -> list[GpuSample]:
         except ValueError:
             continue
     return out
+
+
+def _wall_of(line: bytes) -> int | None:
+    try:
+        return int(json.loads(line)["t_wall_ns"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def scan_log(path: Path, lo_ns: int, hi_ns: int) -> list[GpuSample]:
+    """Records of a log with ``lo_ns <= t_wall_ns <= hi_ns``: binary search on byte offsets, then a forward read.
+
+    For windows older than the ring. Unparsable lines (a torn tail being written) are skipped.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        lo, hi = 0, size  # find the first line start whose record is at or after lo_ns
+        while hi - lo > 4096:
+            mid = (lo + hi) // 2
+            f.seek(mid)
+            f.readline()  # to the next line start
+            pos = f.tell()
+            line = f.readline()
+            w = _wall_of(line) if line else None
+            if w is None or w >= lo_ns:
+                hi = mid
+            else:
+                lo = pos
+        f.seek(lo)
+        if lo:
+            f.seek(lo - 1)
+            if f.read(1) != b"\n":
+                f.readline()
+        out: list[GpuSample] = []
+        for line in f:
+            try:
+                rec = GpuSample.model_validate(json.loads(line))
+            except ValueError:
+                continue
+            if rec.t_wall_ns > hi_ns:
+                break
+            if rec.t_wall_ns >= lo_ns:
+                out.append(_compact(rec))
+        return out
