@@ -22,8 +22,18 @@ def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*HARNESS, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+_CACHE: dict[str, object] = {}  # this module is imported once per session, so fixtures imported into several test
+# modules (each a separate fixture definition to pytest) still build their data only once.
+
+
 @pytest.fixture(scope="session")
 def synthetic_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    if "files" not in _CACHE:
+        _CACHE["files"] = _write_synthetic(tmp_path_factory)
+    return _CACHE["files"]  # type: ignore[return-value]
+
+
+def _write_synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("synthetic")
     recs = synthetic_records(seed=0)
     write_jsonl_atomic(d / "rows.jsonl", recs)
@@ -33,8 +43,11 @@ def synthetic_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
 
 @pytest.fixture(scope="session")
 def trained_models(synthetic_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``harness train`` of all eight on the published-layout synthetic dataset (one real CLI process)."""
+    """``harness train`` of all eight on the published-layout synthetic dataset (one real CLI process per session)."""
+    if "models" in _CACHE:
+        return _CACHE["models"]  # type: ignore[return-value]
     out = tmp_path_factory.mktemp("models")
     r = harness("train", "--dataset", str(synthetic_files["dataset"]), "--out", str(out), "--seed", "0")
     assert r.returncode == 0, r.stderr + r.stdout
+    _CACHE["models"] = out
     return out
