@@ -1,23 +1,13 @@
-"""Shared helpers for telemetry tests: a scripted probe with an exact energy counter, process fixtures, free ports."""
+"""Shared helpers for telemetry tests: a scripted probe with an exact energy counter, synthetic samples, free ports."""
 
 from __future__ import annotations
 
 import math
-import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from harness.telemetry.windows import STATE_FIELDS, GpuSample
-
-REPO = Path(__file__).resolve().parents[1]
-PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -55,7 +45,6 @@ class ScriptedProbe:
         self.delay_s = 0.0
         self.error: str | None = None
         self.counter_offset_j = 0.0
-        self.lock = threading.Lock()
         self.reads = 0
 
     def device_s(self, mono: int) -> float:
@@ -103,56 +92,3 @@ def mk_sample(seq: int, t_s: float, energy_j: float | None, power_w: float | Non
 
 def ns(t_s: float) -> int:
     return 10**18 + int(round(t_s * 1e9))
-
-
-class Proc:
-    """A child process that is terminated, then killed, by PID on exit."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> None:
-        self.log = log
-        out = open(log, "ab") if log else subprocess.DEVNULL
-        self.p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=REPO)
-        if log:
-            out.close()  # type: ignore[union-attr]
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def kill9(self) -> None:
-        if self.p.poll() is None:
-            os.kill(self.p.pid, signal.SIGKILL)
-        self.p.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=5)
-
-    def __enter__(self) -> "Proc":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def wait_http(url: str, timeout_s: float = 20.0, proc: Proc | None = None) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.p.poll() is not None:
-            tail = proc.log.read_text()[-2000:] if proc.log and proc.log.exists() else ""
-            raise RuntimeError(f"process exited with {proc.p.returncode} before {url} answered:\n{tail}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s ({last})")
