@@ -616,7 +616,8 @@ def server_stats(server: Any) -> dict[str, Any]:
 def warm_up(server: Any) -> dict[str, Any]:
     """The published pilot warm-up: one short deterministic request."""
     t0 = time.monotonic()
-    res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0, ignore_eos=False)
+    res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0, ignore_eos=False,
+                                 rid=f"pilot-warmup-{mono_ns()}")
     return {"warmup_s": time.monotonic() - t0, "warmup_completion_tokens": getattr(res, "completion_tokens", None)}
 
 

@@ -22,10 +22,10 @@ PUBLISHED_RECORD_KEYS = ("model_elapsed_s", "output_tokens_per_s", "prompt_token
                          "avg_power_watts", "joules_per_output_token", "gpu_metrics_before", "gpu_metrics_after")
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a harness command in its own process group; on timeout end that group (our own processes only)."""
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**os.environ, "COLUMNS": "200"})
+                            text=True, start_new_session=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -151,3 +151,22 @@ def test_rows_have_pilot_semantics_and_merge_after_the_grid(run_dir: tuple[Path,
     out = read_jsonl(merged)
     assert [r["index"] for r in out] == list(range(7))
     assert [r["speed_source"] for r in out[1:]] == ["swebench_pilot"] * 6
+
+
+def test_a_server_crash_mid_request_is_recorded_and_fails_the_run(tmp_path: Path) -> None:
+    """The twin engine's `crash` fault kills the server mid-request: the trial is a request_error with its window,
+    the run still writes every output, and the command exits non-zero (4: service unavailable)."""
+    rd = tmp_path / "crash"
+    res = _run(["pilot", "--suite", "swebench", "--fixture", "--time-scale", "20", "--configs", "no_spec", "--limit", "1",
+                "--out", str(rd)], timeout=200, env={"TWIN_FAULT": "crash"})
+    assert res.returncode == 4, res.stderr
+    assert "no SWE-bench request completed" in res.stderr
+    (rec,) = read_jsonl(rd / "telemetry" / "no_spec.jsonl")
+    assert rec["status"] == "request_error" and rec["error_type"] == "EngineRequestError"
+    assert rec["patch_status"] == "request_failed" and rec["completion_tokens"] is None
+    assert rec["window_valid"] is True and rec["energy_joules"] > 0  # the energy spent before the crash is kept
+    (row,) = [from_native(r) for r in read_jsonl(rd / "dataset_rows.jsonl")]
+    assert row.error.startswith("agentic_pilot_trace: ") and "(request_error)" in row.error
+    assert row.total_output_tokens is None and row.speed_tok_s is None
+    assert json.loads((rd / "manifest.json").read_text())["status"] == "completed"
+    assert read_jsonl(rd / "predictions" / "no_spec.jsonl")[0]["model_patch"] == ""

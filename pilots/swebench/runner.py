@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.errors import ServiceUnavailableError
 from harness.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.timeutil import to_iso, wall_ns
 from pilots.common import (
@@ -213,6 +214,11 @@ def run(options: PilotOptions, extra: SwebenchOptions | None = None) -> PilotRes
     runner = PilotRunner(options, suite_meta=suite_meta, console=console)
     result = runner.run(per_config, finalize=lambda r: _finalize(r, instances, options, sw))
     _print_summary(result, pilot_console())
+    if result.trials and not any(t.status == "completed" for t in result.trials):
+        raise ServiceUnavailableError(
+            f"no SWE-bench request completed ({result.trials[0].record.get('error')})",
+            fix=f"see the server logs under {run_dir / 'logs'}; every output so far is in {run_dir}",
+        )
     return result
 
 
