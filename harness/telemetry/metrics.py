@@ -76,6 +76,8 @@ def render_metrics(core: "SamplerCore") -> str:
     metric("sampler_samples_total", "counter", "Samples taken by this process.", [("", core.samples_total)])
     metric("sampler_error_samples_total", "counter", "Samples that recorded at least one probe error.", [("", core.error_samples_total)])
     metric("sampler_errors_total", "counter", "Probe errors recorded.", [("", core.errors_total)])
+    metric("sampler_log_write_errors_total", "counter", "Records that could not be written to the log.", [("", core.store.log_errors_total)])
+    metric("sampler_loop_errors_total", "counter", "Loop iterations that failed outside the probe.", [("", core.loop_errors_total)])
     metric("sampler_loop_overruns_total", "counter", "Ticks skipped because a sample ended past the next deadline.", [("", core.overruns_total)])
     metric("sampler_last_sample_timestamp_seconds", "gauge", "Wall time of the last sample taken.",
            [("", core.last_sample_wall_ns / 1e9 if core.last_sample_wall_ns is not None else None)])  # fmt: skip

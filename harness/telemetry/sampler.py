@@ -36,6 +36,8 @@ class SamplerCore:
         self.errors_total = 0
         self.error_samples_total = 0
         self.overruns_total = 0
+        self.loop_errors_total = 0
+        self.last_loop_error: str | None = None
         self.last_sample_wall_ns: int | None = None
         self.last_latency_ms: float | None = None
         self.started_wall_ns = wall_ns()
@@ -70,7 +72,11 @@ class SamplerCore:
                 if self._stop.wait((deadline - now) / 1e9):
                     break
                 continue
-            self.sample_once()
+            try:
+                self.sample_once()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any bug in one iteration
+                self.loop_errors_total += 1
+                self.last_loop_error = f"{type(exc).__name__}: {exc}"
             deadline += period_ns
             now = mono_ns()
             if now >= deadline:  # overran: skip the missed ticks, keep the grid
@@ -148,6 +154,10 @@ class SamplerCore:
             "started_wall_ns": self.started_wall_ns,
             "log_dir": str(self.store.log_dir) if self.store.log_dir else None,
             "previous_run": self.store.previous_run,
+            "log_errors_total": self.store.log_errors_total,
+            "last_log_error": self.store.last_log_error,
+            "loop_errors_total": self.loop_errors_total,
+            "last_loop_error": self.last_loop_error,
             "gpu": self.identity(),
         }
 

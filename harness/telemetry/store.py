@@ -57,6 +57,8 @@ class SampleStore:
         self._marks: JsonlAppender | None = None
         self._next_seq = 0
         self.trimmed = False
+        self.log_errors_total = 0
+        self.last_log_error: str | None = None
         self.previous_run: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -114,11 +116,15 @@ class SampleStore:
             if rec.seq != self._next_seq:
                 raise ValueError(f"seq {rec.seq} out of order (expected {self._next_seq})")
             if self._log is not None:
-                self._log.append(rec.to_record())
-                now = mono_ns()
-                if self._sync_fd is not None and now - self._last_fsync_ns >= FSYNC_INTERVAL_NS:
-                    os.fsync(self._sync_fd)
-                    self._last_fsync_ns = now
+                try:
+                    self._log.append(rec.to_record())
+                    now = mono_ns()
+                    if self._sync_fd is not None and now - self._last_fsync_ns >= FSYNC_INTERVAL_NS:
+                        os.fsync(self._sync_fd)
+                        self._last_fsync_ns = now
+                except OSError as exc:  # disk full, I/O error: keep sampling into the ring, count and report it
+                    self.log_errors_total += 1
+                    self.last_log_error = f"{type(exc).__name__}: {exc}"
             self._next_seq += 1
             self._records.append(_compact(rec))
             self._walls.append(rec.t_wall_ns)
