@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import MissingFileError, UsageError
+from harness.jsonl import read_jsonl
 from harness.grid import SpecConfig
 from pilots.swebench import evaluate as ev
 from pilots.swebench.checkout import build_fixture_repo, find_checkout
@@ -278,3 +279,26 @@ def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[I
     ok, why = ev.availability(insts, str(evaluator), runner=lambda argv, **_: subprocess.CompletedProcess(argv, 1, "", "no daemon")
                               if argv[0] == "docker" else subprocess.run(argv, capture_output=True, text=True))
     assert not ok and ("docker daemon not reachable: no daemon" in why or why == "docker CLI not found")
+
+
+def test_gold_smoke_failure_blocks_grading(fixture_instances: list[Instance], tmp_path: Path) -> None:
+    from pilots.common import PilotOptions
+    from pilots.swebench.runner import SwebenchOptions, _gold_smoke
+
+    pkg = tmp_path / "standin" / "swebench"
+    (pkg / "harness").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "5.0.2-standin"\n')
+    (pkg / "harness" / "__init__.py").write_text("")
+    (pkg / "harness" / "run_evaluation.py").write_text(STANDIN_RUN_EVALUATION)
+    evaluator = tmp_path / "evaluator-python"
+    evaluator.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
+    evaluator.chmod(0o755)
+    options = PilotOptions(suite="swebench", out=tmp_path / "run")
+    sw = SwebenchOptions(evaluator_python=str(evaluator))
+    ok, why = _gold_smoke(tmp_path / "run", fixture_instances, options, sw)
+    assert ok and "no gold patch" in why
+    with_gold = [i.model_copy(update={"patch": SEPARABLE_FIX}) for i in fixture_instances]
+    ok, why = _gold_smoke(tmp_path / "run", with_gold, options, sw)
+    assert not ok and why.startswith("gold smoke run did not resolve astropy__astropy-12907 (infra_failure)")
+    gold = read_jsonl(tmp_path / "run" / "predictions" / "gold.jsonl")
+    assert [g["model_name_or_path"] for g in gold] == ["gold", "gold"] and gold[0]["model_patch"] == SEPARABLE_FIX

@@ -58,6 +58,7 @@ class SwebenchOptions(BaseModel):
     chat_template: Literal["llama3", "none"] = Field(default="llama3", description="prompt wrapping for /generate")
     evaluate: bool = Field(default=True, description="grade with swebench when Docker and images are available")
     evaluator_python: str | None = Field(default=None, description="python with swebench 5.x installed")
+    gold_smoke: bool = Field(default=True, description="grade the gold patches first; skip grading if they fail")
 
 
 SUITE_OPTIONS = SwebenchOptions
@@ -236,6 +237,10 @@ def _finalize(result: PilotResult, instances: list[Instance], options: PilotOpti
     else:
         ok, why = ev.availability(instances, sw.evaluator_python)
         reason = "" if ok else f"not evaluated: {why}"
+        if ok and sw.gold_smoke:
+            ok, why = _gold_smoke(rd, instances, options, sw)
+            reason = "" if ok else f"not evaluated: {why}"
+            result.manifest.setdefault("suite_meta", {})["gold_smoke"] = why or "all gold patches resolved"
     grades: dict[str, dict[str, dict[str, Any]]] = {}
     for oc in result.outcomes:
         if ok and oc.trials:
@@ -283,6 +288,21 @@ def _finalize(result: PilotResult, instances: list[Instance], options: PilotOpti
         "configs": configs,
     })
     result.manifest.setdefault("suite_meta", {})["evaluation"] = reason or "graded"
+
+
+def _gold_smoke(rd: Path, instances: list[Instance], options: PilotOptions, sw: SwebenchOptions) -> tuple[bool, str]:
+    """Grade the instances' gold patches first (as the published pilot did); graded from the report's id lists."""
+    if not all(i.patch for i in instances):
+        return True, "gold smoke skipped: instances carry no gold patch"
+    path = rd / "predictions" / "gold.jsonl"
+    write_jsonl_atomic(path, [{"instance_id": i.instance_id, "model_name_or_path": "gold", "model_patch": i.patch}
+                              for i in instances])
+    grades = ev.evaluate_config(run_dir=rd, config_name="gold_smoke", run_id=options.run_id, predictions_path=path,
+                                instances=instances, evaluator_python=sw.evaluator_python)
+    bad = {iid: g.get("status") for iid, g in grades.items() if not g.get("resolved")}
+    if bad:
+        return False, "gold smoke run did not resolve " + ", ".join(f"{k} ({v})" for k, v in bad.items())
+    return True, ""
 
 
 def _print_summary(result: PilotResult, console: Any) -> None:
