@@ -159,6 +159,7 @@ class SamplerCore:
             "loop_errors_total": self.loop_errors_total,
             "last_loop_error": self.last_loop_error,
             "gpu": self.identity(),
+            "time_namespace_offsets": _timens_offsets(),
         }
 
     def mark(self, name: str, client_wall_ns: int | None) -> dict[str, Any]:
@@ -173,6 +174,15 @@ class SamplerCore:
         }
         self.store.add_mark(mark)
         return mark
+
+
+def _timens_offsets() -> str | None:
+    """This process's time-namespace offsets (Linux); non-zero monotonic offsets mean its CLOCK_MONOTONIC differs
+    from the host's, so monotonic stamps from another namespace are not comparable (wall stamps still are)."""
+    try:
+        return Path("/proc/self/timens_offsets").read_text().strip() or None
+    except OSError:
+        return None
 
 
 class InProcessSampler:
