@@ -213,9 +213,3 @@ def train(
     write_json_atomic(out / TRAIN_FILE, summary.model_dump())
     return summary
 
-
-def check_actions(scores: np.ndarray) -> np.ndarray:
-    """Validate a (n, 19) score array (used by tests and loaders)."""
-    if scores.ndim != 2 or scores.shape[1] != N_ACTIONS:
-        raise DataError(f"scores must be (n, {N_ACTIONS}), got {scores.shape}", fix="a policy scores all 19 actions")
-    return scores
