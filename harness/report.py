@@ -157,23 +157,34 @@ def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
 
 
 def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = None) -> Table:
-    """One compact table for the end of a sweep: per batch size baseline, reference, best in band, the band."""
+    """One compact table for the end of a sweep: per batch size baseline, reference, best in band, the band.
+
+    Speeds are tok/s per sequence (means over repeats) with their ratio to the baseline; u = avg power / limit.
+    """
+    from rich import box
+
     limit, _ = power_limit_of(rows, None, power_limit_w)
-    t = Table(title=f"sweep summary (energy band {BAND[0]:.2f}-{BAND[1]:.2f} of {limit:g} W)", title_justify="left")
-    for col in ("bs", "baseline tok/s", "reference (3,4,8)", "best in band", "in band", "errors"):
-        t.add_column(col, justify="left" if col in ("best in band",) else "right")
+    t = Table(title=f"sweep summary (tok/s, x baseline; u = W/{limit:g}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for col, just in (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
+                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+
+    def speed(c: CellSummary | None, base: CellSummary | None) -> str:
+        return "-" if c is None or c.speed_tok_s is None else f"{c.speed_tok_s:.1f} {_vs(c, base)}"
+
     for s in summarize(rows, limit):
-        ref = "-" if not s.reference else f"{_fmt(s.reference.speed_tok_s, '.1f')} ({_vs(s.reference, s.baseline)}, u={_fmt(s.reference.utilization, '.2f')})"
-        if s.best_in_band:
-            b = s.best_in_band
-            best = f"{SpecConfig(*b.config)} {_fmt(b.speed_tok_s, '.1f')} ({_vs(b, s.baseline)}, u={_fmt(b.utilization, '.2f')})"
-        elif s.closest_to_band:
+        ref, b = s.reference, s.best_in_band
+        if b is not None:
+            best = [str(SpecConfig(*b.config)), speed(b, s.baseline), _fmt(b.utilization, ".2f")]
+        elif s.closest_to_band is not None:
             c = s.closest_to_band
-            best = f"[dim]none; closest {SpecConfig(*c.config)} u={_fmt(c.utilization, '.2f')}[/]"
+            best = ["[dim]none[/]", f"[dim]~{SpecConfig(*c.config)}[/]", _fmt(c.utilization, ".2f")]
         else:
-            best = "[dim]none[/]"
-        t.add_row(str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), ref, best,
-                  str(len(s.in_band)), str(s.n_error_rows))
+            best = ["[dim]none[/]", "-", "-"]
+        t.add_row(str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
+                  _fmt(ref.utilization if ref else None, ".2f"), *best, str(len(s.in_band)), str(s.n_error_rows))
+    t.caption = "n: configs inside the band (~: the closest when none is); err: error rows"
     return t
 
 
