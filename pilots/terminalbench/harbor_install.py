@@ -2,8 +2,8 @@
 
 Harbor needs Python >= 3.12 and is never imported by the harness; it runs as a subprocess from its own venv
 (default ``<project>/.harbor-venv``, made by ``harness pilot setup --suite terminalbench``) or from ``--harbor-bin`` /
-env ``HARBOR_BIN``. Every Harbor process gets ``HARBOR_TELEMETRY=0``, ``LITELLM_LOCAL_MODEL_COST_MAP=True`` and a
-placeholder ``OPENAI_API_KEY`` (see ``harbor_environ``).
+env ``HARBOR_BIN``. Every Harbor process gets ``HARBOR_TELEMETRY=0``, ``LITELLM_LOCAL_MODEL_COST_MAP=True``, a placeholder
+``OPENAI_API_KEY`` and, unless already set, ``HF_HUB_OFFLINE=1`` (see ``harbor_environ``).
 """
 
 from __future__ import annotations
@@ -131,6 +131,9 @@ def harbor_environ(base: dict[str, str] | None = None, *, tz: str | None = None)
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     env["OPENAI_API_KEY"] = PLACEHOLDER_API_KEY
     env["PYTHONPATH"] = os.pathsep.join([str(SANDBOX_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    # litellm's token counter loads a Hugging Face tokenizer for llama-named models (Xenova/llama-3-tokenizer); offline
+    # that costs ~25 s of hub timeouts inside the first trial's measured window. Offline unless the caller says so.
+    env.setdefault("HF_HUB_OFFLINE", "1")
     env.pop("VIRTUAL_ENV", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if tz is not None:
