@@ -671,6 +671,7 @@ def export(rows: Sequence[SweepRow], fmt: ExportFormat, out_dir: str | Path, *, 
             else:
                 import datasets
 
+                datasets.disable_progress_bars()
                 datasets.Dataset(table).save_to_disk(str(tmp))
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
