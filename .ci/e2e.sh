@@ -75,8 +75,8 @@ install_tools() {
   command -v docker >/dev/null || need+=(docker.io)
   if [ "${#need[@]}" -gt 0 ]; then
     log "apt-get install ${need[*]}"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=180 update -qq
+    apt-get -o DPkg::Lock::Timeout=180 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
   if ! docker compose version >/dev/null 2>&1; then
     install_compose_v2
@@ -97,7 +97,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
   local opts=(-o "Dir::Etc::SourceList=$state/trixie.sources" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$state/lists" -o "Dir::Cache::archives=$state/archives"
-    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root)
   log "Compose v2 from $mirror trixie (separate apt state in $state)"
   apt-get "${opts[@]}" update -qq
   (cd "$state/archives" && apt-get "${opts[@]}" download docker-compose >/dev/null)
@@ -111,6 +111,8 @@ EOF
 start_daemon() {
   TMP="$(mktemp -d /tmp/harness-e2e.XXXXXX)"
   mkdir -p "$E2E_DATA_ROOT" "$TMP/exec" "$TMP/docker-config"
+  exec 9>"$E2E_DATA_ROOT.lock"   # one daemon per data-root: a concurrent run waits, then fails clearly
+  flock -w 600 9 || die "another e2e run holds $E2E_DATA_ROOT.lock"
   export DOCKER_HOST="unix://$TMP/docker.sock"
   export DOCKER_CONFIG="$TMP/docker-config"   # no user config, no credentials
   # Host networking only: no bridge, no iptables or ip_forward changes on this machine. A dead proxy makes any
@@ -235,7 +237,6 @@ build_images() {
   timeout 600 docker compose "${COMPOSE_ARGS[@]}" --profile jobs build "${services[@]}" >"$TMP/build.log" 2>&1 \
     || { tail -n 40 "$TMP/build.log" >&2; die "docker compose build failed (log above)"; }
   docker image prune -f >/dev/null                            # superseded tags from earlier reruns
-  docker builder prune -f --keep-storage 4gb >/dev/null 2>&1 || log "builder prune not supported: cache kept"
   docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^eagle-harness:|^harness-e2e/' | sed 's/^/  /'
 }
 
@@ -315,6 +316,8 @@ lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be vali
 tear_down() {
   dc down -t 5 --remove-orphans
   [ -z "$(dc ps -aq)" ] || die "containers left after down"
+  # housekeeping for long-lived CI hosts: build cache unused for a day (cheap when there is none)
+  timeout 120 docker builder prune -f --filter until=24h >/dev/null 2>&1 || log "builder prune skipped"
 }
 
 main() {
