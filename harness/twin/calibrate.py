@@ -201,6 +201,32 @@ def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
     return prof
 
 
+AGENTIC_CONTEXT_TOKENS = 8000
+"""Typical context of the published agentic traffic (Terminal-Bench tool-use histories), well past the draft's 2048."""
+
+
+def fit_long_context(profile: TwinProfile, cal: dict) -> TwinProfile:
+    """Stage 1b: ``long_context_floor`` from the agentic accept lengths at AGENTIC_CONTEXT_TOKENS of context."""
+    from scipy.optimize import minimize_scalar
+
+    from harness.twin.model import context_quality
+
+    targets = [(SpecConfig(*map(int, k.strip("()").split(","))), float(v))
+               for k, v in cal.get("agentic_accept_length", {}).items() if k.startswith("(")]
+    if not targets:
+        return profile
+    prof = profile.model_copy(deep=True)
+
+    def err(floor: float) -> float:
+        prof.perf.long_context_floor = float(floor)
+        ctx = context_quality(prof.perf, AGENTIC_CONTEXT_TOKENS)
+        return sum(math.log(expected_accept_length(prof.perf, cfg, 1.0, ctx) / v) ** 2 for cfg, v in targets)
+
+    res = minimize_scalar(err, bounds=(0.01, 0.9), method="bounded")
+    prof.perf.long_context_floor = float(res.x)
+    return prof
+
+
 def _residuals(fits: list[RowFit]) -> list[float]:
     r: list[float] = []
     for f in fits:
@@ -245,6 +271,7 @@ def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spr
         p = start.model_copy(deep=True)
         p.perf.prompt_quality_spread = spread
         p = fit_acceptance(p, cal)
+        p = fit_long_context(p, cal)
         p = fit_step_power(p, cal, max_nfev=max_nfev)
         err = sum(v * v for v in _residuals(evaluate(p, cal)))
         log(f"spread {spread:.2f}: error {err:.2f}")

@@ -297,7 +297,8 @@ class TwinEngine:
         key_text = prompt_text if prompt_text is not None else ",".join(map(str, (input_ids or [])[:64]))
         temperature = float(sp.get("temperature", 1.0) if sp.get("temperature") is not None else 1.0)
         salt = 0 if temperature <= 0 else stable_hash(self.seed, "sample", n)
-        quality = prompt_quality(perf, key_text) * context_quality(perf, prompt_tokens)
+        quality = prompt_quality(perf, key_text)
+        ctx = context_quality(perf, prompt_tokens)
         max_new = sp.get("max_new_tokens")
         max_new = 128 if max_new is None else int(max_new)
         ctx_limit = self.context_length() - prompt_tokens
@@ -313,7 +314,7 @@ class TwinEngine:
         sim = SimRequest(
             rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
             arrival_ns=now + int(perf.request_overhead_ms * 0.75e6), seed=stable_hash(self.seed, "req", n, key_text),
-            ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
+            ctx=ctx, ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
         )
         stops = sp.get("stop") or []
         if isinstance(stops, str):
@@ -747,6 +748,7 @@ def _sleep_twin(clock: ScaledClock, seconds: float, stop: threading.Event | None
 
 def main(argv: list[str]) -> int:
     """Parse sglang flags, launch on the twin GPU, serve until SIGTERM; returns the exit code."""
+    sys.setswitchinterval(0.0005)  # hand the GIL over quickly: wall latency is multiplied by the time scale
     version = ea.emulated_version(argv)
     try:
         parser = ea.build_parser(version)

@@ -40,42 +40,47 @@ def depth_accept(perf: PerfParams, depth: int, quality: float) -> float:
     return min(0.995, max(0.0, perf.accept_first * perf.accept_decay ** ((depth - 1) ** perf.accept_decay_power) * quality))
 
 
-def rank_prob(a: float, rank: int, share: float) -> float:
-    return a if rank == 1 else (1.0 - a) * share * (1.0 - share) ** (rank - 2)
+def rank_prob(a: float, rank: int, share: float, ctx: float = 1.0) -> float:
+    """P(the target's token is the draft's rank-th guess). Beyond the training context (ctx < 1) the whole
+    distribution degrades: lower ranks lose mass too, the rest falls outside the tree."""
+    return a if rank == 1 else (1.0 - a) * share * (1.0 - share) ** (rank - 2) * ctx
 
 
 @lru_cache(maxsize=4096)
-def _tree(steps: int, topk: int, draft_tokens: int, q: float, a1: float, decay: float, power: float, share: float) -> tuple[tuple[tuple[int, ...], float], ...]:
+def _tree(steps: int, topk: int, draft_tokens: int, q: float, ctx: float, a1: float, decay: float, power: float,
+          share: float) -> tuple[tuple[tuple[int, ...], float], ...]:
     beam: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     candidates: list[tuple[tuple[int, ...], float]] = []
     for d in range(1, steps + 1):
-        a = min(0.995, max(0.0, a1 * decay ** ((d - 1) ** power) * q))
-        children = [(path + (r,), p * rank_prob(a, r, share)) for path, p in beam for r in range(1, topk + 1)]
+        a = min(0.995, max(0.0, a1 * decay ** ((d - 1) ** power) * q * ctx))
+        children = [(path + (r,), p * rank_prob(a, r, share, ctx)) for path, p in beam for r in range(1, topk + 1)]
         candidates += children
         beam = heapq.nlargest(topk, children, key=lambda c: (c[1], -len(c[0])))
     return tuple(heapq.nlargest(max(draft_tokens - 1, 0), candidates, key=lambda c: (c[1], -len(c[0]))))
 
 
-def draft_tree(perf: PerfParams, cfg: SpecConfig, quality: float) -> tuple[tuple[tuple[int, ...], float], ...]:
+def draft_tree(perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1.0) -> tuple[tuple[tuple[int, ...], float], ...]:
     """The verified nodes (rank path, probability of being the target's prefix) of one draft round."""
     if cfg.is_baseline:
         return ()
-    return _tree(cfg.steps, cfg.topk, cfg.draft_tokens, round(quality, 4), perf.accept_first, perf.accept_decay, perf.accept_decay_power, perf.rank_share)
+    return _tree(cfg.steps, cfg.topk, cfg.draft_tokens, round(quality, 4), round(ctx, 4), perf.accept_first, perf.accept_decay,
+                 perf.accept_decay_power, perf.rank_share)
 
 
-def expected_accept_length(perf: PerfParams, cfg: SpecConfig, quality: float = 1.0) -> float:
-    """Expected tokens per verify step (bonus included)."""
-    return 1.0 + sum(p for _, p in draft_tree(perf, cfg, quality))
+def expected_accept_length(perf: PerfParams, cfg: SpecConfig, quality: float = 1.0, ctx: float = 1.0) -> float:
+    """Expected tokens per verify step (bonus included) for a prompt quality and a context factor."""
+    return 1.0 + sum(p for _, p in draft_tree(perf, cfg, quality, ctx))
 
 
 class AcceptSampler:
     """Samples accepted tokens of one verify step for one request (seeded by the caller's RNG)."""
 
-    def __init__(self, perf: PerfParams, cfg: SpecConfig, quality: float) -> None:
+    def __init__(self, perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1.0) -> None:
         self.cfg = cfg
-        self.nodes = {path for path, _ in draft_tree(perf, cfg, quality)}
-        self.a = [depth_accept(perf, d, quality) for d in range(1, cfg.steps + 1)]
+        self.nodes = {path for path, _ in draft_tree(perf, cfg, quality, ctx)}
+        self.a = [depth_accept(perf, d, quality * ctx) for d in range(1, cfg.steps + 1)]
         self.share = perf.rank_share
+        self.ctx = ctx
 
     def sample(self, rng: random.Random) -> int:
         """Tokens emitted by one verify (1 + accepted drafts)."""
@@ -84,6 +89,8 @@ class AcceptSampler:
             u = rng.random()
             if u < a:
                 r = 1
+            elif u >= a + (1.0 - a) * self.ctx:
+                return len(path) + 1  # outside the draft's candidates altogether: the bonus token only
             else:
                 r = 2
                 while rng.random() > self.share and r < 64:
@@ -220,6 +227,7 @@ class SimRequest:
     quality: float
     arrival_ns: int
     seed: int
+    ctx: float = 1.0
     ignore_eos: bool = True
     eos_at: int | None = None
     never_finish: bool = False
@@ -281,7 +289,7 @@ class Decoder:
         self.step_time_dict: dict[str, list[float]] = defaultdict(list)
         self.total_generated = 0
         self._costs: dict[int, StepCost] = {}
-        self._samplers: dict[float, AcceptSampler] = {}
+        self._samplers: dict[tuple[float, float], AcceptSampler] = {}
 
     # scheduling ---------------------------------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
@@ -313,11 +321,11 @@ class Decoder:
         c = self.cost(batch)
         return c.dyn_w * self.power_factor, c.util
 
-    def _sampler(self, quality: float) -> AcceptSampler:
-        key = round(quality, 4)
+    def _sampler(self, quality: float, ctx: float) -> AcceptSampler:
+        key = (round(quality, 4), round(ctx, 4))
         s = self._samplers.get(key)
         if s is None:
-            s = self._samplers[key] = AcceptSampler(self.profile.perf, self.cfg, key)
+            s = self._samplers[key] = AcceptSampler(self.profile.perf, self.cfg, *key)
         return s
 
     def accept_length(self) -> float | None:
@@ -369,7 +377,7 @@ class Decoder:
         if batch:
             tokens_sum = 0
             for r in decoding:
-                n = self._sampler(r.quality).sample(r.rng) if spec else 1
+                n = self._sampler(r.quality, r.ctx).sample(r.rng) if spec else 1
                 tokens_sum += n
                 if spec:
                     r.verify_ct += 1
