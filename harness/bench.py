@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -176,16 +177,21 @@ def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telem
     client = server.client
     try:
         return _run_cell(client, server, batch_size, settings, telemetry, clock)
-    except CellError as exc:
-        if not server.alive():
-            raise CellError(f"engine exited with code {getattr(server, 'returncode', None)} during the measurement "
-                            f"({exc.message})", "crash") from None
-        raise
-    except EngineRequestError as exc:
-        if not server.alive():
+    except (CellError, EngineRequestError) as exc:
+        if _died(server, wait_s=2.0 if exc.kind in ("connection", "protocol") else 0.0):
             raise CellError(f"engine exited with code {getattr(server, 'returncode', None)} during the measurement "
                             f"({exc.message})", "crash") from None
         raise CellError(exc.message, exc.kind) from None
+
+
+def _died(server: ServerLike, wait_s: float) -> bool:
+    """Whether the server process is gone; a broken connection gives a dying process ``wait_s`` to exit."""
+    deadline = time.monotonic() + wait_s
+    while server.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any,

@@ -57,6 +57,8 @@ class SweepOptions(BaseModel):
     twin_faults: list[str] = Field(default_factory=list)
     hardware: str | None = None
     stream: bool | None = None
+    engine_args: list[str] = Field(default_factory=list)
+    """Extra server flags appended to every launch (e.g. ``--disable-overlap-schedule``)."""
     """Stream responses (published); None = stream on sglang, not on the twin (see ``stream_requests``)."""
 
     @property
@@ -440,7 +442,8 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
     manifest.setdefault("sessions", []).append(session)
     write_manifest(run_dir, manifest)
-    spec_update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults)}
+    spec_update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults),
+                                   "extra_args": tuple(opts.engine_args)}
     if opts.model_path:
         spec_update["model_path"] = opts.model_path
     if opts.draft_model_path:

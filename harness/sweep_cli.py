@@ -98,6 +98,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         hardware: Optional[str] = typer.Option(None, "--hardware", help="override the rows' hardware label"),
         plain: bool = typer.Option(False, "--plain", help="plain progress lines even on a terminal"),
         stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="stream responses (default: on for sglang, off for the twin)"),
+        engine_arg: list[str] = typer.Option([], "--engine-arg", help="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule"),
     ) -> None:
         """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
         import sys
@@ -140,7 +141,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 prompts_file=str(prompts) if prompts else None, request_timeout_s=request_timeout,
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
-                stream=stream, **base,
+                stream=stream, engine_args=list(engine_arg), **base,
             )
         except ValidationError as exc:
             raise UsageError(f"invalid sweep options: {exc.errors()[0]['msg']}", fix="see harness sweep --help") from None

@@ -15,7 +15,9 @@ from harness.world import open_world
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("engine-world")
-    with open_world("twin", time_scale=50, seed=3, run_dir=run_dir, launch_timeout_s=60, request_timeout_s=30) as w:
+    spec = EngineSpec(extra_args=("--twin-launch-scale", "0.2"))  # twin launches 5x shorter than a real server's
+    with open_world("twin", time_scale=50, seed=3, run_dir=run_dir, launch_timeout_s=60, request_timeout_s=30,
+                    spec=spec) as w:
         yield w
 
 
