@@ -224,3 +224,24 @@ def test_setup_reuses_an_installed_harbor_and_checks_harbor_bin(harbor: Path, tm
         assert setup(None, SetupOptions(venv=harbor.parent.parent)) == harbor.parent.parent.resolve() / "bin" / "harbor"
     with pytest.raises(HarnessError):
         setup(None, SetupOptions(harbor_bin=str(tmp_path / "no-harbor")))
+
+
+def test_a_harbor_that_runs_no_trial_is_reported_not_hidden(harbor: Path, tmp_path: Path) -> None:
+    """Harbor fails before any trial (an environment it cannot import): each task gets a ``harbor_error`` record with
+    Harbor's own message, and the suite's ``run`` would turn an all-error run into a non-zero exit."""
+    from types import SimpleNamespace
+
+    from harness.grid import SpecConfig
+    from pilots.common import ConfigRun, PilotOptions
+    from pilots.terminalbench.runner import TerminalBenchOptions, TerminalBenchPilot
+
+    opts = PilotOptions(suite="terminalbench", engine="twin", fixture=True, out=tmp_path / "run", configs=["no_spec"])
+    pilot = TerminalBenchPilot(opts, TerminalBenchOptions(env="no_such_module:NoEnv", harbor_bin=str(harbor)))
+    client = SimpleNamespace(models=lambda: ["m"], server_info=lambda: SimpleNamespace(raw={"max_req_input_len": 4096}))
+    server = SimpleNamespace(base_url="http://127.0.0.1:9", client=client)
+    run = ConfigRun("no_spec", SpecConfig(0, 0, 0), server, None, None, opts, opts.run_dir)
+    trials = pilot.run_config(run)
+    assert [t.task_id for t in trials] == list(FIXTURE_TASKS)
+    for t in trials:
+        assert t.status == "harbor_error" and t.success is None and t.energy_joules is None
+        assert "no_such_module" in t.record["error"] and t.record["harbor_rc"] not in (0, None)

@@ -142,6 +142,10 @@ def harbor_environ(base: dict[str, str] | None = None, *, tz: str | None = None)
 
 
 def harbor_version(harbor_bin: Path) -> str | None:
+    """Harbor's version: from the venv's ``harbor-*.dist-info`` when there is one (fast), else ``harbor --version``."""
+    infos = glob.glob(str(Path(harbor_bin).parent.parent / "lib" / "python3*" / "site-packages" / "harbor-*.dist-info"))
+    if len(infos) == 1:
+        return Path(infos[0]).name[len("harbor-"):-len(".dist-info")]
     try:
         out = subprocess.run([str(harbor_bin), "--version"], capture_output=True, text=True, timeout=60, env=harbor_environ())
     except (OSError, subprocess.TimeoutExpired):

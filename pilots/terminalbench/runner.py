@@ -177,7 +177,8 @@ class TerminalBenchPilot:
             job, outcomes = None, []
             meta["read_error"] = exc.message
         if not outcomes:
-            why = meta.get("read_error") or error or f"harbor exited {rc} without trial results (see {log_path})"
+            why = "; ".join(x for x in (error or f"harbor exited {rc} without trial results", _log_tail(log_path),
+                                        meta.get("read_error")) if x)
             return [run.trial(name, status="harbor_error", note=why, telemetry_mode="window_average",
                               record={"config": run.name, "task": name, "status": "harbor_error", "error": why, **meta})
                     for name in (self.tasks.tasks or ["(all)"])]
@@ -250,6 +251,16 @@ def _run_harbor(argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Pa
     return rc, None if rc == 0 else f"harbor exited {rc} (bad configuration?); see {log_path}"
 
 
+def _log_tail(path: Path, lines: int = 3) -> str:
+    """The last non-empty lines of Harbor's log (its own error message, e.g. "Docker daemon is not running")."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")][-lines:]
+    return " | ".join(tail)
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
     import signal  # noqa: PLC0415
 
@@ -295,4 +306,16 @@ def run(options: PilotOptions, extra: TerminalBenchOptions | list[str] | None = 
     runner = PilotRunner(options, suite_meta=pilot.suite_meta(), console=console)
     result = runner.run(pilot.run_config, finalize=lambda r: _finalize(pilot, r))
     print_report(result, console, engine=options.engine)
+    if result.trials and all(t.status == "harbor_error" for t in result.trials):
+        raise HarborRunError(
+            f"Harbor ran no trial in any config ({result.trials[0].record.get('error')})",
+            fix="Harbor's docker environment needs a Docker daemon and the task images; offline use --fixture, or "
+            "--env local with --task-dir/--registry-path (outputs were still written to " + str(result.run_dir) + ")",
+        )
     return result
+
+
+class HarborRunError(HarnessError):
+    """Harbor started no trial at all (a configuration or environment problem, not a task failure)."""
+
+    exit_code = 7
