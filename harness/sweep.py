@@ -388,8 +388,8 @@ class SweepRunner:
 
 # --- run folders ----------------------------------------------------------------------------------------------------
 
-RUN_FILES = ("rows.jsonl", "dataset.jsonl", "manifest.json", "report.txt")
-RUN_DIRS = ("logs", "sampler")
+RUN_FILES = ("rows.jsonl", "dataset.jsonl", "manifest.json", "published.jsonl")
+RUN_DIRS = ("logs", "sampler", "reports")
 
 
 def new_run_id() -> str:
