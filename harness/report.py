@@ -184,7 +184,7 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
             best = ["[dim]none[/]", "-", "-"]
         t.add_row(str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
                   _fmt(ref.utilization if ref else None, ".2f"), *best, str(len(s.in_band)), str(s.n_error_rows))
-    t.caption = "n: configs inside the band (~: the closest when none is); err: error rows"
+    t.caption = "n: configs in band; ~: closest if none; err: error rows"
     return t
 
 
