@@ -236,9 +236,12 @@ def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_
 
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.4 * n), squeeze=False)
     for ax, s in zip(axes[:, 0], summaries):
-        cells = [c for c in s.cells if c.joules_per_token is not None]
+        cells = list(s.cells)
         colours = ["tab:green" if c.in_band else "tab:gray" for c in cells]
-        ax.bar(range(len(cells)), [c.joules_per_token for c in cells], color=colours)
+        ax.bar(range(len(cells)), [c.joules_per_token or 0.0 for c in cells], color=colours)
+        for i, c in enumerate(cells):
+            if c.joules_per_token is None:  # every repeat of this cell failed
+                ax.text(i, 0, "error", rotation=90, ha="center", va="bottom", fontsize=6, color="tab:red")
         ax.set_xticks(range(len(cells)), ["%d,%d,%d" % c.config for c in cells], rotation=60, fontsize=6)
         ax.set_ylabel("J/token")
         ax.set_title(f"batch size {s.batch_size} (green: inside the energy band)", fontsize=8)
