@@ -335,3 +335,23 @@ def test_export_native_and_refusals(tmp_path: Path, grid228, capsys) -> None:
     assert main(["dataset", "export", str(tmp_path / "run"), "--format", "jsonl", "--out", str(out), "--force"]) == 0
     assert [p.suffix for p in out.iterdir()] == [".jsonl"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left behind
+
+
+@pytest.mark.parametrize("bad", ["key-order", "missing-key", "rule-breaking-config", "bad-type"])
+def test_merge_and_export_refuse_bad_records_and_write_nothing(tmp_path: Path, grid228, bad: str, capsys) -> None:
+    recs = [to_published(r) for r in grid228[:19]]
+    if bad == "key-order":
+        recs[4] = {"index": recs[4]["index"], **{k: v for k, v in recs[4].items() if k != "index"}}
+    elif bad == "missing-key":
+        del recs[4]["joules_per_token"]
+    elif bad == "rule-breaking-config":
+        recs[4].update(steps=1, topk=2, num_draft_tokens=8)
+    else:
+        recs[4]["total_output_tokens"] = "8192"
+    f = _dump(tmp_path / "d.jsonl", recs)
+    out, exp = tmp_path / "m.jsonl", tmp_path / "exp"
+    assert main(["dataset", "merge", str(f), "--out", str(out)]) == 3
+    assert main(["dataset", "export", str(f), "--format", "hf", "--out", str(exp)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("record 5") == 2, err
+    assert not out.exists() and not exp.exists()
