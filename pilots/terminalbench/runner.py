@@ -29,7 +29,7 @@ from pilots.terminalbench.harbor_install import (
     harbor_version,
     resolve_harbor_bin,
 )
-from pilots.terminalbench.results import TrialOutcome, read_job
+from pilots.terminalbench.results import TrialOutcome, job_window_ns, read_job
 from pilots.terminalbench.tasks import TaskSource, resolve_tasks
 from pilots.terminalbench.windows import DEFAULT_STUCK_FRACTION, call_profile, segment
 
@@ -116,7 +116,6 @@ class TerminalBenchPilot:
         self.env = resolve_env(extra.env, fixture=options.fixture)
         if self.env == LOCAL_SANDBOX_IMPORT:
             check_local_sandbox_host()
-        self.outcomes: dict[str, list[dict[str, Any]]] = {}
 
     def suite_meta(self) -> dict[str, Any]:
         return {
@@ -182,8 +181,6 @@ class TerminalBenchPilot:
             return [run.trial(name, status="harbor_error", note=why, telemetry_mode="window_average",
                               record={"config": run.name, "task": name, "status": "harbor_error", "error": why, **meta})
                     for name in (self.tasks.tasks or ["(all)"])]
-        from pilots.terminalbench.results import job_window_ns  # noqa: PLC0415
-
         job_start, job_end, tz_how = job_window_ns(job, outcomes, self.extra.harbor_tz) if job else (None, None, "missing")
         windows = {w.trial_name: w for w in segment(outcomes, job_start_ns=job_start, job_end_ns=job_end)}
         trials = []
@@ -194,6 +191,7 @@ class TerminalBenchPilot:
                 meta=meta | {"job_time_zone": tz_how},
             ))
         return trials
+
 
 def trial_from_outcome(run: ConfigRun, o: TrialOutcome, *, engine: str, time_scale: float, stuck_fraction: float,
                        problems: list[str] | None = None, meta: dict[str, Any] | None = None) -> PilotTrial:
