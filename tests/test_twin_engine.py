@@ -7,7 +7,6 @@ import concurrent.futures as cf
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 

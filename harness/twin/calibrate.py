@@ -6,7 +6,7 @@ speed = accept length / p20(step time), J/token = energy / tokens, utilization =
 Fitting is staged, physics first:
 1. acceptance (``accept_first``, ``accept_decay``, ``rank_share``): the tree model's harmonic mean over the four
    published prompts against every published accept length (analytic, no sampling);
-2. step time and power (12 parameters: target floor/per-token costs, draft step costs, overheads, phase powers):
+2. step time and power (14 parameters: target floor/per-token costs, draft step costs, overheads, phase powers):
    least squares on the simulated cells (speed, J/token, utilization, published step times);
 3. ``prompt_quality_spread`` (content predictability spread, which drives stragglers at large batch sizes): the
    outer loop over a small grid, keeping the best total error.
@@ -47,12 +47,13 @@ STEP_POWER_PARAMS: tuple[tuple[str, str], ...] = (
     ("perf", "target_mem_ms"), ("perf", "target_ms_per_token"), ("perf", "target_ms_per_token_above_knee"),
     ("perf", "baseline_overhead_ms"), ("perf", "spec_overhead_ms"), ("perf", "spec_overhead_ms_per_req"),
     ("perf", "draft_step_ms"), ("perf", "draft_ms_per_token"), ("perf", "tree_ms_per_candidate"),
-    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "draft_w"), ("power", "overhead_w"),
+    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "target_w_token_sat"), ("power", "draft_w"),
+    ("power", "overhead_w"),
 )
 # Physical floors (a tiny draft head still costs something per token; CPU-bound phases still draw some power).
 LOWER_BOUNDS: dict[str, float] = {
     "target_ms_per_token_above_knee": 1e-4, "draft_ms_per_token": 0.004, "tree_ms_per_candidate": 2e-4, "overhead_w": 4.0,
-    "spec_overhead_ms_per_req": 1e-3, "target_w_per_token": 1e-3,
+    "spec_overhead_ms_per_req": 1e-3, "target_w_per_token": 1e-3, "target_w_token_sat": 8.0,
 }
 ACCEPT_PARAMS: tuple[str, ...] = ("accept_first", "accept_decay", "accept_decay_power", "rank_share")
 
@@ -234,6 +235,10 @@ def _residuals(fits: list[RowFit]) -> list[float]:
         r.append(math.log(f.jpt / f.pub_jpt) / TARGETS["jpt"])
         if f.pub_util is not None:
             r.append((f.util - f.pub_util) / TARGETS["util"])
+            if 0.95 <= f.pub_util <= 0.98:  # the published row sits in the band: so must the twin's
+                r.append(max(0.0, 0.953 - f.util, f.util - 0.977) / 0.003)
+            elif f.pub_util > 0.98:  # the published row overshoots the band (power-capped)
+                r.append(max(0.0, 0.985 - f.util) / 0.003)
         if f.pub_step_ms is not None and f.step_ms is not None:
             r.append(math.log(f.step_ms / f.pub_step_ms) / 0.05)
     return r
@@ -315,15 +320,17 @@ def print_fit_table(fits: list[RowFit]) -> None:
     Console(width=max(160, Console().width)).print(t)
 
 
-def run_calibration(out: Path | None = None, calibration_path: Path | None = None) -> Path:
+def run_calibration(out: Path | None = None, calibration_path: Path | None = None, spreads: tuple[float, ...] = (0.25, 0.3, 0.35),
+                    max_evals: int = 50, start: TwinProfile | None = None) -> Path:
     """``harness twin calibrate``: fit, write the profile (default: the committed one), print the fit table."""
     from harness.jsonl import write_json_atomic
 
     cal = load_calibration(calibration_path)
-    prof, err = fit_profile(cal=cal)
+    prof, err = fit_profile(profile=start, cal=cal, spreads=spreads, max_nfev=max_evals)
     fits = evaluate(prof, cal)
     prof.calibration = {"source": str(calibration_path or "harness/data/calibration.json"), "total_sq_error": round(err, 3),
-                        "rows_within_targets": sum(f.within_targets() for f in fits), "rows": len(fits)}
+                        "rows_within_targets": sum(f.within_targets() for f in fits), "rows": len(fits),
+                        "spreads_tried": list(spreads), "max_evals": max_evals}
     target = out or (PROFILES_DIR / f"{DEFAULT_PROFILE}.json")
     write_json_atomic(target, prof.model_dump(mode="json"))
     print_fit_table(fits)

@@ -47,8 +47,16 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     def calibrate(
         out: Optional[Path] = typer.Option(None, "--out", help="profile JSON to write (default: the committed profile)"),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration.json (default: the packaged copy)"),
+        spreads: str = typer.Option("0.25,0.3,0.35", "--spreads", help="prompt-quality spreads to try (outer loop)"),
+        max_evals: int = typer.Option(50, "--max-evals", help="least-squares evaluations per spread (each ~0.3 s)"),
+        start: str = typer.Option("rtx4060-laptop", "--start", help="profile to start from (name or path)"),
     ) -> None:
-        """Fit the twin's model parameters to the published measurements and write the profile."""
+        """Fit the twin's model parameters to the published measurements and write the profile (minutes)."""
         from harness.twin.calibrate import run_calibration
+        from harness.twin.profile import load_profile
 
-        run_calibration(out=out, calibration_path=calibration)
+        try:
+            spread_values = tuple(float(x) for x in spreads.split(",") if x.strip())
+        except ValueError:
+            raise UsageError(f"--spreads must be comma-separated numbers, got {spreads!r}", fix="e.g. --spreads 0.25,0.3") from None
+        run_calibration(out=out, calibration_path=calibration, spreads=spread_values, max_evals=max_evals, start=load_profile(start))

@@ -10,6 +10,7 @@ to the device, which answers with the clock factor that stretches the next itera
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from datetime import datetime, timezone
 import httpx
 
 from harness.grid import SpecConfig
-from harness.timeutil import ScaledClock, mono_ns
+from harness.timeutil import ScaledClock
 from harness.twin import engine_args as ea
 from harness.twin.httpd import Request, Response, Router, Stream, make_server
 from harness.twin.model import (
@@ -36,7 +37,7 @@ from harness.twin.model import (
     prompt_quality,
 )
 from harness.twin.profile import profile_from_dict
-from harness.twin.tokens import EOS_ID, count_tokens, decode, filler_id, stable_hash
+from harness.twin.tokens import count_tokens, decode, filler_id, stable_hash
 
 SAMPLING_KEYS_0523 = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
@@ -68,14 +69,34 @@ class EngineRequest:
     event: threading.Event = field(default_factory=threading.Event)
     received_ns: int = 0
 
+    _ids: list[int] = field(default_factory=list)
+    _text: list[str] = field(default_factory=list)
+    _ends: list[int] = field(default_factory=list)  # cumulative character length after each token
+
+    def _extend(self, n: int) -> None:
+        while len(self._ids) < n:
+            i = filler_id(self.stream_key, len(self._ids))
+            piece = decode([i])
+            self._ids.append(i)
+            self._text.append(piece)
+            self._ends.append((self._ends[-1] if self._ends else 0) + len(piece))
+
     def ids(self, n: int | None = None) -> list[int]:
         count = self.visible if n is None else n
-        return [filler_id(self.stream_key, i) for i in range(count)]
+        self._extend(count)
+        return self._ids[:count]
+
+    def raw_text(self, n: int | None = None) -> str:
+        count = self.visible if n is None else n
+        self._extend(count)
+        if len(self._text) > 1:
+            self._text[:] = ["".join(self._text)]  # keep one joined string, sliced by the cumulative ends
+        return self._text[0][: self._ends[count - 1]] if count > 0 else ""
 
     def text(self) -> str:
-        t = decode(self.ids())
-        if self.stop_matched and not self.no_stop_trim:
-            t = t[: t.find(self.stop_matched)] if self.stop_matched in t else t
+        t = self.raw_text()
+        if self.stop_matched and not self.no_stop_trim and self.stop_matched in t:
+            t = t[: t.find(self.stop_matched)]
         return t
 
 
@@ -266,14 +287,12 @@ class TwinEngine:
                 req.sim.finish_ns = end_ns
                 return
         if req.stops:
-            text = decode(ids)
+            text = req.raw_text()
+            start = max(0, req._ends[prev - 1] - max(len(x) for x in req.stops)) if prev > 0 else 0
             for s in req.stops:
-                pos = text.find(s)
+                pos = text.find(s, start)
                 if pos >= 0:
-                    # the token that completes the match
-                    n = prev
-                    while n < len(ids) and len(decode(ids[: n + 1])) < pos + len(s):
-                        n += 1
+                    n = bisect.bisect_left(req._ends, pos + len(s))  # the token that completes the match
                     req.visible = min(len(ids), n + 1)
                     req.stop_matched = s
                     self.decoder.finish_now(req.sim, {"type": "stop", "matched": s})
@@ -661,7 +680,7 @@ def _sse_generate(eng: TwinEngine, q: EngineRequest, with_text: bool):
             ids = q.ids(n)
             chunk: dict = {}
             if with_text:
-                text = q.text() if final else decode(ids)
+                text = q.text() if final else q.raw_text(n)
                 chunk["text"] = text[sent_text:] if incremental_text else text
                 sent_text = len(text)
             chunk["output_ids"] = ids if cumulative_ids else ids[sent_ids:]
@@ -715,7 +734,7 @@ def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: boo
     first = True
     try:
         for n, final in _iter_counts(q):
-            text = q.text() if final else decode(q.ids(n))
+            text = q.text() if final else q.raw_text(n)
             delta = text[sent_text:]
             sent_text = len(text)
             if kind == "chat":

@@ -162,7 +162,7 @@ def step_cost(profile: TwinProfile, cfg: SpecConfig, batch: int) -> StepCost:
         candidates = cfg.topk + (cfg.steps - 1) * cfg.topk * cfg.topk
         ov = perf.spec_overhead_ms + batch * (perf.spec_overhead_ms_per_req + perf.tree_ms_per_candidate * candidates)
     total = tgt + draft + ov
-    p_tgt = pw.target_w + pw.target_w_per_token * min(tokens, pw.target_w_token_sat)
+    p_tgt = pw.target_w + pw.target_w_per_token * pw.target_w_token_sat * (1.0 - math.exp(-tokens / pw.target_w_token_sat))
     dyn = (tgt * p_tgt + draft * pw.draft_w + ov * pw.overhead_w) / total
     util = (tgt * pw.util_target + draft * pw.util_draft + ov * pw.util_overhead) / total
     compute = tgt * perf.stretch_target + draft * perf.stretch_draft

@@ -29,7 +29,7 @@ class DeviceParams(_Strict):
     driver_version: str = "twin-1.0"
     power_limit_w: float = 80.0
     power_management_limit_w: float = 80.0
-    cap_overshoot_frac: float = Field(0.012, description="steady overshoot of the power-cap controller above the limit")
+    cap_overshoot_frac: float = Field(0.025, description="steady overshoot of the power-cap controller above the limit")
     memory_total_mb: int = 8192
     memory_reserved_mb: int = 160
     memory_base_used_mb: int = 90
@@ -93,7 +93,7 @@ class PowerParams(_Strict):
 
     target_w: float = 62.0
     target_w_per_token: float = 0.08
-    target_w_token_sat: float = 128.0
+    target_w_token_sat: float = Field(128.0, description="verified tokens at which the target's extra power saturates (1 - exp(-T/sat))")
     draft_w: float = 40.0
     overhead_w: float = 18.0
     prefill_w: float = 55.0
