@@ -476,6 +476,12 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
                 manifest.pop("launches_before", None)
                 manifest["wall_s"] = sum(s.get("wall_s", 0.0) for s in manifest["sessions"])
                 write_manifest(run_dir, manifest)
+    except HarnessError as exc:
+        if manifest.get("status") == "running":
+            manifest["status"] = "failed"
+            manifest["error"] = exc.message
+            write_manifest(run_dir, manifest)
+        raise
     except (KeyboardInterrupt, Interrupted):
         raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
                                fix=f"continue with: harness sweep --resume {run_dir}") from None
