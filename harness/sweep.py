@@ -194,15 +194,7 @@ class SweepRunner:
         self._settle()
         t0 = time.monotonic()
         self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
-        try:
-            server, attempts = self._launch(cell.config, cell.batch_size, cell.cell_id)
-        except LadderExhausted as exc:
-            self._write_error(cell, exc.message, "launch", exc.attempts, t0)
-            return
-        try:
-            self._measure(cell, server, attempts, t0)
-        finally:
-            server.stop()
+        self._launch_and_measure(cell, t0)
 
     def _run_config_mode(self, group: list[Cell]) -> None:
         key = f"r{group[0].repeat}-cfg-s{group[0].config.steps}k{group[0].config.topk}d{group[0].config.draft_tokens}"
@@ -226,7 +218,7 @@ class SweepRunner:
                         self.console.line(f"{key}: launch for bs {max_bs} failed ({exc.message}); launching per cell")
                         fallback = True
                 if fallback:
-                    self._run_cell_mode_nosettle(cell, t0)
+                    self._launch_and_measure(cell, t0)
                     continue
                 assert server is not None
                 try:
@@ -243,7 +235,8 @@ class SweepRunner:
             if server is not None:
                 server.stop()
 
-    def _run_cell_mode_nosettle(self, cell: Cell, t0: float) -> None:
+    def _launch_and_measure(self, cell: Cell, t0: float) -> None:
+        """One server for one cell (ladder applied), measured and stopped; a failed ladder is an error row."""
         try:
             server, attempts = self._launch(cell.config, cell.batch_size, cell.cell_id)
         except LadderExhausted as exc:

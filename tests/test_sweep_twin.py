@@ -122,16 +122,21 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     assert_no_leftovers(run)
 
 
-def test_launch_per_config_uses_fewer_launches(tmp_path):
+def test_launch_per_config_uses_fewer_launches_and_falls_back_per_cell(tmp_path):
     run = tmp_path / "run"
+    # (3,4,8)'s server for bs 4 runs out of memory (fault hook): that config falls back to a launch per cell
     r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,4", "--launch-per",
-                    "config", "--out", str(run), *FAST)
+                    "config", "--twin-fault", "oom@4/3:4:8", "--out", str(run), *FAST)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = rows_by_cell(run)
-    assert len(rows) == 4 and all(row["error"] is None for row in rows.values())
-    assert json.loads((run / "manifest.json").read_text())["launches"] == 2
-    for row in rows.values():
-        assert row["engine"]["identity"]["launch_batch_size"] == 4 and row["step_time_s"] > 0
+    assert len(rows) == 4
+    assert [rows[c]["error"] is None for c in ("r0-bs1-s0k0d0", "r0-bs4-s0k0d0", "r0-bs1-s3k4d8")] == [True] * 3
+    assert rows["r0-bs4-s3k4d8"]["error"].startswith("launch: ")
+    for cid in ("r0-bs1-s0k0d0", "r0-bs4-s0k0d0"):  # one server for both batch sizes, counters flushed between
+        assert rows[cid]["engine"]["identity"]["launch_batch_size"] == 4 and rows[cid]["step_time_s"] > 0
+    assert rows["r0-bs1-s3k4d8"]["engine"]["identity"]["launch_batch_size"] == 1
+    assert json.loads((run / "manifest.json").read_text())["launches"] == 6  # 1 + (2 failed + 1 + 2 failed)
+    assert "launching per cell" in r.stderr
 
 
 def test_sigterm_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
