@@ -187,7 +187,7 @@ def summarise(name: str, ins: list[PickScore], folds: list[FoldScore], est: dict
                     delta_reference_in_sample=float(np.mean([p.reward - p.reference for p in ins])))  # fmt: skip
     mine = [f for f in folds if f.algo == name]
     if mine:
-        values, regrets, deltas = ([getattr(f, k) for f in mine] for k in ("value", "regret", "reference"))
+        values, regrets = [f.value for f in mine], [f.regret for f in mine]
         deltas = [f.value - f.reference for f in mine]
         s.loro_value, s.loro_value_ci = float(np.mean(values)), _ci(values, seed)
         s.loro_regret, s.loro_regret_ci = float(np.mean(regrets)), _ci(regrets, seed)
