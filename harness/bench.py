@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -126,12 +126,21 @@ def sample_dict(sample: Any) -> dict[str, Any] | None:
 
 
 def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurrency: int, settings: BenchSettings,
-                 tag: str) -> list[GenerateResult]:
-    """``n`` requests cycling ``prompts`` at ``concurrency``; the first failure stops new ones and is raised."""
+                 tag: str, on_start: Callable[[], None] | None = None) -> list[GenerateResult]:
+    """``n`` requests cycling ``prompts`` at ``concurrency``; the first failure stops new ones and is raised.
+
+    The first ``concurrency`` workers are started and parked at a gate before ``on_start`` runs (it marks the
+    window start), so thread start-up is not inside the measured window.
+    """
     stop = threading.Event()
+    gate = threading.Event()
+    armed = threading.Semaphore(0)
     errors: list[EngineRequestError] = []
 
     def one(i: int) -> GenerateResult | None:
+        if i < concurrency:
+            armed.release()
+        gate.wait()
         if stop.is_set():
             return None
         try:
@@ -145,9 +154,16 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
 
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"req-{tag}")
     try:
-        results = list(pool.map(one, range(n)))
+        futures = [pool.submit(one, i) for i in range(n)]
+        for _ in range(min(n, concurrency)):
+            armed.acquire(timeout=10.0)
+        if on_start is not None:
+            on_start()
+        gate.set()
+        results = [f.result() for f in futures]
     except BaseException:  # interrupted (Ctrl-C, SIGTERM): queue nothing more; stopping the server ends in-flight ones
         stop.set()
+        gate.set()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
@@ -202,9 +218,14 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}")
     pre = sample_dict(telemetry.snapshot())
     n = settings.n_requests(batch_size)
-    w0, m0 = wall_ns(), mono_ns()
-    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}")
+    start: dict[str, int] = {}
+
+    def mark_start() -> None:
+        start["wall"], start["mono"] = wall_ns(), mono_ns()
+
+    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start)
     m1, w1 = mono_ns(), wall_ns()
+    w0, m0 = start["wall"], start["mono"]
     after = sample_dict(telemetry.snapshot())
     window = telemetry.window(w0, w1)
     info1 = client.server_info()
