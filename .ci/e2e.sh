@@ -26,7 +26,7 @@ BASE_TAG="harness-e2e/base:bookworm"
 PROJECT="harness-e2e"
 SUITE=bookworm
 BASE_PACKAGES="python3,python3-venv,ca-certificates"
-PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"                    # `make e2e` makes it; it reads the rows with harness.rows
 
 START_S=$SECONDS
 PHASE=""
