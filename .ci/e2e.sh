@@ -303,6 +303,14 @@ train_policies() {  # the train service (torch image) on the quick sweep's rows
   log "policies: $(cd "$RESULTS/e2e-policies" && ls | tr '\n' ' ')"
 }
 
+check_pilot_args() {  # `docker compose run pilot --suite terminalbench ...` reaches `harness pilot` with its arguments
+  local out
+  out="$(timeout 120 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps pilot --suite terminalbench --suite-help 2>&1)" \
+    || { echo "$out" | tail -n 20 >&2; die "docker compose run pilot --suite terminalbench --suite-help failed"; }
+  echo "$out" | grep -q "terminalbench" || { echo "$out" | tail -n 20 >&2; die "the pilot did not get --suite terminalbench"; }
+  log "pilot: arguments reach harness pilot (--suite terminalbench --suite-help listed the suite's options)"
+}
+
 lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)
   local w
   for w in gpu twin; do
@@ -339,7 +347,7 @@ main() {
   phase build; setup_compose_env; build_images
   phase up; up_stack
   phase sweep; run_sweep
-  phase check; check_rows
+  phase check; check_rows; check_pilot_args
   if [ "${E2E_TRAIN:-1}" = 1 ]; then phase train; train_policies; fi
   phase lint-gpu; lint_gpu_stack
   phase down; tear_down

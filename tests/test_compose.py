@@ -48,7 +48,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 COMPOSE = _compose_cmd()
-pytestmark = pytest.mark.skipif(COMPOSE is None, reason="Compose v2 CLI absent: run `bash .ci/e2e.sh --install-only` first")
+needs_compose = pytest.mark.skipif(COMPOSE is None,
+                                   reason="Compose v2 CLI absent: run `bash .ci/e2e.sh --install-only` first")
 
 
 def compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -140,6 +141,7 @@ def pull_problems(cfg: dict, dockerfile_text: str, local_images: set[str]) -> li
 
 
 # ---------------------------------------------------------------------------------------------------------- tests
+@needs_compose
 @pytest.mark.parametrize("world", WORLDS)
 def test_config_quiet_passes_for_both_stacks(world: str) -> None:
     for profiles in ([], ["*"]):
@@ -149,6 +151,7 @@ def test_config_quiet_passes_for_both_stacks(world: str) -> None:
         assert out.stdout == ""
 
 
+@needs_compose
 def test_a_broken_compose_file_is_rejected(tmp_path: Path) -> None:
     """The linter is real: the same file with ports given as a string fails validation."""
     bad = tmp_path / "compose.yaml"
@@ -158,6 +161,7 @@ def test_a_broken_compose_file_is_rejected(tmp_path: Path) -> None:
     assert out.returncode != 0 and "ports" in out.stderr
 
 
+@needs_compose
 def test_worlds_share_service_names_and_switch_commands() -> None:
     gpu, twin = config("gpu", "jobs"), config("twin", "jobs")
     public = {"sampler", "sweep", "pilot", "train", "report", "gpu-twin"}
@@ -177,6 +181,7 @@ def test_worlds_share_service_names_and_switch_commands() -> None:
         assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"], name
 
 
+@needs_compose
 def test_gpu_services_follow_the_official_sglang_runtime() -> None:
     gpu = config("gpu", "jobs")
     for name in ("sweep", "pilot"):
@@ -195,6 +200,7 @@ def test_gpu_services_follow_the_official_sglang_runtime() -> None:
     assert "HF_TOKEN=" not in COMPOSE_FILE.read_text()
 
 
+@needs_compose
 def test_twin_stack_needs_no_pull_in_ci() -> None:
     """Every image of the twin stack is built here from a base CI makes locally, with pull_policy never."""
     text = DOCKERFILE.read_text()
@@ -212,13 +218,23 @@ def test_twin_stack_needs_no_pull_in_ci() -> None:
     assert any("python:3.11-slim-bookworm" in p for p in pull_problems(default, text, {CI_BASE_IMAGE}))
 
 
-def test_gpu_stack_pins_sglang_by_tag_through_an_arg() -> None:
+def test_dockerfile_pins_sglang_by_tag_through_an_arg() -> None:
     global_args, stages = dockerfile_stages(DOCKERFILE.read_text())
     tag = global_args["SGLANG_TAG"]
     assert re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?-cu\d+", tag), f"SGLANG_TAG default {tag!r} is not a pinned version"
     gpu_stage = next(s for s in stages if s["name"] == "gpu")
     assert gpu_stage["from"] == "lmsysorg/sglang:${SGLANG_TAG}"
     assert stages[-1]["name"] == "gpu", "the gpu stage must stay last (legacy builder runs all stages up to --target)"
+    # building the gpu target needs the sglang image and nothing else (no python base pulled on the GPU box)
+    assert external_images("gpu", {}, DOCKERFILE.read_text()) == [f"lmsysorg/sglang:{tag}"]
+    for target in ("cpu", "sampler", "train"):
+        assert external_images(target, {}, DOCKERFILE.read_text()) == [global_args["BASE_IMAGE"]], target
+
+
+@needs_compose
+def test_gpu_stack_builds_from_the_pinned_sglang_tag() -> None:
+    global_args, _ = dockerfile_stages(DOCKERFILE.read_text())
+    tag = global_args["SGLANG_TAG"]
     cfg = config("gpu", "jobs")
     for name in ("sweep", "pilot", "train", "report"):
         build = cfg["services"][name]["build"]
@@ -251,6 +267,7 @@ def _service_argvs() -> list[tuple[str, str, list[str]]]:
     return out
 
 
+@needs_compose
 @pytest.mark.parametrize(("world", "name", "argv"), _service_argvs(), ids=lambda v: v if isinstance(v, str) else None)
 def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str, argv: list[str]) -> None:
     """Each service's argv (entrypoint + default command) names real commands and flags of this checkout's CLI."""
