@@ -14,19 +14,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from policies.base import Policy, register
 from policies.contract import ACTIONS, PolicyDataset
-from policies.nets import BehaviorNetwork, QNetwork, data_values, predict, seeded, train_batched
-
-
-def _imitation_loss(logits: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, a)
-
-
-def _q_loss(q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    return F.smooth_l1_loss(data_values(q, a), r)
+from policies.losses import CrossEntropy, Huber
+from policies.nets import BehaviorNetwork, QNetwork, predict, seeded, train_batched
 
 
 @register
@@ -53,8 +45,8 @@ class BCQ(Policy):
                 p.behavior, p.q = BehaviorNetwork(), QNetwork()
         first, seeds = policies[0], [p.seed for p in policies]
         with seeded(first.seed):
-            train_batched([p.behavior for p in policies], datasets, _imitation_loss, epochs=first.params["behavior_epochs"], seeds=seeds)
-            train_batched([p.q for p in policies], datasets, _q_loss, epochs=first.params["q_epochs"], seeds=[s + 1 for s in seeds])
+            train_batched([p.behavior for p in policies], datasets, CrossEntropy(), epochs=first.params["behavior_epochs"], seeds=seeds)
+            train_batched([p.q for p in policies], datasets, Huber(), epochs=first.params["q_epochs"], seeds=[s + 1 for s in seeds])
         return list(policies)
 
     def allowed(self, states: np.ndarray, legal_mask: np.ndarray | None = None) -> np.ndarray:

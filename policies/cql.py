@@ -11,13 +11,15 @@ import torch
 from torch.nn import functional as F
 
 from policies.base import register
-from policies.nets import data_values
+from policies.contract import N_ACTIONS
+from policies.losses import CQL as CQLLoss
+from policies.losses import Loss
 from policies.qlearning import QRegressionPolicy
 
 
 def cql_loss(q: torch.Tensor, a: torch.Tensor, r: torch.Tensor, alpha: float) -> torch.Tensor:
-    q_data = data_values(q, a)
-    return F.smooth_l1_loss(q_data, r) + alpha * (torch.logsumexp(q, dim=1) - q_data).mean()
+    """The CQL objective on Q outputs (B, 19), logged actions (B,) and rewards (B,)."""
+    return CQLLoss(alpha).value(q, F.one_hot(a, N_ACTIONS).to(q.dtype), r)
 
 
 @register
@@ -25,5 +27,5 @@ class CQL(QRegressionPolicy):
     name = "cql"
     defaults = {"alpha": 1.0, "epochs": 600}
 
-    def loss(self, q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        return cql_loss(q, a, r, self.params["alpha"])
+    def make_loss(self) -> Loss:
+        return CQLLoss(self.params["alpha"])

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-from torch.nn import functional as F
-
 from policies.base import register
-from policies.nets import data_values
+from policies.losses import MSE, Loss
 from policies.qlearning import QRegressionPolicy
 
 
@@ -15,5 +12,5 @@ class MlpBandit(QRegressionPolicy):
     name = "mlp_bandit"
     defaults = {"epochs": 200}
 
-    def loss(self, q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        return F.mse_loss(data_values(q, a), r)
+    def make_loss(self) -> Loss:
+        return MSE()

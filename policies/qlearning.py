@@ -10,15 +10,16 @@ import torch
 
 from policies.base import Policy
 from policies.contract import PolicyDataset
+from policies.losses import Loss
 from policies.nets import QNetwork, predict, seeded, train_batched
 
 
 class QRegressionPolicy(Policy):
-    """Fits ``QNetwork(4, 19)`` by minimising ``loss(q_all, a, r)`` for ``epochs``; scores are Q(s, .)."""
+    """Fits ``QNetwork(4, 19)`` by minimising ``make_loss()`` for ``epochs``; scores are Q(s, .)."""
 
     artifact = "policy.pth"
 
-    def loss(self, q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    def make_loss(self) -> Loss:
         raise NotImplementedError
 
     def fit(self, data: PolicyDataset) -> "QRegressionPolicy":
@@ -39,7 +40,7 @@ class QRegressionPolicy(Policy):
                 p.net = QNetwork()
         first = policies[0]
         with seeded(first.seed):
-            train_batched([p.net for p in policies], datasets, first.loss, epochs=first.params["epochs"], seeds=[p.seed for p in policies])
+            train_batched([p.net for p in policies], datasets, first.make_loss(), epochs=first.params["epochs"], seeds=[p.seed for p in policies])
         return list(policies)
 
     def scores(self, states: np.ndarray) -> np.ndarray:
