@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from harness.errors import DataError, MissingFileError, UsageError
 from harness.grid import SpecConfig
 from harness.jsonl import write_json_atomic
-from policies.contract import ACTIONS, N_ACTIONS, PolicyDataset
+from policies.contract import ACTIONS, PolicyDataset
 
 ALGORITHMS: tuple[str, ...] = ("mlp_bandit", "lookup_table", "linucb", "thompson_sampling", "gbt", "doubly_robust", "cql", "bcq")
 """The eight published algorithms, in published order; each lives in ``policies/<name>.py``."""

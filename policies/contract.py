@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.errors import DataError, InvalidConfigError
-from harness.grid import ACTIONS, N_ACTIONS, REFERENCE, BASELINE, SpecConfig, action_index, effective
+from harness.grid import ACTIONS, N_ACTIONS, REFERENCE, BASELINE, action_index, effective
 from harness.rows import SweepRow, load_rows, throttling_flags
 
 __all__ = [

@@ -175,7 +175,7 @@ def write_figures(out: Path, ev: "Evaluation | None", live: "LiveResult | None")
 
         fig, ax = plt.subplots(figsize=(11, 4.5))
         configs = sorted({tuple(c.config) for c in ev.cells}, key=lambda c: [tuple(x.config) for x in ev.cells].index(c))
-        for j, b in enumerate(bss):
+        for b in bss:
             ys = [cells[(b, c)].utilization if (b, c) in cells else np.nan for c in configs]
             ax.plot(range(len(configs)), ys, marker="o", label=f"bs {b}")
         lo, hi = ev.reward_options.get("band", (0.95, 0.98))
