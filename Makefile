@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv demo test test-fast e2e bench clean
+.PHONY: venv prereqs demo test test-fast e2e grid-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,10 @@ demo: $(STAMP)
 	$(BIN)/harness sweep --engine twin --quick --out results/demo --force
 	$(BIN)/harness report sweep results/demo
 
-test: $(STAMP)
+prereqs: $(STAMP)
+	bash .ci/prereqs.sh
+
+test: prereqs
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

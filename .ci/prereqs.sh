@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# System prerequisites of the full test suite, installed only where missing (idempotent):
+#   tmux (Terminus 2 drives a tmux session in the local sandbox), Docker CLI + Compose v2 (compose.yaml lint tests),
+#   and the isolated Harbor venv (.harbor-venv, Python >= 3.12) for the Terminal-Bench pilot tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${VENV:-.venv}/bin"
+as_root() { [ "$(id -u)" = 0 ]; }
+
+if ! command -v tmux >/dev/null 2>&1; then
+  if as_root; then
+    echo "[prereqs] installing tmux"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null
+  else
+    echo "[prereqs] tmux missing and not root: the Terminal-Bench sandbox tests will fail; install tmux" >&2
+  fi
+fi
+
+if ! docker compose version >/dev/null 2>&1; then
+  if as_root; then
+    echo "[prereqs] installing Docker CLI and Compose v2"
+    bash .ci/e2e.sh --install-only
+  else
+    echo "[prereqs] docker compose missing and not root: the compose tests will fail; see docs/containers.md" >&2
+  fi
+fi
+
+echo "[prereqs] Harbor venv for the Terminal-Bench pilot"
+"$BIN/harness" pilot setup --suite terminalbench
