@@ -89,7 +89,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             from policies.report import print_live
 
             result = run_live(models, engine=engine, trials=trials, seed=seed, batch_sizes=batch_sizes, time_scale=time_scale, sampler_url=sampler_url,
-                              output_tokens=output_tokens)
+                              output_tokens=output_tokens, progress=lambda line: typer.echo(line, err=True))
             typer.echo(result.model_dump_json(indent=2)) if as_json else print_live(result)
             return
         if dataset is None:

@@ -14,7 +14,7 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel
@@ -168,6 +168,7 @@ def run_live(
     time_scale: float = 20.0,
     sampler_url: str | None = None,
     output_tokens: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> LiveResult:
     """Run the live A/B for the picks in ``models/picks.json``; write ``models/live.json``."""
     from harness.bench import BenchSettings
@@ -199,6 +200,10 @@ def run_live(
                                   avg_power_watts=m.get("avg_power_watts"), gpu_temp_c=m.get("gpu_temp_c"), throttled=throttled,
                                   error=m.get("error"),
                                   utilization=None if m.get("avg_power_watts") is None else m["avg_power_watts"] / options.power_limit_w))  # fmt: skip
+            if progress is not None:
+                c = cells[-1]
+                what = c.error or f"speed {c.speed_tok_s or 0:.1f} tok/s, util {c.utilization or 0:.3f}"
+                progress(f"[{order + 1}/{len(plan)}] trial {trial} bs {bs} {cfg}: {what}")
         hardware = world.hardware
     score_cells(cells, options)
     per_bs, per_algo = summarise(cells, picks, wanted, trials)

@@ -16,6 +16,7 @@ def test_live_ab_on_the_twin(synthetic_files, tmp_path):
     r = harness("evaluate", "--live", "--engine", "twin", "--models", str(models), "--trials", "2", "--batch-sizes", "1",
                 "--output-tokens", "48", "--time-scale", "50", "--json", timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "[1/" in r.stderr and "trial" in r.stderr  # one progress line per cell on stderr
     live = json.loads(r.stdout)
     assert live == json.loads((models / "live.json").read_text())
     picks = json.loads((models / "picks.json").read_text())
