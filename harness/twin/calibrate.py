@@ -8,6 +8,7 @@ Fitting is staged, physics first:
    published prompts against every published accept length (analytic, no sampling);
 2. step time and power (14 parameters: target floor/per-token costs, draft step costs, overheads, phase powers):
    least squares on the simulated cells (speed, J/token, utilization, published step times);
+2b. a Nelder-Mead polish of the power levels (the power cap makes the objective kinked);
 3. ``prompt_quality_spread`` (content predictability spread, which drives stragglers at large batch sizes): the
    outer loop over a small grid, keeping the best total error.
 
@@ -266,6 +267,33 @@ def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinP
     return prof
 
 
+POLISH_PARAMS: tuple[tuple[str, str], ...] = (
+    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "target_w_token_sat"), ("power", "draft_w"),
+    ("power", "overhead_w"), ("perf", "target_mem_ms"), ("perf", "spec_overhead_ms"),
+)
+
+
+def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinProfile:
+    """Stage 2b: Nelder-Mead over the power levels and the two largest step terms. The power cap and the band
+    constraints make the objective kinked, where finite-difference least squares stalls."""
+    from scipy.optimize import minimize
+
+    prof = profile.model_copy(deep=True)
+    x0 = [math.log(getattr(getattr(prof, s), n)) for s, n in POLISH_PARAMS]
+
+    def apply(x):
+        for (s, n), v in zip(POLISH_PARAMS, x):
+            _set(prof, s, n, math.exp(v))
+
+    def err(x):
+        apply(x)
+        return sum(v * v for v in _residuals(evaluate(prof, cal, seeds=(0, 1, 2))))
+
+    res = minimize(err, x0, method="Nelder-Mead", options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-3})
+    apply(res.x)
+    return prof
+
+
 def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spreads: tuple[float, ...] = (0.15, 0.2, 0.25, 0.3),
                 max_nfev: int = 60, log=print) -> tuple[TwinProfile, float]:
     """All stages; returns the best profile and its total squared (normalised) error."""
@@ -278,6 +306,7 @@ def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spr
         p = fit_acceptance(p, cal)
         p = fit_long_context(p, cal)
         p = fit_step_power(p, cal, max_nfev=max_nfev)
+        p = polish_power(p, cal, max_evals=3 * max_nfev)
         err = sum(v * v for v in _residuals(evaluate(p, cal)))
         log(f"spread {spread:.2f}: error {err:.2f}")
         if best is None or err < best[1]:

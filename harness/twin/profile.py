@@ -29,7 +29,7 @@ class DeviceParams(_Strict):
     driver_version: str = "twin-1.0"
     power_limit_w: float = 80.0
     power_management_limit_w: float = 80.0
-    cap_overshoot_frac: float = Field(0.025, description="steady overshoot of the power-cap controller above the limit")
+    cap_overshoot_frac: float = Field(0.005, description="steady overshoot of the power-cap controller above the limit")
     memory_total_mb: int = 8192
     memory_reserved_mb: int = 160
     memory_base_used_mb: int = 90
