@@ -9,8 +9,9 @@
 # dockerd on its own socket, data-root and exec-root (never /var/run/docker.sock); debootstrap a minbase bookworm
 # rootfs with python3 (tarball cached under .e2e/) and `docker import` it as the local base; build a wheelhouse on the
 # host with pip (honouring this machine's pip config); build the cpu and sampler images from it with --no-index and
-# pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows; lint the
-# GPU stack with `docker compose config -q`; tear down; stop the daemon by PID (trap on exit).
+# pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows (and run
+# report, train and the pilot's argument passing through compose); lint the GPU stack with `docker compose config -q`;
+# tear down; stop the daemon by PID (trap on exit).
 # Knobs: E2E_TRAIN=0 skips the torch image and the train step; E2E_DIR (cache, default .e2e/), E2E_DATA_ROOT (the
 # private daemon's images, default /var/lib/harness-e2e/docker; delete it to start cold), TWIN_TIME_SCALE (default 20).
 # Network: loopback, plus the Debian mirror and the package indexes pip is configured with. dockerd gets a dead proxy
@@ -303,6 +304,12 @@ train_policies() {  # the train service (torch image) on the quick sweep's rows
   log "policies: $(cd "$RESULTS/e2e-policies" && ls | tr '\n' ' ')"
 }
 
+report_sweep() {  # the report service's default command, pointed at the quick sweep
+  timeout 120 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps report sweep results/e2e-sweep >"$TMP/report.txt" 2>&1 \
+    || { tail -n 20 "$TMP/report.txt" >&2; die "harness report sweep through docker compose failed"; }
+  log "report: $(wc -l <"$TMP/report.txt") lines from docker compose run report"
+}
+
 check_pilot_args() {  # `docker compose run pilot --suite terminalbench ...` reaches `harness pilot` with its arguments
   local out
   out="$(timeout 120 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps pilot --suite terminalbench --suite-help 2>&1)" \
@@ -347,7 +354,7 @@ main() {
   phase build; setup_compose_env; build_images
   phase up; up_stack
   phase sweep; run_sweep
-  phase check; check_rows; check_pilot_args
+  phase check; check_rows; report_sweep; check_pilot_args
   if [ "${E2E_TRAIN:-1}" = 1 ]; then phase train; train_policies; fi
   phase lint-gpu; lint_gpu_stack
   phase down; tear_down
