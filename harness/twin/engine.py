@@ -62,6 +62,7 @@ class EngineRequest:
     stops: list[str] = field(default_factory=list)
     stop_ids: set[int] = field(default_factory=set)
     no_stop_trim: bool = False
+    streaming: bool = False  # streams wake on every iteration; plain requests only when done
     visible: int = 0
     snapshots: list[int] = field(default_factory=list)  # visible count after each iteration that added tokens
     done: bool = False
@@ -276,7 +277,8 @@ class TwinEngine:
                 req.snapshots.append(req.visible)
             if sim.finished and not req.done:
                 self._finish(req)
-            req.event.set()
+            if req.done or req.streaming:
+                req.event.set()
 
     def _check_stops(self, req: EngineRequest, prev: int, end_ns: int) -> None:
         ids = req.ids()
@@ -361,6 +363,8 @@ class TwinEngine:
         if final:
             if sim.finish_ns is not None:
                 meta["e2e_latency"] = (sim.finish_ns - req.received_ns) / 1e9
+                # twin extras: device-clock ns of receipt and finish (wall = anchor + (ns - anchor) / scale)
+                meta["twin_received_ns"], meta["twin_finish_ns"] = req.received_ns, sim.finish_ns
             if not self.cfg.is_baseline:
                 if self.version == "0.5.2":
                     meta["spec_verify_ct"] = sim.verify_ct
@@ -533,6 +537,8 @@ def build_router(eng: TwinEngine) -> Router:
                 reqs.append(eng.new_request(item, None, sp, rid))
             else:
                 reqs.append(eng.new_request(None, list(item), sp, rid))
+        if body.get("stream") and not batch:
+            reqs[0].streaming = True
         for q in reqs:
             eng.submit(q)
         with_text = not eng.args.skip_tokenizer_init
@@ -604,6 +610,7 @@ def build_router(eng: TwinEngine) -> Router:
                   "stop": body.get("stop"), "ignore_eos": body.get("ignore_eos", False), "stop_token_ids": body.get("stop_token_ids"),
                   "min_new_tokens": body.get("min_tokens", 0)}
             q = eng.new_request(prompt, None, sp)
+            q.streaming = bool(body.get("stream"))
             eng.submit(q)
             details = v523 and bool(body.get("return_spec_tokens_details"))
             if body.get("stream"):
