@@ -34,7 +34,11 @@ REGISTRARS = [
 ]
 
 
-def build_app() -> typer.Typer:
+# Long-lived services and the twin engine (launched once per sweep cell) load only their own commands.
+FAST_PATHS = {"twin": ["harness.twin.cli"], "sampler": ["harness.telemetry.cli"]}
+
+
+def build_app(first_arg: str | None = None) -> typer.Typer:
     app = typer.Typer(
         name="harness",
         help="Energy-aware speculative decoding: sweep sglang EAGLE3 configs, measure GPU energy, learn policies.",
@@ -54,7 +58,7 @@ def build_app() -> typer.Typer:
         typer.echo(__version__)
 
     groups = {name: typer.Typer(help=text, no_args_is_help=True) for name, text in GROUPS.items()}
-    for module_name in REGISTRARS:
+    for module_name in FAST_PATHS.get(first_arg or "", REGISTRARS):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -70,9 +74,13 @@ def build_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a HarnessError becomes ``error: ...`` / ``fix: ...`` and its exit code."""
-    app = build_app()
+    args = argv if argv is not None else sys.argv[1:]
+    app = build_app(args[0] if args else None)
     try:
-        app(args=argv if argv is not None else sys.argv[1:], prog_name="harness", standalone_mode=False)
+        rv = app(args=args, prog_name="harness", standalone_mode=False)
+        # In non-standalone mode typer returns exit codes (typer.Exit(code), Ctrl-C's 130) instead of raising.
+        if isinstance(rv, int) and rv:
+            return rv
     except HarnessError as exc:
         _print_error(exc.message, exc.fix)
         return exc.exit_code
