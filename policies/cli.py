@@ -16,13 +16,16 @@ from harness.errors import UsageError
 EVALUATION_FILE = "evaluation.json"
 
 
-def _reward_options(power_limit: float, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
+def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
     from policies.contract import RewardOptions
 
     try:
-        return RewardOptions(power_limit_w=power_limit, baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight)
+        lo, hi = (float(x) for x in band.split(","))
+        return RewardOptions(power_limit_w=power_limit, band=(lo, hi), baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight)
     except ValueError as exc:
-        raise UsageError(f"bad reward option: {exc}", fix="--baseline-rule last|per_repeat, --throttle any|power_thermal") from None
+        errors = getattr(exc, "errors", None)
+        detail = "; ".join(e["msg"] for e in errors()) if callable(errors) else str(exc)
+        raise UsageError(f"bad reward option: {detail}", fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal") from None
 
 
 def _check_state(state: str) -> str:
@@ -41,6 +44,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         state: Annotated[str, typer.Option(help="hindsight (published) or pre (pre-decision snapshot)")] = "hindsight",
         tune: Annotated[bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")] = False,
         power_limit: Annotated[float, typer.Option(help="watts; utilization = avg power / limit")] = 80.0,
+        band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
         baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
         throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
         energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
@@ -50,7 +54,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from policies.contract import load_dataset
         from policies.report import print_picks
 
-        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
+        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
         names = parse_algos(algos)
         params: dict[str, dict] = {}
         if tune:

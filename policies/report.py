@@ -95,6 +95,17 @@ def print_live(result: "LiveResult") -> None:
     console.print(t)
 
 
+def print_tuning(tunings: list[dict]) -> None:
+    t = Table(title="tuned variants: candidates by mean held-out value (chosen marked *)")
+    for col in ("variant", "candidate", "held-out value"):
+        t.add_column(col, justify="right" if col == "held-out value" else "left")
+    for tu in tunings:
+        for c in tu["candidates"]:
+            mark = " *" if c["params"] == tu["chosen"] else ""
+            t.add_row(tu["variant"], json.dumps(c["params"]) + mark, f"{c['heldout_value']:.4f}")
+    console.print(t)
+
+
 def _load(models: Path, name: str) -> dict | None:
     p = models / name
     return json.loads(p.read_text()) if p.exists() else None
@@ -117,6 +128,9 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
         console.print(f"no {EVALUATION_FILE}: run harness evaluate --dataset FILE --models {models}")
     if live:
         print_live(live)
+    tuning = _load(models, "tuning.json")
+    if tuning:
+        print_tuning(tuning)
     written = write_figures(models / "figures", ev, live) if figures and (ev or live) else []
     for p in written:
         console.print(f"figure: {p}")

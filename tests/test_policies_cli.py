@@ -44,6 +44,8 @@ def test_bad_inputs_exit_non_zero_with_a_fix(tmp_path, synthetic_files):
     assert r.returncode == 2 and "unknown algorithm 'sarsa'" in r.stderr
     r = harness("train", "--dataset", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "m"))
     assert r.returncode == 3 and "not found" in r.stderr
+    r = harness("train", "--dataset", str(synthetic_files["dataset"]), "--out", str(tmp_path / "m"), "--band", "0.98,0.95")
+    assert r.returncode == 2 and "band must satisfy" in r.stderr
     r = harness("evaluate", "--models", str(tmp_path / "m"))
     assert r.returncode == 2 and "--dataset" in r.stderr
 
