@@ -128,7 +128,7 @@ RUN printf '%s\n' \
       'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
       >/usr/local/bin/select_deps.py
 COPY pyproject.toml .e2e/wheel[s] /wheels/
-RUN python3 -m pip freeze | grep -v -E ' @ |^-e ' >/tmp/sglang-constraints.txt \
+RUN python3 -m pip freeze | { grep -v -E ' @ |^-e ' || true; } >/tmp/sglang-constraints.txt \
  && python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
  && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/sglang-constraints.txt -r /tmp/requirements.txt
 COPY README.md pyproject.toml /src/
@@ -140,8 +140,10 @@ RUN python3 -m pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp
 # /work are world-writable so `user:` may name any uid. Reuse an existing user with that uid (Ubuntu 24.04 has one).
 RUN set -eu; \
     if ! getent passwd "$HARNESS_UID" >/dev/null; then \
-      groupadd -g "$HARNESS_UID" harness 2>/dev/null || true; \
-      useradd -u "$HARNESS_UID" -g "$HARNESS_UID" -d /home/harness -s /bin/bash harness; \
+      getent group "$HARNESS_UID" >/dev/null || groupadd -g "$HARNESS_UID" harness 2>/dev/null \
+        || echo "harness:x:$HARNESS_UID:" >>/etc/group; \
+      useradd -u "$HARNESS_UID" -g "$HARNESS_UID" -d /home/harness -s /bin/bash harness 2>/dev/null \
+        || echo "harness:x:$HARNESS_UID:$HARNESS_UID:harness:/home/harness:/bin/bash" >>/etc/passwd; \
     fi; \
     mkdir -p /home/harness/.cache /work/results /work/.harbor-venv; \
     chown -R "$HARNESS_UID:$HARNESS_UID" /home/harness /work; \

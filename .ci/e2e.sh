@@ -12,7 +12,8 @@
 # pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows (and run
 # report, train and the pilot's argument passing through compose); lint the GPU stack with `docker compose config -q`;
 # tear down; stop the daemon by PID (trap on exit).
-# Knobs: E2E_TRAIN=0 skips the torch image and the train step; E2E_DIR (cache, default .e2e/), E2E_DATA_ROOT (the
+# Knobs: E2E_TRAIN=0 skips the torch image and the train step; E2E_GPU_STAGE=0 skips building the gpu target on a
+# local stand-in for the sglang image; E2E_DIR (cache, default .e2e/), E2E_DATA_ROOT (the
 # private daemon's images, default /var/lib/harness-e2e/docker; delete it to start cold), TWIN_TIME_SCALE (default 20).
 # Network: loopback, plus the Debian mirror and the package indexes pip is configured with. dockerd gets a dead proxy
 # so that an accidental registry pull fails at once.
@@ -318,6 +319,28 @@ check_pilot_args() {  # `docker compose run pilot --suite terminalbench ...` rea
   log "pilot: arguments reach harness pilot (--suite terminalbench --suite-help listed the suite's options)"
 }
 
+gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image (no registry here, no GPU needed)
+  # The stand-in is the local base with a pip-enabled interpreter first on PATH, as in sglang's images. It checks the
+  # gpu stage's own logic: Python check, install into the base's interpreter constrained to its pip freeze, the
+  # non-root user, `harness` on PATH. It proves nothing about sglang itself.
+  local fake="lmsysorg/sglang:e2e-standin"
+  if ! docker image inspect "$fake" >/dev/null 2>&1; then
+    docker rm -f harness-e2e-standin >/dev/null 2>&1 || true
+    docker run --network none --name harness-e2e-standin "$BASE_TAG" \
+      sh -c 'python3 -m venv /usr/local/py && /usr/local/py/bin/python3 -m pip --version' >/dev/null
+    docker commit -c 'ENV PATH=/usr/local/py/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      harness-e2e-standin "$fake" >/dev/null
+    docker rm harness-e2e-standin >/dev/null
+  fi
+  SGLANG_TAG=e2e-standin HARNESS_WORLD=gpu timeout 600 docker compose "${COMPOSE_ARGS[@]}" build sweep \
+    >"$TMP/build-gpu.log" 2>&1 || { tail -n 40 "$TMP/build-gpu.log" >&2; die "the gpu target failed to build"; }
+  local img="eagle-harness:gpu-e2e-standin" who
+  who="$(docker run --rm --network none --entrypoint sh "$img" -c 'id -u; command -v harness; python3 -c "import harness, sys; print(sys.executable)"')"
+  echo "$who" | sed 's/^/  gpu stage: /'
+  [ "$(echo "$who" | head -n1)" = 1000 ] || die "the gpu image does not run as uid 1000"
+  docker run --rm --network none "$img" sweep --help >/dev/null || die "harness sweep --help fails in the gpu image"
+}
+
 lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)
   local w
   for w in gpu twin; do
@@ -358,6 +381,7 @@ main() {
   if [ "${E2E_TRAIN:-1}" = 1 ]; then phase train; train_policies; fi
   phase lint-gpu; lint_gpu_stack
   phase down; tear_down
+  if [ "${E2E_GPU_STAGE:-1}" = 1 ]; then phase gpu-stage; gpu_stage; fi
   end_phase
 }
 
