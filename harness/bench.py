@@ -10,6 +10,13 @@
 
 Energy and power come from the sampler window: avg power = energy / window duration (device clock). Elapsed time
 for throughput is measured on the world's clock (twin time on the twin).
+
+Window edges (``window_source``): when every measured request reports server-side receive/finish instants (the
+twin's ``twin_received_ns``/``twin_finish_ns``, or sglang's ``request_received_ts``/``request_finished_ts`` with
+``--enable-metrics``), the window is [first receive, last finish] (``server``), so the client's own HTTP round trips
+at the edges are outside it (on the twin they last ``time_scale`` times longer in twin time); ``wall_clock_s`` uses
+the same edges. Otherwise (real sglang 0.5.2) it is the client's [release of the workers, last response] (``client``).
+The after-snapshot is the sample nearest the window end (not whichever sample is newest when the harness asks).
 """
 
 from __future__ import annotations
@@ -106,6 +113,10 @@ class CellResult(BaseModel):
     avg_power_watts: float | None
     joules_per_token: float | None
     window: dict[str, Any]
+    window_source: str = "client"
+    """``server`` (edges from the server's receive/finish stamps) or ``client`` (the harness's own clock)."""
+    client_wall_clock_s: float | None = None
+    """The client-measured window on the world clock (equal to ``wall_clock_s`` when the source is ``client``)."""
     pre: dict[str, Any] | None
     after: dict[str, Any] | None
     req_accept_length_mean: float | None
@@ -188,6 +199,68 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(xs)) if len(xs) else None
 
 
+SERVER_EDGE_TOLERANCE_NS = 250_000_000
+"""How far (wall ns) server edges may lie outside the client's window before they are distrusted (clock mismatch)."""
+
+
+def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_start_ns: int,
+                  client_end_ns: int) -> tuple[int, int, float] | None:
+    """(start wall ns, end wall ns, elapsed world seconds) of [first receive, last finish], or None.
+
+    None unless every request reports both stamps on one clock and the edges sit inside the client's window (within
+    ``SERVER_EDGE_TOLERANCE_NS``). Twin device-clock ns map to wall ns with the world clock's anchor and scale;
+    elapsed seconds are then exact twin seconds (the device's own clock).
+    """
+    if not results or any(r.server_received_ns is None or r.server_finish_ns is None for r in results):
+        return None
+    clocks = {r.server_clock for r in results}
+    if len(clocks) != 1:
+        return None
+    first = min(int(r.server_received_ns or 0) for r in results)
+    last = max(int(r.server_finish_ns or 0) for r in results)
+    if last <= first:
+        return None
+    if clocks == {"twin_device"}:
+        anchor, scale = clock.anchor_wall_ns, clock.scale
+        start = anchor + int(round((first - anchor) / scale))
+        end = anchor + int(round((last - anchor) / scale))
+        elapsed = (last - first) / 1e9
+    elif clocks == {"wall"}:
+        start, end = first, last
+        elapsed = (last - first) / 1e9 * clock.scale
+    else:
+        return None
+    tol = SERVER_EDGE_TOLERANCE_NS
+    if start < client_start_ns - tol or end > client_end_ns + tol or end <= start:
+        return None
+    return start, end, elapsed
+
+
+def sample_near(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
+    """The usable sample whose wall time is nearest ``t_ns`` among the sampler's recent ones; ``snapshot()`` when
+    the source cannot list samples (or lists none)."""
+    latest = telemetry.snapshot()
+    seq = getattr(latest, "seq", None)
+    records: list[Any] = []
+    if seq is not None:
+        since = max(-1, int(seq) - lookback)
+        try:
+            core = getattr(telemetry, "core", None)
+            if core is not None and hasattr(core, "store"):  # InProcessSampler
+                records = list(core.store.since(since, lookback + 1))
+            elif callable(getattr(telemetry, "_get", None)):  # TelemetryClient (sidecar)
+                body = telemetry._get("/v1/samples", {"since_seq": since, "limit": lookback + 1})
+                from harness.telemetry.windows import GpuSample
+
+                records = [GpuSample.model_validate(r) for r in body.get("samples", [])]
+        except Exception:  # noqa: BLE001 - the listing is an improvement; the latest sample is the fallback
+            records = []
+    usable = [r for r in records if getattr(r, "usable", False)]
+    if not usable:
+        return latest
+    return min(usable, key=lambda r: abs(int(r.t_wall_ns) - t_ns))
+
+
 def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any, clock: ScaledClock) -> CellResult:
     """Measure one cell on a ready server (see the module doc); raises CellError when it cannot."""
     client = server.client
@@ -225,13 +298,18 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
 
     results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start)
     m1, w1 = mono_ns(), wall_ns()
-    w0, m0 = start["wall"], start["mono"]
-    after = sample_dict(telemetry.snapshot())
+    client_elapsed = clock.elapsed_s(start["mono"], m1)
+    edges = server_window(results, clock, start["wall"], w1)
+    if edges is not None:
+        w0, w1, elapsed = edges
+        source = "server"
+    else:
+        w0, elapsed, source = start["wall"], client_elapsed, "client"
     window = telemetry.window(w0, w1)
+    after = sample_dict(sample_near(telemetry, w1))
     info1 = client.server_info()
 
     total = sum(r.completion_tokens for r in results)
-    elapsed = clock.elapsed_s(m0, m1)
     samples = new_samples(info0.step_time_dict, info1.step_time_dict, key)
     step_time = _pct(samples, STEP_TIME_PERCENTILE)
     if info1.avg_spec_accept_length is not None:
@@ -270,6 +348,8 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         avg_power_watts=avg_power,
         joules_per_token=energy / total if energy is not None and total else None,
         window=sample_dict(window) or {},
+        window_source=source,
+        client_wall_clock_s=client_elapsed,
         pre=pre,
         after=after,
         req_accept_length_mean=req_mean,

@@ -330,7 +330,8 @@ class SweepRunner:
         pre, after, w = r.pre or {}, r.after or {}, r.window
         published_throttle, power_thermal = throttling_flags(after.get("clock_event_reasons"))
         common = self._common(cell, attempts, t0, server)
-        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"))
+        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"),
+                                window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s)
         return SweepRow(
             hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
             steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,

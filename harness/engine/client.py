@@ -50,6 +50,13 @@ class GenerateResult(BaseModel):
     spec_verify_ct: int | None = None
     finish_reason: str | None = None
     rid: str | None = None
+    server_received_ns: int | None = None
+    """When the server received the request, in ns of ``server_clock`` (None when the server does not say)."""
+    server_finish_ns: int | None = None
+    """When the server finished the request, same clock."""
+    server_clock: str | None = None
+    """``twin_device`` (the twin's scaled device clock: ``twin_received_ns``/``twin_finish_ns``) or ``wall`` (UTC
+    epoch: sglang's ``request_received_ts``/``request_finished_ts`` with ``--enable-metrics``)."""
 
 
 class ServerInfo(BaseModel):
@@ -80,6 +87,7 @@ def parse_meta_info(meta: dict[str, Any]) -> dict[str, Any]:
     if isinstance(finish, dict):
         finish = finish.get("type")
     latency = meta.get("e2e_latency")
+    received, finished, server_clock = _server_stamps(meta)
     return {
         "prompt_tokens": meta.get("prompt_tokens"),
         "completion_tokens": completion,
@@ -88,7 +96,22 @@ def parse_meta_info(meta: dict[str, Any]) -> dict[str, Any]:
         "spec_verify_ct": int(verify) if verify is not None else None,
         "finish_reason": finish,
         "rid": meta.get("id"),
+        "server_received_ns": received,
+        "server_finish_ns": finished,
+        "server_clock": server_clock,
     }
+
+
+def _server_stamps(meta: dict[str, Any]) -> tuple[int | None, int | None, str | None]:
+    """Server-side receive/finish instants: the twin's device-clock ns, else sglang's epoch-second timestamps."""
+    try:
+        if meta.get("twin_received_ns") is not None and meta.get("twin_finish_ns") is not None:
+            return int(meta["twin_received_ns"]), int(meta["twin_finish_ns"]), "twin_device"
+        if meta.get("request_received_ts") is not None and meta.get("request_finished_ts") is not None:
+            return int(float(meta["request_received_ts"]) * 1e9), int(float(meta["request_finished_ts"]) * 1e9), "wall"
+    except (TypeError, ValueError):
+        pass
+    return None, None, None
 
 
 def parse_server_info(body: dict[str, Any]) -> ServerInfo:

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Grid check (`make grid-check`): regenerate a full 3-repeat twin grid from scratch, validate it, train
+# lookup_table, doubly_robust and mlp_bandit and assert the published recipe (bs 1,4,8 -> (3,4,8); bs 16 -> (3,2,4)).
+# Mode: --launch-per config at --time-scale 20 (the fastest faithful mode; see docs/twin.md). Budget: < 15 min.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-.venv/bin}
+OUT=${GRID_CHECK_OUT:-$(mktemp -d /tmp/grid-check.XXXXXX)}
+SCALE=${GRID_CHECK_TIME_SCALE:-20}
+t0=$(date +%s)
+stamp() { echo "[grid-check] $1: $(( $(date +%s) - t0 )) s"; }
+
+"$BIN/harness" sweep --engine twin --repeats 3 --time-scale "$SCALE" --launch-per config --seed 0 \
+    --out "$OUT/run" --force
+stamp "sweep"
+"$BIN/harness" dataset validate "$OUT/run/rows.jsonl"
+stamp "validate"
+# 228 rows, the bs-16 (5,4,16) error row in every repeat (and no other), >= 1 row recovered by the mem-fraction ladder
+"$BIN/python" - "$OUT/run/rows.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+errors = sorted((r["batch_size"], r["steps"], r["topk"], r["num_draft_tokens"]) for r in rows if r.get("error"))
+recovered = [r for r in rows if not r.get("error") and r.get("retry_mem_fraction") is not None]
+sources = {(r.get("extras") or {}).get("window_source") for r in rows if not r.get("error")}
+print(f"[grid-check] rows {len(rows)}, error rows {errors}, recovered {len(recovered)}, window sources {sources}")
+assert len(rows) == 228, f"expected 228 rows, got {len(rows)}"
+assert errors == [(16, 5, 4, 16)] * 3, f"expected only the bs-16 (5,4,16) error row per repeat, got {errors}"
+assert recovered, "no row was recovered by the mem-fraction ladder"
+assert sources == {"server"}, f"every twin row should use the server-side window, got {sources}"
+PY
+"$BIN/harness" train --dataset "$OUT/run/rows.jsonl" --out "$OUT/models" --algos lookup_table,doubly_robust,mlp_bandit
+stamp "train"
+"$BIN/python" - "$OUT/models/picks.json" <<'PY'
+import json, sys
+picks = json.load(open(sys.argv[1]))
+recipe = {"1": [3, 4, 8], "4": [3, 4, 8], "8": [3, 4, 8], "16": [3, 2, 4]}
+bad = {a: p for a, p in picks.items() if {str(k): list(v) for k, v in p.items()} != recipe}
+print(f"[grid-check] picks {json.dumps(picks)}")
+assert not bad, f"not the published recipe: {bad}"
+print("[grid-check] recipe reproduced by lookup_table, doubly_robust and mlp_bandit")
+PY
+"$BIN/python" benchmarks/twin_grid_recipe.py "$OUT/run" || true  # margins table (informative; the assert is above)
+stamp "total"
