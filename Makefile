@@ -31,5 +31,8 @@ test-fast: $(STAMP)
 e2e: $(STAMP)
 	bash .ci/e2e.sh
 
+grid-check: $(STAMP)
+	bash .ci/grid_check.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache
