@@ -105,9 +105,11 @@ class PilotOptions(BaseModel):
     draft_model_path: str = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
     request_timeout: float = Field(default=1800.0, gt=0)
     launch_timeout: float = Field(default=900.0, gt=0)
+    twin_faults: list[str] = Field(default_factory=list)
+    """Twin test hooks, as ``harness sweep --twin-fault``: ``runaway@16/3:2:4`` reproduces the published runaway call."""
     run_id: str = Field(default_factory=_utc_stamp)
 
-    @field_validator("configs", mode="before")
+    @field_validator("configs", "twin_faults", mode="before")
     @classmethod
     def _split_configs(cls, v: Any) -> Any:
         if isinstance(v, str):
@@ -119,6 +121,8 @@ class PilotOptions(BaseModel):
         select_configs(self.configs)  # raises InvalidConfigError naming the bad item
         if self.engine == "sglang" and self.time_scale != 1.0:
             raise UsageError("--time-scale only applies to the twin", fix="drop --time-scale or use --engine twin")
+        if self.engine == "sglang" and self.twin_faults:
+            raise UsageError("--twin-fault only applies to the twin", fix="drop --twin-fault or use --engine twin")
         return self
 
     @property
@@ -163,6 +167,8 @@ def _common_flags(suite_required: bool) -> list[_Flag]:
                                                     help="EAGLE3 draft head.")),
         _Flag("request_timeout", float, typer.Option(1800.0, "--request-timeout", help="Seconds per LLM request.")),
         _Flag("launch_timeout", float, typer.Option(900.0, "--launch-timeout", help="Seconds to wait for a server.")),
+        _Flag("twin_faults", str, typer.Option("", "--twin-fault",
+                                               help="Twin faults NAME or NAME@BS/s:k:d, comma-separated (e.g. runaway@16/3:2:4).")),
     ]
 
 
@@ -627,27 +633,18 @@ def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> Any:
     return EngineSpec(
         kind=options.engine, model_path=options.model_path, draft_model_path=options.draft_model_path,
         sglang_version=options.sglang_version, twin_gpu_url=twin_gpu_url,
-        twin_seed=options.seed if options.engine == "twin" else None,
+        twin_seed=options.seed if options.engine == "twin" else None, twin_faults=tuple(options.twin_faults),
     )
 
 
 def _open_world(options: PilotOptions, run_dir: Path) -> Any:
     from harness.world import open_world  # noqa: PLC0415
 
-    kwargs: dict[str, Any] = dict(
+    return open_world(
         engine=options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
-        time_scale=options.time_scale, seed=options.seed, run_dir=run_dir,
+        time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_engine_spec(options, options.twin_gpu_url),
+        launch_timeout_s=options.launch_timeout, request_timeout_s=options.request_timeout,
     )
-    params = inspect.signature(open_world).parameters
-    optional = {
-        "spec": lambda: _engine_spec(options, options.twin_gpu_url),
-        "launch_timeout_s": lambda: options.launch_timeout,
-        "request_timeout_s": lambda: options.request_timeout,
-    }
-    for name, value in optional.items():
-        if name in params:
-            kwargs[name] = value()
-    return open_world(**kwargs)
 
 
 class PilotRunner:

@@ -60,3 +60,23 @@ def test_end_to_end_pilot_on_the_twin_with_harbor_terminus2_and_the_local_sandbo
     for col in ("config", "task", "success", "tok/s", "output tokens", "duration", "accept len", "avg power", "GPU util"):
         assert col in text
     assert "Per-call durations" in text and "as expected on the twin" in text
+
+
+@pytest.mark.slow
+def test_twin_runaway_call_is_reported_as_the_published_stuck_call(tmp_path: Path) -> None:
+    """The published chosen_bs16 failure on the twin: ``--twin-fault runaway`` makes one LLM call never return, the
+    agent timeout cancels it, and the trial is flagged as a stuck call that ate most of the trial."""
+    harbor = harbor_bin_or_skip()
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "harness", "pilot", "--suite", "terminalbench", "--fixture", "--engine", "twin",
+            "--time-scale", "20", "--configs", "chosen_bs16", "--twin-fault", "runaway", "--out", str(out),
+            "--tasks", FIXTURE_TASKS[0], "--max-turns", "4", "--max-tokens", "48", "--agent-timeout-s", "300"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "COLUMNS": "200", "HARBOR_BIN": str(harbor)})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    merged = [json.loads(line) for line in (out / "reports" / "merged.jsonl").read_text().splitlines()]
+    assert [(m["config"], m["task_id"]) for m in merged] == [("chosen_bs16", FIXTURE_TASKS[0])]
+    calls = merged[0]["record"]["calls"]
+    assert calls["stuck"] is True and calls["longest_kind"] == "in_flight", calls
+    assert calls["longest_share"] >= calls["stuck_fraction"]
+    assert "Per-call durations" in proc.stdout

@@ -327,7 +327,7 @@ class TwinEngine:
         ignore_eos = bool(sp.get("ignore_eos", False))
         eos_at = 24 + stable_hash("eos", key_text, salt) % 489
         never = False
-        if self.runaway_armed and not (rid or "").startswith("twin-warmup"):
+        if self.runaway_armed and "warmup" not in (rid or ""):  # warm-ups (startup, bench, pilot) are exempt
             self.runaway_armed = False
             never = True
             log("twin fault runaway: this request will never finish", "WARNING")
