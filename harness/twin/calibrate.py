@@ -56,7 +56,7 @@ LOWER_BOUNDS: dict[str, float] = {
     "target_ms_per_token_above_knee": 1e-4, "draft_ms_per_token": 0.004, "tree_ms_per_candidate": 2e-4, "overhead_w": 4.0,
     "spec_overhead_ms_per_req": 1e-3, "target_w_per_token": 1e-3, "target_w_token_sat": 8.0,
 }
-ACCEPT_PARAMS: tuple[str, ...] = ("accept_first", "accept_decay", "accept_decay_power", "rank_share")
+ACCEPT_PARAMS: tuple[str, ...] = ("accept_first", "accept_decay", "accept_decay_power", "rank_share", "chain_depth_factor")
 
 
 def load_calibration(path: str | Path | None = None) -> dict:
@@ -197,7 +197,7 @@ def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
         return [math.log(protocol_accept(cfg, bs) / val) / tol for cfg, bs, val, tol in targets]
 
     x0 = [getattr(prof.perf, n) for n in ACCEPT_PARAMS]
-    res = least_squares(resid, x0, bounds=([0.2, 0.5, 0.3, 0.05], [0.95, 1.0, 3.0, 0.95]), diff_step=1e-3)
+    res = least_squares(resid, x0, bounds=([0.2, 0.5, 0.3, 0.05, 0.6], [0.95, 1.0, 3.0, 0.95, 1.0]), diff_step=1e-3)
     for name, v in zip(ACCEPT_PARAMS, res.x):
         setattr(prof.perf, name, float(v))
     return prof

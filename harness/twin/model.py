@@ -36,8 +36,9 @@ DECODE_LOG_INTERVAL = 40
 
 
 # ---- acceptance ----------------------------------------------------------------------------------------------
-def depth_accept(perf: PerfParams, depth: int, quality: float) -> float:
-    return min(0.995, max(0.0, perf.accept_first * perf.accept_decay ** ((depth - 1) ** perf.accept_decay_power) * quality))
+def depth_accept(perf: PerfParams, depth: int, quality: float, topk: int = 2) -> float:
+    chain = perf.chain_depth_factor if topk == 1 and depth >= 2 else 1.0
+    return min(0.995, max(0.0, perf.accept_first * perf.accept_decay ** ((depth - 1) ** perf.accept_decay_power) * quality * chain))
 
 
 def rank_prob(a: float, rank: int, share: float, ctx: float = 1.0) -> float:
@@ -48,11 +49,12 @@ def rank_prob(a: float, rank: int, share: float, ctx: float = 1.0) -> float:
 
 @lru_cache(maxsize=4096)
 def _tree(steps: int, topk: int, draft_tokens: int, q: float, ctx: float, a1: float, decay: float, power: float,
-          share: float) -> tuple[tuple[tuple[int, ...], float], ...]:
+          share: float, chain: float = 1.0) -> tuple[tuple[tuple[int, ...], float], ...]:
     beam: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     candidates: list[tuple[tuple[int, ...], float]] = []
     for d in range(1, steps + 1):
-        a = min(0.995, max(0.0, a1 * decay ** ((d - 1) ** power) * q * ctx))
+        f = chain if topk == 1 and d >= 2 else 1.0
+        a = min(0.995, max(0.0, a1 * decay ** ((d - 1) ** power) * q * ctx * f))
         children = [(path + (r,), p * rank_prob(a, r, share, ctx)) for path, p in beam for r in range(1, topk + 1)]
         candidates += children
         beam = heapq.nlargest(topk, children, key=lambda c: (c[1], -len(c[0])))
@@ -64,7 +66,7 @@ def draft_tree(perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1
     if cfg.is_baseline:
         return ()
     return _tree(cfg.steps, cfg.topk, cfg.draft_tokens, round(quality, 4), round(ctx, 4), perf.accept_first, perf.accept_decay,
-                 perf.accept_decay_power, perf.rank_share)
+                 perf.accept_decay_power, perf.rank_share, perf.chain_depth_factor)
 
 
 def expected_accept_length(perf: PerfParams, cfg: SpecConfig, quality: float = 1.0, ctx: float = 1.0) -> float:
@@ -78,7 +80,7 @@ class AcceptSampler:
     def __init__(self, perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1.0) -> None:
         self.cfg = cfg
         self.nodes = {path for path, _ in draft_tree(perf, cfg, quality, ctx)}
-        self.a = [depth_accept(perf, d, quality * ctx) for d in range(1, cfg.steps + 1)]
+        self.a = [depth_accept(perf, d, quality * ctx, cfg.topk) for d in range(1, cfg.steps + 1)]
         self.share = perf.rank_share
         self.ctx = ctx
 

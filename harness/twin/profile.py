@@ -61,6 +61,8 @@ class PerfParams(_Strict):
     accept_decay: float = Field(0.87, description="per-depth decay of the top-1 acceptance")
     accept_decay_power: float = Field(1.0, description="a_d = accept_first * accept_decay ** ((d-1) ** power)")
     rank_share: float = Field(0.45, description="geometric share of the remaining mass taken by each lower rank")
+    chain_depth_factor: float = Field(1.0, description="topk == 1 (sglang's chain drafting): multiplier on the top-1 "
+                                      "acceptance at depth >= 2, fitted to the published (3,1,4) accept length")
     long_context_tokens: int = Field(2048, description="the draft head's training context")
     long_context_floor: float = Field(0.3, description="quality multiplier far beyond the training context")
     long_context_scale_tokens: float = 1500.0
