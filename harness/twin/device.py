@@ -74,6 +74,7 @@ class TwinGpu:
         self.clock_factor = 1.0
         self.capped = False
         self.util = 0.0
+        self.util_avg = 0.0
         self.busy = False
         self.last_busy_ns = now - int(self.p.idle_after_s * 2e9)
         self.engines: dict[str, Lease] = {}
@@ -99,6 +100,9 @@ class TwinGpu:
         if dt <= 0:
             return
         self.energy_j += self.power_w * dt
+        # NVML utilization is the share of the last sample period with a kernel running: a trailing average
+        inst = self.util if self.busy else 0.0
+        self.util_avg = inst + (self.util_avg - inst) * math.exp(-dt / max(self.p.util_avg_s, 1e-6))
         t_ss = self.ambient_c + self.p.thermal_resistance_c_per_w * self.power_w
         self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-dt / self.p.thermal_tau_s)
         self.t_ns = now
@@ -265,7 +269,7 @@ class TwinGpu:
                 "temperature_c": round(self.temp_c + sensor, 1),
                 "sm_clock_mhz": self.p.idle_sm_clock_mhz if idle else int(round(self.p.max_sm_clock_mhz * self.clock_factor)),
                 "mem_clock_mhz": self.p.idle_mem_clock_mhz if idle else self.p.mem_clock_mhz,
-                "utilization_pct": int(round(self.util * 100)) if self.busy else 0,
+                "utilization_pct": int(round(self.util_avg * 100)),
                 "memory_total_mb": self.p.memory_total_mb,
                 "memory_reserved_mb": self.p.memory_reserved_mb,
                 "memory_used_mb": int(round(self.memory_used_mb())),

@@ -846,6 +846,8 @@ def main(argv: list[str]) -> int:
             "Possible solutions: reduce --mem-fraction-static, --cuda-graph-max-bs or --max-running-requests (twin)", "ERROR")
         return 1
     seed = args.twin_seed if args.twin_seed is not None else stable_hash("launch", dev_info.get("seed", 0), body.get("launch_seq", 0)) % (2**31)
+    if mem["capture_mb"] > 0 and "oom" not in faults:
+        link.lease(mem["steady_mb"])  # the capture workspace goes back after CUDA-graph capture
     link.start()
     try:
         log(f"Memory pool end. KV cache {mem['kv_cache_mb']:.0f} MB, buffers {mem['extra_mb']:.0f} MB, total {mem['total_mb']:.0f} MB")

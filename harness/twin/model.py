@@ -196,13 +196,18 @@ def memory_footprint_mb(profile: TwinProfile, cfg: SpecConfig, mem_fraction: flo
     extra = m.context_mb + m.graph_mb_per_bs * graph_bs
     if not cfg.is_baseline:
         extra += m.spec_slot_mb * graph_bs * (cfg.draft_tokens + cfg.steps * cfg.topk)
-        extra += m.tree_node_mb * graph_bs * cfg.draft_tokens * cfg.steps * cfg.topk
+        capture = m.tree_node_mb * graph_bs * cfg.draft_tokens * cfg.steps * cfg.topk
+        extra += capture
+    else:
+        capture = 0.0
     available = d.memory_total_mb - d.memory_reserved_mb - d.memory_base_used_mb
     return {
         "static_mb": static,
         "kv_cache_mb": static - m.weights_mb,
         "extra_mb": extra,
         "total_mb": static + extra,
+        "capture_mb": capture,  # tree-mask workspace of graph capture: needed to launch, released after capture
+        "steady_mb": static + extra - capture,
         "available_mb": available,
         "fits": static + extra <= available,
         "kv_ok": static - m.weights_mb >= m.min_kv_mb,

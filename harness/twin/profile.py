@@ -51,6 +51,8 @@ class DeviceParams(_Strict):
     hw_slowdown_temp_c: float = 92.0
     slowdown_per_c: float = Field(0.04, description="clock factor lost per degree above the slowdown temperature")
     idle_after_s: float = Field(1.2, description="twin seconds without load before NVML reports the idle reason")
+    util_avg_s: float = Field(0.5, description="time constant (twin s) of the trailing average NVML reports as utilization "
+                              "(NVML: share of the last 1/6-1 s sample period with a kernel running)")
     tick_ms: float = Field(20.0, description="wall ms between physics ticks")
 
 
