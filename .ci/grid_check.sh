@@ -33,14 +33,34 @@ assert sources == {"server"}, f"every twin row should use the server-side window
 PY
 "$BIN/harness" train --dataset "$OUT/run/rows.jsonl" --out "$OUT/models" --algos lookup_table,doubly_robust,mlp_bandit
 stamp "train"
-"$BIN/python" - "$OUT/models/picks.json" <<'PY'
-import json, sys
+"$BIN/python" - "$OUT/models/picks.json" "$OUT/run/rows.jsonl" <<'PY'
+# Strict at bs 4, 8 and 16. At bs 1 the published live margin of (3,4,8) over (5,4,16) is 0.015, about the size of
+# repeat noise, so a regenerated grid may tie there: another pick at bs 1 passes only when its mean reward is within
+# two standard errors of the recipe's (said loudly); the committed fixture test (tests/test_policies_twin_grid.py)
+# asserts the exact recipe everywhere.
+import json, math, sys
+sys.path.insert(0, "benchmarks")
+from twin_grid_recipe import RECIPE, ranking
+from policies.contract import load_dataset
 picks = json.load(open(sys.argv[1]))
-recipe = {"1": [3, 4, 8], "4": [3, 4, 8], "8": [3, 4, 8], "16": [3, 2, 4]}
-bad = {a: p for a, p in picks.items() if {str(k): list(v) for k, v in p.items()} != recipe}
+rank = {bs: {d["config"]: d for d in items if "config" in d} for bs, items in ranking(load_dataset(sys.argv[2]), 0).items()}
 print(f"[grid-check] picks {json.dumps(picks)}")
-assert not bad, f"not the published recipe: {bad}"
-print("[grid-check] recipe reproduced by lookup_table, doubly_robust and mlp_bandit")
+bad, ties = [], []
+for algo, per_bs in picks.items():
+    for bs_text, cfg in per_bs.items():
+        bs, cfg = int(bs_text), tuple(cfg)
+        if cfg == RECIPE[bs]:
+            continue
+        mine, rec = rank[bs][cfg], rank[bs][RECIPE[bs]]
+        gap, se = mine["mean"] - rec["mean"], math.hypot(mine["se"], rec["se"])
+        if bs == 1 and gap <= 2 * se:
+            ties.append(algo)
+            print(f"[grid-check] WARNING {algo} bs 1 picked {cfg}: {gap:+.4f} over the recipe, within 2 s.e. ({se:.4f})")
+        else:
+            bad.append((algo, bs, cfg, round(gap, 4), round(se, 4)))
+assert not bad, f"not the published recipe (algo, bs, pick, reward gap over the recipe, s.e.): {bad}"
+print("[grid-check] recipe reproduced by lookup_table, doubly_robust and mlp_bandit"
+      + (f" (bs 1 tied within repeat noise for {ties})" if ties else ""))
 PY
 "$BIN/python" benchmarks/twin_grid_recipe.py "$OUT/run" || true  # margins table (informative; the assert is above)
 stamp "total"
