@@ -842,7 +842,8 @@ def main(argv: list[str]) -> int:
         free = body.get("error", {}).get("memory_free_mb", 0.0)
         log("Capture cuda graph failed: torch.OutOfMemoryError: CUDA out of memory. "
             f"Tried to allocate {max(want - mem['static_mb'], 0):.0f} MiB. GPU 0 has a total capacity of "
-            f"{profile.device.memory_total_mb / 1024:.2f} GiB of which {max(free, 0):.0f} MiB is free. "
+            f"{profile.device.memory_total_mb / 1024:.2f} GiB of which {max(free - mem['static_mb'], 0):.0f} MiB is free "
+            "after the static pool. "
             "Possible solutions: reduce --mem-fraction-static, --cuda-graph-max-bs or --max-running-requests (twin)", "ERROR")
         return 1
     seed = args.twin_seed if args.twin_seed is not None else stable_hash("launch", dev_info.get("seed", 0), body.get("launch_seq", 0)) % (2**31)
