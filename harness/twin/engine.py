@@ -502,7 +502,8 @@ def build_router(eng: TwinEngine) -> Router:
                 return _err(500, "Internal Server Error (twin fault: http500)")
         return None
 
-    def generate(req: Request):
+    def admit(req: Request) -> dict | Response:
+        """The gate of every generation route: warmed up, a JSON object body, then the http500 fault."""
         if eng.status != "Up":
             return _err(503, "server is starting")
         try:
@@ -511,9 +512,12 @@ def build_router(eng: TwinEngine) -> Router:
             return _err(400, f"invalid JSON: {exc.msg}")
         if not isinstance(body, dict):
             return _err(400, "request body must be a JSON object")
-        bad = fault_500()
-        if bad:
-            return bad
+        return fault_500() or body
+
+    def generate(req: Request):
+        body = admit(req)
+        if isinstance(body, Response):
+            return body
         sp = body.get("sampling_params") or {}
         if not isinstance(sp, dict):
             return _err(400, "sampling_params must be an object")
@@ -585,15 +589,9 @@ def build_router(eng: TwinEngine) -> Router:
 
     def openai(kind: str):
         def handler(req: Request):
-            if eng.status != "Up":
-                return _err(503, "server is starting")
-            try:
-                body = req.json()
-            except json.JSONDecodeError as exc:
-                return _err(400, f"invalid JSON: {exc.msg}")
-            bad = fault_500()
-            if bad:
-                return bad
+            body = admit(req)
+            if isinstance(body, Response):
+                return body
             if kind == "chat":
                 msgs = body.get("messages")
                 if not isinstance(msgs, list) or not msgs:
