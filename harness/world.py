@@ -112,20 +112,22 @@ def _harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 
 
-def _start_twin_gpu(run_dir: Path, time_scale: float, seed: int, profile: str | None) -> tuple[str, Any]:
+def _spawn_service(args: list[str], log: Path, health_path: str, what: str) -> tuple[str, Any]:
+    """Start ``harness <args> --port P`` on a free port, wait until ``health_path`` answers; stop it if it never does."""
     port = procs.free_port()
-    log = run_dir / "logs" / "twin-gpu.log"
-    argv = _harness_cmd("twin", "gpu", "--port", str(port), "--time-scale", f"{time_scale:g}", "--seed", str(seed))
-    if profile:
-        argv += ["--profile", profile]
-    p = procs.spawn(argv, log)
+    p = procs.spawn(_harness_cmd(*args, "--port", str(port)), log)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_http(f"{url}/health", p, log, "the twin GPU")
+        _wait_http(f"{url}{health_path}", p, log, what)
     except BaseException:
         procs.stop(p, 10.0)
         raise
     return url, p
+
+
+def _start_twin_gpu(run_dir: Path, time_scale: float, seed: int, profile: str | None) -> tuple[str, Any]:
+    args = ["twin", "gpu", "--time-scale", f"{time_scale:g}", "--seed", str(seed)] + (["--profile", profile] if profile else [])
+    return _spawn_service(args, run_dir / "logs" / "twin-gpu.log", "/health", "the twin GPU")
 
 
 TWIN_MAX_RATE_HZ = 50.0
@@ -139,18 +141,9 @@ def twin_sampler_rate_hz(rate_hz: float, time_scale: float) -> float:
 
 
 def _start_sampler(run_dir: Path, twin_gpu_url: str, rate_hz: float) -> tuple[str, Any]:
-    port = procs.free_port()
-    log = run_dir / "logs" / "sampler.log"
-    argv = _harness_cmd("sampler", "serve", "--probe", "twin", "--twin-url", twin_gpu_url, "--port", str(port),
-                        "--rate-hz", f"{rate_hz:g}", "--log", str(run_dir / "sampler"))
-    p = procs.spawn(argv, log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_http(f"{url}/-/healthy", p, log, "the sampler")
-    except BaseException:
-        procs.stop(p, 10.0)
-        raise
-    return url, p
+    args = ["sampler", "serve", "--probe", "twin", "--twin-url", twin_gpu_url, "--rate-hz", f"{rate_hz:g}",
+            "--log", str(run_dir / "sampler")]
+    return _spawn_service(args, run_dir / "logs" / "sampler.log", "/-/healthy", "the sampler")
 
 
 def _check_service(url: str, path: str, what: str, flag: str) -> dict[str, Any]:
