@@ -43,6 +43,8 @@ PUBLISHED_STEP_MS: dict[tuple[int, tuple[int, int, int]], float] = {
     (16, (0, 0, 0)): 11.0, (16, (3, 4, 8)): 21.1, (16, (3, 2, 4)): 18.2, (16, (1, 4, 2)): 14.8, (16, (5, 2, 8)): 23.5,
 }
 TARGETS = {"speed": 0.05, "accept": 0.03, "jpt": 0.10, "util": 0.03}
+REWARD_TOLERANCE = 0.01
+"""Residual scale of a published reward (fitting only): the recipe's margins are 0.015 (bs 1) and 0.09 (bs 16)."""
 
 STEP_POWER_PARAMS: tuple[tuple[str, str], ...] = (
     ("perf", "target_mem_ms"), ("perf", "target_ms_per_token"), ("perf", "target_ms_per_token_above_knee"),
@@ -89,6 +91,8 @@ class RowFit:
     pub_jpt: float
     pub_util: float | None
     pub_step_ms: float | None
+    pub_reward: float | None = None
+    reward: float | None = None
 
     @property
     def errors(self) -> dict[str, float | None]:
@@ -110,7 +114,7 @@ def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ..
     out = []
     for row in published_rows(cal):
         cfg, bs = SpecConfig(*row["config"]), int(row["batch_size"])
-        sims = [simulate_cell(profile, cfg, bs, prompts, seed=s) for s in seeds]
+        sims = [simulate_cell(profile, cfg, bs, prompts, seed=s, nominal_launch=True) for s in seeds]
         key = (bs, tuple(row["config"]))
         out.append(RowFit(
             bs, tuple(row["config"]),
@@ -121,7 +125,12 @@ def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ..
             step_ms=statistics.fmean(c.step_time_p20_s for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
             pub_accept=row["accept_length"], pub_speed=row["speed_tok_s"], pub_jpt=row["joules_per_token"],
             pub_util=row.get("utilization", DERIVED_UTILIZATION.get(key)), pub_step_ms=PUBLISHED_STEP_MS.get(key),
+            pub_reward=row.get("reward"),
         ))
+    baseline = {f.batch_size: f.speed for f in out if f.config == (0, 0, 0)}
+    for f in out:
+        if f.pub_reward is not None and f.batch_size in baseline:
+            f.reward = published_reward(f.util, f.speed, baseline[f.batch_size])
     return out
 
 
@@ -239,7 +248,12 @@ def _residuals(fits: list[RowFit]) -> list[float]:
             if 0.95 <= f.pub_util <= 0.98:  # the published row sits in the band: so must the twin's
                 r.append(max(0.0, 0.953 - f.util, f.util - 0.977) / 0.003)
             elif f.pub_util > 0.98:  # the published row overshoots the band (power-capped)
-                r.append(max(0.0, 0.985 - f.util) / 0.003)
+                r.append(max(0.0, 1.0 - f.util) / 0.003)
+        if f.pub_reward is not None and f.reward is not None:  # speed and power as the reward combines them
+            r.append((f.reward - f.pub_reward) / REWARD_TOLERANCE)
+        for name, err in f.errors.items():  # a steep wall just inside each target: trade fit for staying within all
+            if err is not None:
+                r.append(10.0 * max(0.0, abs(err) / TARGETS[name] - 0.9))
         if f.pub_step_ms is not None and f.step_ms is not None:
             r.append(math.log(f.step_ms / f.pub_step_ms) / 0.05)
     return r
@@ -281,9 +295,9 @@ def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinP
     prof = profile.model_copy(deep=True)
     x0 = [math.log(getattr(getattr(prof, s), n)) for s, n in POLISH_PARAMS]
 
-    def apply(x):
+    def apply(x):  # Nelder-Mead is unbounded: hold the physical floors
         for (s, n), v in zip(POLISH_PARAMS, x):
-            _set(prof, s, n, math.exp(v))
+            _set(prof, s, n, max(math.exp(v), LOWER_BOUNDS.get(n, 0.0)))
 
     def err(x):
         apply(x)
@@ -326,6 +340,7 @@ def fit_table(fits: list[RowFit]) -> list[dict]:
             "jpt": round(f.jpt, 5), "pub_jpt": f.pub_jpt, "jpt_err": round(e["jpt"], 4),
             "util": round(f.util, 3), "pub_util": f.pub_util, "util_err": None if e["util"] is None else round(e["util"], 4),
             "step_ms": None if f.step_ms is None else round(f.step_ms, 2), "pub_step_ms": f.pub_step_ms,
+            "reward": None if f.reward is None else round(f.reward, 4), "pub_reward": f.pub_reward,
             "ok": f.within_targets(),
         })
     return rows
@@ -336,7 +351,7 @@ def print_fit_table(fits: list[RowFit]) -> None:
     from rich.table import Table
 
     t = Table(title="twin vs published (calibration.json)")
-    for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "ok"):
+    for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "reward", "pub", "ok"):
         t.add_column(col, justify="right")
     for r in fit_table(fits):
         pct = lambda v: "" if v is None else f"{100 * v:+.1f}%"
@@ -345,6 +360,7 @@ def print_fit_table(fits: list[RowFit]) -> None:
                   f"{r['util']:.3f}", "" if r["pub_util"] is None else f"{r['pub_util']:.3f}",
                   "" if r["util_err"] is None else f"{r['util_err']:+.3f}",
                   "" if r["step_ms"] is None else f"{r['step_ms']:.2f}", "" if r["pub_step_ms"] is None else f"{r['pub_step_ms']:.2f}",
+                  "" if r["reward"] is None else f"{r['reward']:.3f}", "" if r["pub_reward"] is None else f"{r['pub_reward']:.3f}",
                   "yes" if r["ok"] else "NO")
     Console(width=max(160, Console().width)).print(t)
 

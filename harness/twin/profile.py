@@ -101,9 +101,9 @@ class PowerParams(_Strict):
     draft_w: float = 40.0
     overhead_w: float = 18.0
     prefill_w: float = 55.0
-    util_target: float = 0.99
-    util_draft: float = 0.93
-    util_overhead: float = 0.55
+    util_target: float = Field(1.0, description="share of a target-verify phase with a kernel running (NVML utilization)")
+    util_draft: float = Field(1.0, description="the same for drafting (CUDA graphs: kernels back to back)")
+    util_overhead: float = Field(0.99, description="the same for the per-step overhead (EAGLE's tree and sampling kernels)")
     power_spread: float = Field(0.01, description="sigma of a per-launch power factor")
 
 
