@@ -16,7 +16,9 @@ twin's ``twin_received_ns``/``twin_finish_ns``, or sglang's ``request_received_t
 ``--enable-metrics``), the window is [first receive, last finish] (``server``), so the client's own HTTP round trips
 at the edges are outside it (on the twin they last ``time_scale`` times longer in twin time); ``wall_clock_s`` uses
 the same edges. Otherwise (real sglang 0.5.2) it is the client's [release of the workers, last response] (``client``).
-The after-snapshot is the sample nearest the window end (not whichever sample is newest when the harness asks).
+The after-snapshot is the last sample taken at or before the window end: the state the config left the GPU in, not
+whichever sample is newest when the harness gets round to asking (by then the GPU has idled for a client round trip,
+``time_scale`` times longer on the twin, and NVML's trailing utilization has decayed).
 """
 
 from __future__ import annotations
@@ -236,9 +238,9 @@ def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_
     return start, end, elapsed
 
 
-def sample_near(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
-    """The usable sample whose wall time is nearest ``t_ns`` among the sampler's recent ones; ``snapshot()`` when
-    the source cannot list samples (or lists none)."""
+def sample_at(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
+    """The newest usable sample taken at or before ``t_ns`` among the sampler's recent ones (the nearest one when
+    none is that old); ``snapshot()`` when the source cannot list samples (or lists none)."""
     latest = telemetry.snapshot()
     seq = getattr(latest, "seq", None)
     records: list[Any] = []
@@ -258,6 +260,9 @@ def sample_near(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
     usable = [r for r in records if getattr(r, "usable", False)]
     if not usable:
         return latest
+    before = [r for r in usable if int(r.t_wall_ns) <= t_ns]
+    if before:
+        return max(before, key=lambda r: int(r.t_wall_ns))
     return min(usable, key=lambda r: abs(int(r.t_wall_ns) - t_ns))
 
 
@@ -306,7 +311,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
     else:
         w0, elapsed, source = start["wall"], client_elapsed, "client"
     window = telemetry.window(w0, w1)
-    after = sample_dict(sample_near(telemetry, w1))
+    after = sample_dict(sample_at(telemetry, w1))
     info1 = client.server_info()
 
     total = sum(r.completion_tokens for r in results)

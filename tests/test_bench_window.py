@@ -1,9 +1,9 @@
-"""The bench's server-side window edges and the after-snapshot nearest the window end (pure functions, no servers:
+"""The bench's server-side window edges and the after-snapshot taken at or before the window end (pure functions, no servers:
 the twin sweep tests exercise them end to end)."""
 
 from __future__ import annotations
 
-from harness.bench import SERVER_EDGE_TOLERANCE_NS, sample_near, server_window
+from harness.bench import SERVER_EDGE_TOLERANCE_NS, sample_at, server_window
 from harness.engine.client import GenerateResult, parse_meta_info
 from harness.telemetry.windows import GpuSample
 from harness.timeutil import ScaledClock
@@ -67,10 +67,10 @@ class _Source:
         return self.recs[-1]
 
 
-def test_sample_near_picks_the_sample_nearest_the_window_end_not_the_newest():
+def test_sample_at_picks_the_sample_atest_the_window_end_not_the_newest():
     recs = [_sample(i, 1000 * i, 0x4 if i < 5 else 0x1) for i in range(10)]
     src = _Source(recs)
-    assert sample_near(src, 4_400).seq == 4 and sample_near(src, 4_400).clock_event_reasons == 0x4
-    assert sample_near(src, 10**9).seq == 9
+    assert sample_at(src, 4_400).seq == 4 and sample_at(src, 4_400).clock_event_reasons == 0x4
+    assert sample_at(src, 10**9).seq == 9
     no_list = type("S", (), {"snapshot": lambda self: recs[-1]})()
-    assert sample_near(no_list, 4_400).seq == 9  # a source that cannot list samples: the latest one
+    assert sample_at(no_list, 4_400).seq == 9  # a source that cannot list samples: the latest one
