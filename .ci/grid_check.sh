@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 OUT=${GRID_CHECK_OUT:-$(mktemp -d /tmp/grid-check.XXXXXX)}
 SCALE=${GRID_CHECK_TIME_SCALE:-20}
+SEED=${GRID_CHECK_SEED:-0}
 t0=$(date +%s)
 stamp() { echo "[grid-check] $1: $(( $(date +%s) - t0 )) s"; }
 
-"$BIN/harness" sweep --engine twin --repeats 3 --time-scale "$SCALE" --launch-per cell --seed 0 \
+"$BIN/harness" sweep --engine twin --repeats 3 --time-scale "$SCALE" --launch-per cell --seed "$SEED" \
     --engine-arg=--twin-launch-scale=0.1 \
     --out "$OUT/run" --force
 stamp "sweep"
