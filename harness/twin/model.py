@@ -198,9 +198,9 @@ def memory_footprint_mb(profile: TwinProfile, cfg: SpecConfig, mem_fraction: flo
     static = mem_fraction * d.memory_total_mb
     extra = m.context_mb + m.graph_mb_per_bs * graph_bs
     if not cfg.is_baseline:
-        extra += m.spec_slot_mb * graph_bs * (cfg.draft_tokens + cfg.steps * cfg.topk)
-        capture = m.tree_node_mb * graph_bs * cfg.draft_tokens * cfg.steps * cfg.topk
-        extra += capture
+        slots = graph_bs * (cfg.draft_tokens + cfg.steps * cfg.topk)
+        capture = m.capture_slot_mb * slots + m.tree_node_mb * graph_bs * cfg.draft_tokens * cfg.steps * cfg.topk
+        extra += m.spec_slot_mb * slots + capture
     else:
         capture = 0.0
     available = d.memory_total_mb - d.memory_reserved_mb - d.memory_base_used_mb

@@ -114,8 +114,9 @@ class MemoryParams(_Strict):
     min_kv_mb: float = Field(256.0, description="smallest KV cache sglang starts with")
     context_mb: float = Field(500.0, description="CUDA context, allocator, torch workspace")
     graph_mb_per_bs: float = Field(25.0, description="CUDA-graph activations per captured batch size")
-    spec_slot_mb: float = Field(3.0, description="draft/verify logits buffers per (bs x (draft tokens + steps x topk))")
-    tree_node_mb: float = Field(0.3, description="tree masks and scores per (bs x draft tokens x steps x topk)")
+    spec_slot_mb: float = Field(0.5, description="draft/verify logits kept while serving, per (bs x (draft tokens + steps x topk)): one fp32 row over a 128k vocabulary")
+    capture_slot_mb: float = Field(2.5, description="per-slot graph-capture workspace, released after capture")
+    tree_node_mb: float = Field(0.3, description="tree masks and scores per (bs x draft tokens x steps x topk), released after capture")
 
 
 class TwinProfile(_Strict):
