@@ -54,9 +54,9 @@ for algo, per_bs in picks.items():
             continue
         mine, rec = rank[bs][cfg], rank[bs][RECIPE[bs]]
         gap, se = mine["mean"] - rec["mean"], math.hypot(mine["se"], rec["se"])
-        if bs == 1 and gap <= 2 * se:
+        if bs == 1 and abs(gap) <= 2 * se:
             ties.append(algo)
-            print(f"[grid-check] WARNING {algo} bs 1 picked {cfg}: {gap:+.4f} over the recipe, within 2 s.e. ({se:.4f})")
+            print(f"[grid-check] WARNING {algo} bs 1 picked {cfg}: {gap:+.4f} against the recipe, within 2 s.e. ({se:.4f})")
         else:
             bad.append((algo, bs, cfg, round(gap, 4), round(se, 4)))
 assert not bad, f"not the published recipe (algo, bs, pick, reward gap over the recipe, s.e.): {bad}"
