@@ -253,7 +253,8 @@ out.mkdir(parents=True, exist_ok=True)
 '''
 
 
-def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], tmp_path: Path) -> None:
+def standin_evaluator(tmp_path: Path) -> Path:
+    """An evaluator interpreter whose ``swebench`` package is the stand-in above (no Docker, no images)."""
     pkg = tmp_path / "standin" / "swebench"
     (pkg / "harness").mkdir(parents=True)
     (pkg / "__init__.py").write_text('__version__ = "5.0.2-standin"\n')
@@ -262,6 +263,11 @@ def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[I
     evaluator = tmp_path / "evaluator-python"
     evaluator.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
     evaluator.chmod(0o755)
+    return evaluator
+
+
+def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], tmp_path: Path) -> None:
+    evaluator = standin_evaluator(tmp_path)
     insts = [i.model_copy(update={"image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest", "eval_script": "#!/bin/bash\n"})
              for i in fixture_instances]
     rd = tmp_path / "run"
@@ -285,14 +291,7 @@ def test_gold_smoke_failure_blocks_grading(fixture_instances: list[Instance], tm
     from pilots.common import PilotOptions
     from pilots.swebench.runner import SwebenchOptions, _gold_smoke
 
-    pkg = tmp_path / "standin" / "swebench"
-    (pkg / "harness").mkdir(parents=True)
-    (pkg / "__init__.py").write_text('__version__ = "5.0.2-standin"\n')
-    (pkg / "harness" / "__init__.py").write_text("")
-    (pkg / "harness" / "run_evaluation.py").write_text(STANDIN_RUN_EVALUATION)
-    evaluator = tmp_path / "evaluator-python"
-    evaluator.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
-    evaluator.chmod(0o755)
+    evaluator = standin_evaluator(tmp_path)
     options = PilotOptions(suite="swebench", out=tmp_path / "run")
     sw = SwebenchOptions(evaluator_python=str(evaluator))
     ok, why = _gold_smoke(tmp_path / "run", fixture_instances, options, sw)
