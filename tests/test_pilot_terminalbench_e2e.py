@@ -55,7 +55,11 @@ def test_end_to_end_pilot_on_the_twin_with_harbor_terminus2_and_the_local_sandbo
     for row in rows:
         assert row["speed_source"] == "terminalbench_pilot" and row["batch_size"] == 1 and row["is_baseline"] is False
         assert row["gpu_temp_c_before"] is None and row["gpu_mem_used_mb"] is None and row["gpu_throttling"] is None
-        assert row["error"].startswith("agentic_pilot_trace: ") and row["avg_power_watts"] > 0
+        assert row["error"].startswith("agentic_pilot_trace: ")
+        if row["window_valid"]:
+            assert row["avg_power_watts"] > 0
+        else:  # the same sampler-gap case as above: no power is invented
+            assert row["window_reasons"] and row["avg_power_watts"] is None
     text = proc.stdout
     for col in ("config", "task", "success", "tok/s", "output tokens", "duration", "accept len", "avg power", "GPU util"):
         assert col in text
