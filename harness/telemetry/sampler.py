@@ -138,8 +138,13 @@ class SamplerCore:
         return self._thread is not None and self._thread.is_alive()
 
     def identity(self) -> dict[str, Any]:
+        """The identity read at start, updated with what the probe learnt since (its ``capabilities()``, e.g. which
+        power source NVML answers) and the live name/uuid/driver of the newest usable sample. Never calls the GPU."""
         latest = self.store.latest(usable=True)
         ident = dict(self._identity)
+        capabilities = getattr(self.probe, "capabilities", None)
+        if capabilities is not None:
+            ident.update(capabilities())
         if latest is not None:  # the live identity (a UUID change shows here)
             ident.update({k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None})
         return ident
