@@ -5,6 +5,7 @@ points, counter reset and GPU loss mid-run, no energy counter."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -98,7 +99,7 @@ def test_sampler_serve_on_a_library_lacking_newer_entry_points(tmp_path: Path, s
 
 def _nvml_check(env: dict[str, str]) -> dict:
     argv = [sys.executable, str(REPO / "benchmarks" / "nvml_check.py"), "--seconds", "1", "--poll-s", "0.5"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, **env})
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -126,3 +127,18 @@ def test_nvml_check_labels_integrated_power_honestly(tmp_path: Path, shim_dirs):
     assert a["energy_power_w_trapezoid_j"] == pytest.approx(69.0 * a["window"]["duration_s"], rel=0.01)
     assert out["update_period_ms"]["field_power_instant"] == {"error": "Not Supported"}  # the field's own return code
     assert "Not Supported" in out["latency_ms"]["total_energy"]["error"]
+
+
+@pytest.mark.parametrize("case", ["no_driver", "gpu_index"])
+def test_sampler_serve_refuses_clearly(tmp_path: Path, shim_dirs, case: str):
+    """A library without a driver (no script) and a GPU index the driver does not have: exit code and a fix."""
+    script = ShimScript(tmp_path / "nvml.script")
+    env = {**os.environ, **script.env(shim_dirs["full"])}
+    argv = harness_argv("sampler", "serve", "--probe", "nvml", "--port", "0")
+    if case == "no_driver":
+        env.pop("NVML_SHIM_SCRIPT")
+    else:
+        argv += ["--gpu-index", "3"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    expected = {"no_driver": (4, "NVML is not available (Driver Not Loaded)"), "gpu_index": (2, "--gpu-index 3 out of range")}[case]
+    assert r.returncode == expected[0] and expected[1] in r.stderr and "fix:" in r.stderr, r.stderr
