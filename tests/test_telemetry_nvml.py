@@ -218,6 +218,23 @@ def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
         p.close()
 
 
+def test_native_world_reads_name_and_power_limit_from_the_first_sample(script: ShimScript, tmp_path: Path):
+    from harness.world import open_world
+
+    script.set({"delay_ms": 20})  # a slow driver: ~0.3 s per reading, so no sample exists right after the start
+    with open_world(engine="sglang", run_dir=tmp_path / "run") as world:  # in-process NVML sampler
+        assert world.power_limit_w == 600.0 and world.hardware == "H200_shim"  # from "NVIDIA H200 (shim)"
+        assert world.gpu_identity["sampler"]["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT"
+
+
+def test_in_process_sampler_without_readings_is_a_clear_error(script: ShimScript):
+    script.fail("nvmlDeviceGetTotalEnergyConsumption", UNKNOWN).fail("nvmlDeviceGetFieldValues", UNKNOWN)
+    with InProcessSampler(NvmlProbe(0), rate_hz=20.0) as s:
+        with pytest.raises(ServiceUnavailableError) as ei:
+            s.wait_ready(timeout_s=0.3)
+    assert "gave no reading within" in ei.value.message and "nvml energy: Unknown Error" in ei.value.message
+
+
 def test_no_driver_is_a_clear_error(shim_lib, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("NVML_SHIM_SCRIPT", raising=False)  # the shim then answers as a library without a driver
     with pytest.raises(ServiceUnavailableError) as ei:

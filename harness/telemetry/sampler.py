@@ -12,7 +12,7 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.windows import GpuSample, WindowStats
@@ -200,6 +200,17 @@ class InProcessSampler:
 
     def snapshot(self) -> GpuSample | None:
         return self.core.latest()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Block until a sample carried a reading; raises ``ServiceUnavailableError`` with the last probe errors."""
+        deadline = mono_ns() + int(timeout_s * 1e9)
+        while not self.core.ready():
+            if mono_ns() >= deadline:
+                latest = self.core.latest()
+                errors = "; ".join(latest.errors) if latest is not None and latest.errors else "no sample yet"
+                raise ServiceUnavailableError(f"the {self.core.probe.kind} probe gave no reading within {timeout_s:.0f} s: {errors}",
+                                              fix="check the GPU with nvidia-smi (or the twin device)")  # fmt: skip
+            self.core._stop.wait(0.01)  # noqa: SLF001 - the loop's own stop event: returns at once when stopped
 
     def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str = "step") -> WindowStats:
         """Waits up to ``wait_s`` (default ``self.wait_s``) for a sample after ``end_ns``, then aggregates."""

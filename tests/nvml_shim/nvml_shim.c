@@ -14,6 +14,7 @@
  *   temperature_c sm_clock_mhz mem_clock_mhz util_gpu util_mem mem_total mem_reserved mem_used (bytes)
  *   limit_enforced_mw limit_mgmt_mw limit_default_mw clock_events (nvmlClocksEventReasons bit mask)
  *   init_ret (nvmlInit's return code) gpu_lost (1: every device call returns NVML_ERROR_GPU_IS_LOST)
+ *   delay_ms (every device call takes this long: a slow driver)
  *   fail.<function> = code (that entry point returns code)   field.<id> = code (that field's nvmlReturn)
  * Without NVML_SHIM_SCRIPT, nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED (a library but no driver).
  * One extra, non-NVML symbol: nvmlShimCallCount(name), how often an entry point was called (for tests).
@@ -51,7 +52,7 @@ typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { char key[96]; long code; } override_t;
 typedef struct {
     char name[96], uuid[96], driver_version[80], nvml_version[80];
-    long device_count, init_ret, gpu_lost, counter_epoch, energy_update_ms, temperature_c, sm_clock_mhz, mem_clock_mhz,
+    long device_count, init_ret, gpu_lost, delay_ms, counter_epoch, energy_update_ms, temperature_c, sm_clock_mhz, mem_clock_mhz,
         util_gpu, util_mem, limit_enforced_mw, limit_mgmt_mw, limit_default_mw, power_mw, power_avg_mw, power_usage_mw;
     unsigned long long energy_start_mj, mem_total, mem_reserved, mem_used, clock_events;
     override_t over[MAX_OVERRIDES];  /* "fail.<fn>" and "field.<id>" */
@@ -95,7 +96,7 @@ static void set_key(script_t *s, const char *k, const char *v) {
 #define NUM(f) if (!strcmp(k, #f)) { s->f = n; return; }
 #define U64(f) if (!strcmp(k, #f)) { s->f = u; return; }
     STR(name) STR(uuid) STR(driver_version) STR(nvml_version)
-    NUM(device_count) NUM(init_ret) NUM(gpu_lost) NUM(counter_epoch) NUM(energy_update_ms) NUM(temperature_c)
+    NUM(device_count) NUM(init_ret) NUM(gpu_lost) NUM(delay_ms) NUM(counter_epoch) NUM(energy_update_ms) NUM(temperature_c)
     NUM(sm_clock_mhz) NUM(mem_clock_mhz) NUM(util_gpu) NUM(util_mem) NUM(limit_enforced_mw) NUM(limit_mgmt_mw)
     NUM(limit_default_mw) NUM(power_mw) NUM(power_avg_mw) NUM(power_usage_mw)
     U64(energy_start_mj) U64(mem_total) U64(mem_reserved) U64(mem_used) U64(clock_events)
@@ -178,6 +179,10 @@ static nvmlReturn_t enter(const char *fn, nvmlDevice_t dev) {
     count_call(fn);
     refresh();
     if (!init_count) return NVML_ERROR_UNINITIALIZED;
+    if (S.delay_ms > 0) {
+        struct timespec d = {S.delay_ms / 1000, (S.delay_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
     if (dev && (dev < devices || dev >= devices + S.device_count)) return NVML_ERROR_INVALID_ARGUMENT;
     if (dev && S.gpu_lost) return NVML_ERROR_GPU_IS_LOST;
     return (nvmlReturn_t)override_code("fail.", fn);
