@@ -4,6 +4,7 @@ script, loaded in this process), every failure mode of issue 12 item 5; and the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -256,14 +257,11 @@ def test_gpu_lost_at_start_is_a_clear_error(script: ShimScript):
 
 
 def _has_nvml() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:  # noqa: BLE001 - any failure means no usable NVML
-        return False
+    """Whether a real NVML answers here, asked in a child process: loading the driver's library into this process
+    would stop the shim tests above from loading theirs (one ``libnvidia-ml.so.1`` per process)."""
+    env = {k: v for k, v in os.environ.items() if k != "NVML_SHIM_SCRIPT"}
+    r = subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit(); pynvml.nvmlShutdown()"], capture_output=True, timeout=60, env=env)
+    return r.returncode == 0
 
 
 @pytest.mark.skipif(_has_nvml(), reason="this machine has NVML: the check would run for real")
