@@ -45,6 +45,17 @@ def build_shim(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
     return out_dir
 
 
+_BUILT: dict[tuple[str, ...], Path] = {}
+
+
+def session_shim(tmp_path_factory: Any, omit: tuple[str, ...] = ()) -> Path:
+    """The shim directory for this test session, built on first use (once per ``omit`` set, shared by all files)."""
+    key = tuple(sorted(omit))
+    if key not in _BUILT:
+        _BUILT[key] = build_shim(tmp_path_factory.mktemp("nvml-shim"), omit=key)
+    return _BUILT[key]
+
+
 class ShimScript:
     """The shim's script file. Every change is written to a new file renamed over the old one (the shim re-reads
     it on its next call), so a test can change values, fail entry points or lose the GPU mid-run."""

@@ -17,8 +17,8 @@ from harness.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import NvmlProbe
 from harness.telemetry.sampler import InProcessSampler
 from harness.timeutil import wall_ns
-from tests._nvml_shim_helpers import (
-    FUNCTION_NOT_FOUND, GPU_IS_LOST, NOT_SUPPORTED, POWER_AVERAGE, POWER_INSTANT, UNKNOWN, ShimScript, build_shim, call_count,
+from _nvml_shim_helpers import (
+    FUNCTION_NOT_FOUND, NOT_SUPPORTED, POWER_AVERAGE, POWER_INSTANT, UNKNOWN, ShimScript, call_count, session_shim,
     load_in_process,
 )  # fmt: skip
 
@@ -28,7 +28,7 @@ ARG_VERSION_MISMATCH = 25
 
 @pytest.fixture(scope="session")
 def shim_lib(tmp_path_factory: pytest.TempPathFactory):
-    return load_in_process(build_shim(tmp_path_factory.mktemp("nvml-shim")))
+    return load_in_process(session_shim(tmp_path_factory))
 
 
 @pytest.fixture

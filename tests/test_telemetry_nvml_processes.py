@@ -18,7 +18,7 @@ import pytest
 from harness.telemetry.client import TelemetryClient
 from harness.telemetry.testbed import Service, harness_argv
 from harness.timeutil import wall_ns
-from tests._nvml_shim_helpers import NOT_SUPPORTED, OLD_DRIVER, POWER_AVERAGE, POWER_INSTANT, ShimScript, build_shim
+from _nvml_shim_helpers import NOT_SUPPORTED, OLD_DRIVER, POWER_AVERAGE, POWER_INSTANT, ShimScript, session_shim
 
 REPO = Path(__file__).resolve().parents[1]
 # A library lacking entry points newer drivers have: field values, v2 memory, the clock-event-reasons name
@@ -27,8 +27,7 @@ LACKING = (*OLD_DRIVER, "nvmlDeviceGetFieldValues")
 
 @pytest.fixture(scope="module")
 def shim_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("nvml-shims")
-    return {"full": build_shim(root / "full"), "lacking": build_shim(root / "lacking", omit=LACKING)}
+    return {"full": session_shim(tmp_path_factory), "lacking": session_shim(tmp_path_factory, omit=LACKING)}
 
 
 def _sampler(tmp_path: Path, env: dict[str, str]) -> Service:
