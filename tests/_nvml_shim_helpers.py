@@ -114,3 +114,14 @@ def call_count(lib: ctypes.CDLL, function: str) -> int:
     fn = lib.nvmlShimCallCount
     fn.restype, fn.argtypes = ctypes.c_ulong, [ctypes.c_char_p]
     return int(fn(function.encode()))
+
+
+# Codes a loaded test machine alone can raise (a descheduled sampler); they say nothing about NVML handling
+LOAD_ONLY_REASONS = {"gap_over_3_periods", "coverage_below_95pct", "slow_probe"}
+
+
+def assert_measured(w: Any, power_w: float, method: str) -> None:
+    """The window's energy is ``power_w`` x its duration by ``method``, and nothing but machine load flagged it."""
+    assert set(w.reasons) <= LOAD_ONLY_REASONS, w.reasons
+    assert w.energy_method == method and w.energy_j is not None
+    assert abs(w.energy_j - power_w * w.duration_s) <= 0.01 * power_w * w.duration_s, (w.energy_j, power_w * w.duration_s)
