@@ -6,7 +6,7 @@
  *
  * Script: the file named by env NVML_SHIM_SCRIPT, "key = value" lines, '#' comments. It is re-read whenever the file
  * changes (write a new file and rename it over the old one), so a test can change values mid-run. Keys:
- *   name uuid driver_version nvml_version device_count
+ *   name uuid driver_version nvml_version device_count (at most 8)
  *   power_mw (NVML_FI_DEV_POWER_INSTANT) power_avg_mw (NVML_FI_DEV_POWER_AVERAGE) power_usage_mw (nvmlDeviceGetPowerUsage)
  *   energy_start_mj energy_update_ms counter_epoch   (the energy counter is the integral of power_mw since the
  *       script was first read, plus energy_start_mj, republished every energy_update_ms (0 = on every call);
@@ -21,7 +21,8 @@
  *
  * Build (the test suite does this): gcc -shared -fPIC -O2 -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1
  * nvml_shim.c -lpthread [-DOMIT_<entry point> ...] ; an omitted entry point is absent from the library, as on an
- * older driver, and nvidia-ml-py then raises NVML_ERROR_FUNCTION_NOT_FOUND for it.
+ * older driver, and nvidia-ml-py then raises NVML_ERROR_FUNCTION_NOT_FOUND for it. Guarded so: the field-values
+ * call, nvmlDeviceGetMemoryInfo_v2 and both clock-event calls.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -136,6 +137,8 @@ static void refresh(void) {
         set_key(&s, trim(line), trim(eq + 1));
     }
     fclose(f);
+    if (s.device_count < 0 || s.device_count > (long)(sizeof devices / sizeof devices[0]))
+        s.device_count = (long)(sizeof devices / sizeof devices[0]);
     if (!same_path) {  /* a new script: a fresh counter at energy_start_mj */
         base_mj = s.energy_start_mj; acc_mj = 0; published_mj = base_mj; published_ns = t;
     } else if (s.counter_epoch != S.counter_epoch) {  /* a new epoch: the counter restarts at 0 (driver reload) */
@@ -243,7 +246,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { ENTER(NULL); CHECK_PTR(n);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *dev) {
     ENTER(NULL);
     CHECK_PTR(dev);
-    if (i >= (unsigned int)S.device_count || i >= sizeof devices / sizeof devices[0]) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (i >= (unsigned int)S.device_count) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     if (S.gpu_lost) LEAVE(NVML_ERROR_GPU_IS_LOST);
     devices[i].index = i;
     *dev = &devices[i];
