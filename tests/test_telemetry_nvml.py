@@ -107,6 +107,9 @@ def test_absent_fields_are_dropped_one_by_one(script: ShimScript):
         r = p.read()
         assert r["errors"] == [] and r["power_w"] == 69.0 and r["power_avg_w"] is None
         assert {"NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE"} <= set(p.capabilities()["unsupported"])
+        script.fail("nvmlDeviceGetPowerUsage", NOT_SUPPORTED)
+        r = p.read()
+        assert r["errors"] == [] and r["power_w"] is None and p.capabilities()["power_w_source"] is None
     finally:
         p.close()
 

@@ -290,6 +290,8 @@ class NvmlProbe:
             legacy = self._call("power_usage", "nvmlDeviceGetPowerUsage", h, errors=errors)
             if legacy is not None:
                 inst, self._power_w_source = legacy / 1000.0, "nvmlDeviceGetPowerUsage (1 s average on Ampere and newer)"
+            elif "power_usage" in self._unsupported:
+                self._power_w_source = None  # no power reading at all on this GPU
         out["power_w"], out["power_avg_w"] = inst, avg
         out["temperature_c"] = self._call("temperature", "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0), errors=errors)
         out["sm_clock_mhz"] = self._call("sm_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), errors=errors)
