@@ -232,4 +232,10 @@ def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, eng
     from harness.telemetry.probes import NvmlProbe
     from harness.telemetry.sampler import InProcessSampler
 
-    return InProcessSampler(NvmlProbe(gpu_index), rate_hz=rate_hz)
+    sampler = InProcessSampler(NvmlProbe(gpu_index), rate_hz=rate_hz)
+    try:
+        sampler.wait_ready(timeout_s=SERVICE_START_TIMEOUT_S)  # the world reads the GPU's name and limit next
+    except BaseException:
+        sampler.close()
+        raise
+    return sampler

@@ -32,6 +32,9 @@ class Probe(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: ``capabilities() -> dict`` (no GPU call, any thread): what the probe learnt while reading (which
+    # sources answer, what is unsupported); the sampler merges it into its identity on every query.
+
 
 def empty_reading(error: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {f: None for f in STATE_FIELDS}
@@ -137,12 +140,31 @@ class TwinProbe:
         self._drop()
 
 
+# NVML answers meaning "this GPU, driver or binding has no such thing": the probe stops asking. FUNCTION_NOT_FOUND is
+# what nvidia-ml-py raises when the driver's library lacks the entry point (an older driver); ARGUMENT_VERSION_MISMATCH
+# what a driver answers for a struct version it does not know (e.g. nvmlMemory_v2).
+_ABSENT_CODES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
+_POWER_FIELDS = ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE")
+
+
+def field_value(nv: Any, v: Any) -> float | int | None:
+    """The value of one ``nvmlFieldValue_t`` by its ``valueType``; None unless its ``nvmlReturn`` is success."""
+    if v.nvmlReturn != nv.NVML_SUCCESS:
+        return None
+    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return getattr(v.value, kinds.get(v.valueType, "uiVal"))
+
+
 class NvmlProbe:
     """Reads one physical GPU through NVML (``nvidia-ml-py``, module ``pynvml``, imported lazily).
 
     Power: ``NVML_FI_DEV_POWER_INSTANT`` / ``NVML_FI_DEV_POWER_AVERAGE`` field values (GPU scope); when the instant
-    field is unsupported ``power_w`` falls back to ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere and newer,
-    recorded in ``identity()["power_w_source"]``). A field that answers NOT_SUPPORTED is not asked again.
+    field is unsupported ``power_w`` falls back to ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere and newer).
+    Memory: ``nvmlDeviceGetMemoryInfo_v2``, else the v1 call (no ``reserved``; its ``used`` includes reserved memory).
+    Clock events: ``nvmlDeviceGetCurrentClocksEventReasons``, else the deprecated ``...ThrottleReasons``.
+    Every entry point is looked up by name at call time, so a binding without a (deprecated) wrapper loses only that
+    value. An answer in ``_ABSENT_CODES`` (per call or per field) is not asked again; ``capabilities()`` says which
+    sources are in use. The constructor reads once, so the capabilities are known before the first sample.
     """
 
     kind = "nvml"
@@ -163,111 +185,150 @@ class NvmlProbe:
         try:
             count = pynvml.nvmlDeviceGetCount()
             if not 0 <= gpu_index < count:
+                pynvml.nvmlShutdown()
                 raise UsageError(f"--gpu-index {gpu_index} out of range: this host has {count} GPU(s)", fix=f"pick 0..{count - 1}")
             self._h = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
             raise ServiceUnavailableError(f"cannot open GPU {gpu_index} through NVML: {exc}", fix="check nvidia-smi") from None
         self.gpu_index = gpu_index
-        self._unsupported: set[str] = set()
-        self._power_w_source = "field_instant"
+        self._unsupported: frozenset[str] = frozenset()  # replaced, never mutated: other threads read it
+        self._absent = tuple(getattr(pynvml, c) for c in _ABSENT_CODES if hasattr(pynvml, c))
+        self._power_w_source: str | None = None
+        self._memory_source: str | None = None
+        self._clock_events_source: str | None = None
         self._static = {
-            "name": self._call("name", pynvml.nvmlDeviceGetName, self._h, errors=[]),
-            "driver_version": self._call("driver_version", pynvml.nvmlSystemGetDriverVersion, errors=[]),
+            "name": self._call("name", "nvmlDeviceGetName", self._h, errors=[]),
+            "driver_version": self._call("driver_version", "nvmlSystemGetDriverVersion", errors=[]),
         }
+        self.read()  # discover what this GPU, driver and binding support
 
-    def _call(self, key: str, fn: Any, *args: Any, errors: list[str]) -> Any:
-        """Call an NVML function; NOT_SUPPORTED -> None (and never again), other errors -> None + recorded."""
+    @property
+    def handle(self) -> Any:
+        """The NVML device handle (for checks that call nvidia-ml-py directly)."""
+        return self._h
+
+    def _mark_unsupported(self, key: str) -> None:
+        self._unsupported = self._unsupported | {key}
+
+    def _call(self, key: str, fname: str, *args: Any, errors: list[str]) -> Any:
+        """Call the binding's ``fname``; an absent answer -> None (and never again), other errors -> None + recorded."""
         if key in self._unsupported:
             return None
         nv = self._nv
+        fn = getattr(nv, fname, None)
+        if fn is None:  # this nvidia-ml-py has no such wrapper (e.g. a removed deprecated one)
+            self._mark_unsupported(key)
+            return None
         try:
             val = fn(*args)
         except nv.NVMLError as exc:
-            if getattr(exc, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED, getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", -1)):
-                self._unsupported.add(key)
+            if getattr(exc, "value", None) in self._absent:
+                self._mark_unsupported(key)
             else:
                 errors.append(f"nvml {key}: {exc}")
             return None
-        except AttributeError:  # an older binding without this function
-            self._unsupported.add(key)
-            return None
         return val.decode() if isinstance(val, bytes) else val
 
-    def _power_fields(self, errors: list[str]) -> tuple[float | None, float | None]:
+    def _power_fields(self, errors: list[str]) -> dict[str, float | None]:
+        """Instant and average power (W) from one field-values call over the fields not known to be absent."""
         nv = self._nv
-        if "power_fields" in self._unsupported:
-            return None, None
-        ids = [(nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_POWER_SCOPE_GPU), (nv.NVML_FI_DEV_POWER_AVERAGE, nv.NVML_POWER_SCOPE_GPU)]
-        try:
-            vals = nv.nvmlDeviceGetFieldValues(self._h, ids)
-        except nv.NVMLError as exc:
-            if getattr(exc, "value", None) == nv.NVML_ERROR_NOT_SUPPORTED:
-                self._unsupported.add("power_fields")
+        names = [n for n in _POWER_FIELDS if n not in self._unsupported and hasattr(nv, n)]
+        out: dict[str, float | None] = dict.fromkeys(_POWER_FIELDS)
+        scope = getattr(nv, "NVML_POWER_SCOPE_GPU", 0)
+        vals = self._call("power_fields", "nvmlDeviceGetFieldValues", self._h, [(getattr(nv, n), scope) for n in names], errors=errors) if names else None
+        for name, v in zip(names, vals or ()):
+            raw = field_value(nv, v)
+            if raw is not None:
+                out[name] = raw / 1000.0  # mW -> W
+            elif v.nvmlReturn in self._absent:
+                self._mark_unsupported(name)
             else:
-                errors.append(f"nvml power fields: {exc}")
-            return None, None
-        out: list[float | None] = []
-        for v in vals:
-            if v.nvmlReturn != nv.NVML_SUCCESS:
-                out.append(None)
+                errors.append(f"nvml {name}: {nv.NVMLError(v.nvmlReturn)}")
+        return out
+
+    def _memory(self, out: dict[str, Any], errors: list[str]) -> None:
+        nv, mib = self._nv, 1024 * 1024
+        version = getattr(nv, "nvmlMemory_v2", None)
+        mem = self._call("memory_v2", "nvmlDeviceGetMemoryInfo", self._h, version, errors=errors) if version else None
+        if mem is None and "memory_v2" not in self._unsupported and version:
+            return  # a transient v2 error: recorded; v1 would mix semantics
+        if mem is not None:
+            self._memory_source = "nvmlDeviceGetMemoryInfo_v2"
+            out["memory_reserved_mb"] = mem.reserved / mib
+        else:
+            mem = self._call("memory_v1", "nvmlDeviceGetMemoryInfo", self._h, errors=errors)
+            if mem is None:
+                return
+            self._memory_source = "nvmlDeviceGetMemoryInfo (v1: used includes reserved)"
+        out["memory_total_mb"], out["memory_used_mb"], out["memory_free_mb"] = mem.total / mib, mem.used / mib, mem.free / mib
+
+    def _clock_events(self, errors: list[str]) -> int | None:
+        for key, fname in (("clock_events", "nvmlDeviceGetCurrentClocksEventReasons"), ("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons")):
+            if key in self._unsupported:
                 continue
-            raw = {0: v.value.dVal, 1: v.value.uiVal, 2: v.value.ulVal, 3: v.value.ullVal, 4: v.value.sllVal, 5: v.value.siVal}.get(v.valueType, v.value.uiVal)
-            out.append(raw / 1000.0)  # mW -> W
-        if out[0] is None and out[1] is None:
-            self._unsupported.add("power_fields")
-        return out[0], out[1]
+            val = self._call(key, fname, self._h, errors=errors)
+            if val is not None:
+                self._clock_events_source = fname
+                return int(val)
+            if key not in self._unsupported:
+                return None  # a transient error on the preferred call: recorded, no fallback
+        return None
 
     def read(self) -> dict[str, Any]:
         nv, h = self._nv, self._h
         errors: list[str] = []
         out = empty_reading()
         out.update(self._static)
-        out["uuid"] = self._call("uuid", nv.nvmlDeviceGetUUID, h, errors=errors)
-        out["energy_mj"] = self._call("energy", nv.nvmlDeviceGetTotalEnergyConsumption, h, errors=errors)
-        inst, avg = self._power_fields(errors)
-        if inst is None:
-            legacy = self._call("power_usage", nv.nvmlDeviceGetPowerUsage, h, errors=errors)
+        out["uuid"] = self._call("uuid", "nvmlDeviceGetUUID", h, errors=errors)
+        out["energy_mj"] = self._call("energy", "nvmlDeviceGetTotalEnergyConsumption", h, errors=errors)
+        fields = self._power_fields(errors)
+        inst, avg = fields["NVML_FI_DEV_POWER_INSTANT"], fields["NVML_FI_DEV_POWER_AVERAGE"]
+        if inst is not None:
+            self._power_w_source = "NVML_FI_DEV_POWER_INSTANT"
+        elif "NVML_FI_DEV_POWER_INSTANT" in self._unsupported or "power_fields" in self._unsupported:
+            legacy = self._call("power_usage", "nvmlDeviceGetPowerUsage", h, errors=errors)
             if legacy is not None:
-                inst, self._power_w_source = legacy / 1000.0, "nvmlDeviceGetPowerUsage"
+                inst, self._power_w_source = legacy / 1000.0, "nvmlDeviceGetPowerUsage (1 s average on Ampere and newer)"
+            elif "power_usage" in self._unsupported:
+                self._power_w_source = None  # no power reading at all on this GPU
         out["power_w"], out["power_avg_w"] = inst, avg
-        out["temperature_c"] = self._call("temperature", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, errors=errors)
-        out["sm_clock_mhz"] = self._call("sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, errors=errors)
-        out["mem_clock_mhz"] = self._call("mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, errors=errors)
-        util = self._call("utilization", nv.nvmlDeviceGetUtilizationRates, h, errors=errors)
+        out["temperature_c"] = self._call("temperature", "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0), errors=errors)
+        out["sm_clock_mhz"] = self._call("sm_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), errors=errors)
+        out["mem_clock_mhz"] = self._call("mem_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), errors=errors)
+        util = self._call("utilization", "nvmlDeviceGetUtilizationRates", h, errors=errors)
         out["utilization_pct"] = float(util.gpu) if util is not None else None
-        mem = self._call("memory_v2", nv.nvmlDeviceGetMemoryInfo, h, nv.nvmlMemory_v2, errors=errors)
-        if mem is not None:
-            mib = 1024 * 1024
-            out["memory_total_mb"] = mem.total / mib
-            out["memory_reserved_mb"] = mem.reserved / mib
-            out["memory_used_mb"] = mem.used / mib
-            out["memory_free_mb"] = mem.free / mib
-        enforced = self._call("enforced_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h, errors=errors)
-        mgmt = self._call("management_limit", nv.nvmlDeviceGetPowerManagementLimit, h, errors=errors)
-        out["power_limit_w"] = enforced / 1000.0 if enforced is not None else None
-        out["power_management_limit_w"] = mgmt / 1000.0 if mgmt is not None else None
-        reasons = self._call("clock_events", getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or _missing, h, errors=errors)
-        if reasons is None and "clock_events" in self._unsupported:
-            reasons = self._call("throttle_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons, h, errors=errors)
-        out["clock_event_reasons"] = int(reasons) if reasons is not None else None
+        self._memory(out, errors)
+        enforced = self._call("enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", h, errors=errors)
+        mgmt = self._call("management_limit", "nvmlDeviceGetPowerManagementLimit", h, errors=errors)
+        out["power_limit_w"], out["power_management_limit_w"] = _mw(enforced), _mw(mgmt)
+        out["clock_event_reasons"] = self._clock_events(errors)
         out["device_ns"] = None  # NVML has no clock of its own here: device time = wall time
         out["errors"] = errors
         return out
 
+    def capabilities(self) -> dict[str, Any]:
+        """What this GPU, driver and binding turned out to support (no NVML call; safe from any thread)."""
+        return {
+            "power_w_source": self._power_w_source,
+            "memory_source": self._memory_source,
+            "clock_events_source": self._clock_events_source,
+            "unsupported": sorted(self._unsupported),
+        }
+
     def identity(self) -> dict[str, Any]:
         errors: list[str] = []
-        nv = self._nv
+        h = self._h
         return {
             "backend": "nvml",
             "gpu_index": self.gpu_index,
             **self._static,
-            "uuid": self._call("uuid", nv.nvmlDeviceGetUUID, self._h, errors=errors),
-            "nvml_version": self._call("nvml_version", nv.nvmlSystemGetNVMLVersion, errors=errors),
-            "power_limit_w": _mw(self._call("enforced_limit", nv.nvmlDeviceGetEnforcedPowerLimit, self._h, errors=errors)),
-            "power_default_limit_w": _mw(self._call("default_limit", nv.nvmlDeviceGetPowerManagementDefaultLimit, self._h, errors=errors)),
-            "power_w_source": self._power_w_source,
-            "unsupported": sorted(self._unsupported),
+            "uuid": self._call("uuid", "nvmlDeviceGetUUID", h, errors=errors),
+            "nvml_version": self._call("nvml_version", "nvmlSystemGetNVMLVersion", errors=errors),
+            "nvidia_ml_py": _dist_version("nvidia-ml-py"),
+            "power_limit_w": _mw(self._call("enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", h, errors=errors)),
+            "power_default_limit_w": _mw(self._call("default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", h, errors=errors)),
+            **self.capabilities(),
             "twin": False,
         }
 
@@ -282,8 +343,14 @@ def _mw(v: Any) -> float | None:
     return v / 1000.0 if v is not None else None
 
 
-def _missing(*_: Any) -> Any:
-    raise AttributeError("not in this nvidia-ml-py")
+def _dist_version(dist: str) -> str | None:
+    """An installed distribution's version (nvidia-ml-py's module has no ``__version__``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
 
 
 def make_probe(kind: str, *, gpu_index: int = 0, twin_url: str | None = None) -> Probe:

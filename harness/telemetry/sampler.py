@@ -12,7 +12,7 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.windows import GpuSample, WindowStats
@@ -138,8 +138,13 @@ class SamplerCore:
         return self._thread is not None and self._thread.is_alive()
 
     def identity(self) -> dict[str, Any]:
+        """The identity read at start, updated with what the probe learnt since (its ``capabilities()``, e.g. which
+        power source NVML answers) and the live name/uuid/driver of the newest usable sample. Never calls the GPU."""
         latest = self.store.latest(usable=True)
         ident = dict(self._identity)
+        capabilities = getattr(self.probe, "capabilities", None)
+        if capabilities is not None:
+            ident.update(capabilities())
         if latest is not None:  # the live identity (a UUID change shows here)
             ident.update({k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None})
         return ident
@@ -195,6 +200,17 @@ class InProcessSampler:
 
     def snapshot(self) -> GpuSample | None:
         return self.core.latest()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Block until a sample carried a reading; raises ``ServiceUnavailableError`` with the last probe errors."""
+        deadline = mono_ns() + int(timeout_s * 1e9)
+        while not self.core.ready():
+            if mono_ns() >= deadline:
+                latest = self.core.latest()
+                errors = "; ".join(latest.errors) if latest is not None and latest.errors else "no sample yet"
+                raise ServiceUnavailableError(f"the {self.core.probe.kind} probe gave no reading within {timeout_s:.0f} s: {errors}",
+                                              fix="check the GPU with nvidia-smi (or the twin device)")  # fmt: skip
+            self.core._stop.wait(0.01)  # noqa: SLF001 - the loop's own stop event: returns at once when stopped
 
     def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str = "step") -> WindowStats:
         """Waits up to ``wait_s`` (default ``self.wait_s``) for a sample after ``end_ns``, then aggregates."""
