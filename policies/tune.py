@@ -17,7 +17,7 @@ from policies.base import pick, policy_class
 from policies.contract import PolicyDataset, action_index
 from policies.evaluate import fold_datasets, loro_repeats, value_at
 
-# CQL: the conservative weight (alpha 0 is plain Q regression with a Huber loss) at the mlp_bandit epoch budget.
+# CQL: the conservative weight (alpha 0 is plain Q regression with the td_loss, MSE by default) at the mlp_bandit epoch budget.
 CQL_GRID: list[dict[str, Any]] = [{"alpha": a, "epochs": 200} for a in (0.0, 0.01, 0.1, 1.0)]
 # BCQ: the filter threshold acts at decision time only, so each fold's nets are trained once for all candidates.
 BCQ_GRID: list[dict[str, Any]] = [{"threshold": t} for t in (0.0, 0.1, 0.3, 0.6, 0.9)]
