@@ -53,7 +53,10 @@ def print_picks(models: Path) -> None:
 def print_published_picks(train_meta: dict) -> None:
     """Per algorithm, the picks under the published scripts' options: the trained picks where every option is the
     published one, else those of the refit with the published options that ``train`` recorded (train.json)."""
-    picks, published, deviations = train_meta.get("picks", {}), train_meta.get("published_picks", {}), train_meta.get("deviations", {})
+    if "deviations" not in train_meta:
+        console.print("train.json predates the recorded policy options (issue 15): retrain to see the picks under the published scripts' options")
+        return
+    picks, published, deviations = train_meta.get("picks", {}), train_meta.get("published_picks", {}), train_meta["deviations"]
     bss = sorted({int(bs) for p in picks.values() for bs in p})
     t = Table(title="picks with the published scripts' options (policy semantics: docs/policies.md)")
     t.add_column("algorithm")

@@ -202,6 +202,10 @@ def test_train_param_option_records_and_reports_the_published_picks(synthetic_fi
     r = harness("report", "policies", str(tmp_path), "--no-figures")
     assert r.returncode == 0, r.stderr + r.stdout
     assert "picks with the published scripts' options" in r.stdout and "alpha=1 (published 0.0; refit shown)" in r.stdout
+    old = {k: v for k, v in meta.items() if k not in ("deviations", "published_picks")}  # a models folder from before
+    (tmp_path / "train.json").write_text(json.dumps(old))
+    r = harness("report", "policies", str(tmp_path), "--no-figures")
+    assert r.returncode == 0 and "predates the recorded policy options" in r.stdout, r.stdout + r.stderr
     for bad, says in ((["--param", "linucb.beta=1"], "no option 'beta'"), (["--param", "cql.td_loss=l1", "--algos", "cql"], "td_loss must be one of"),
                       (["--param", "linucb.alpha=x"], "takes a number"), (["--param", "cql.alpha=0"], "does not train")):  # fmt: skip
         argv = ["train", "--dataset", ds, "--out", str(tmp_path / "bad"), *bad]
