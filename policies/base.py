@@ -38,13 +38,29 @@ class Policy(ABC):
     name: ClassVar[str]
     artifact: ClassVar[str]
     defaults: ClassVar[dict[str, Any]] = {}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Allowed values of the named (string) options."""
+    published: ClassVar[dict[str, Any]] = {}
+    """The option values that reproduce the published script's behaviour (where the project offers another choice)."""
 
     def __init__(self, seed: int = 0, **params: Any) -> None:
-        unknown = set(params) - set(self.defaults)
-        if unknown:
-            raise UsageError(f"{self.name}: unknown hyper-parameters {sorted(unknown)}", fix=f"known: {sorted(self.defaults)}")
+        self.check_options(params)
         self.seed = seed
         self.params = {**self.defaults, **params}
+
+    @classmethod
+    def check_options(cls, params: dict[str, Any]) -> None:
+        """UsageError for an unknown option or a named option outside its choices."""
+        unknown = set(params) - set(cls.defaults)
+        if unknown:
+            raise UsageError(f"{cls.name}: unknown hyper-parameters {sorted(unknown)}", fix=f"known: {sorted(cls.defaults)}")
+        for key, allowed in cls.choices.items():
+            if key in params and params[key] not in allowed:
+                raise UsageError(f"{cls.name}: {key} must be one of {', '.join(allowed)}, got {params[key]!r}", fix=f"--param {cls.name}.{key}={allowed[0]}")
+
+    def deviations(self) -> dict[str, tuple[Any, Any]]:
+        """``{option: (value in force, published value)}`` for each option that departs from the published behaviour."""
+        return {k: (self.params[k], v) for k, v in self.published.items() if self.params[k] != v}
 
     @abstractmethod
     def fit(self, data: PolicyDataset) -> "Policy":
@@ -120,6 +136,30 @@ def make_policy(name: str, seed: int = 0, **params: Any) -> Policy:
     return policy_class(name)(seed=seed, **params)
 
 
+def parse_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``["linucb.alpha=1", "cql.td_loss=huber"]`` -> ``{"linucb": {"alpha": 1}, "cql": {"td_loss": "huber"}}``;
+    values are JSON when they parse as JSON, else strings. Unknown algorithms or options are UsageErrors."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        algo, dot, option = key.strip().partition(".")
+        if not sep or not dot or not option:
+            raise UsageError(f"bad --param {item!r}", fix="--param ALGO.OPTION=VALUE, e.g. --param linucb.alpha=1")
+        cls = policy_class(algo)
+        if option not in cls.defaults:
+            raise UsageError(f"{algo} has no option {option!r}", fix=f"known: {', '.join(sorted(cls.defaults))}")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        default = cls.defaults[option]
+        if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UsageError(f"--param {item!r}: {algo}.{option} takes a number", fix=f"e.g. --param {algo}.{option}={default}")
+        cls.check_options({option: value})
+        out.setdefault(algo, {})[option] = value
+    return out
+
+
 def parse_algos(text: str | None) -> list[str]:
     """``"gbt,linucb"`` -> names (validated); None or ``"all"`` -> the eight."""
     if not text or text.strip() == "all":
@@ -177,6 +217,10 @@ class TrainSummary(BaseModel):
     picks: dict[str, dict[str, list[int]]]
     seconds: dict[str, float]
     total_seconds: float
+    deviations: dict[str, dict[str, list[Any]]] = {}
+    """Per algorithm trained with an option other than the published script's: ``{option: [value, published]}``."""
+    published_picks: dict[str, dict[str, list[int]]] = {}
+    """For those algorithms, the picks of a refit with the published options (same data, same seed)."""
 
 
 def fit_policy(name: str, data: PolicyDataset, seed: int = 0, **params: Any) -> Policy:
@@ -196,17 +240,24 @@ def train(
     artifacts: dict[str, str] = {}
     picks: dict[str, dict[int, SpecConfig]] = {}
     seconds: dict[str, float] = {}
+    deviations: dict[str, dict[str, list[Any]]] = {}
+    published: dict[str, dict[int, SpecConfig]] = {}
     t_all = time.perf_counter()
     for name in algos:
         t0 = time.perf_counter()
-        policy = fit_policy(name, data, seed, **(params or {}).get(name, {}))
+        own = (params or {}).get(name, {})
+        policy = fit_policy(name, data, seed, **own)
         picks[name] = pick(policy, data)
         artifacts[name] = str(policy.save(out / name).relative_to(out))
+        if policy.deviations():
+            deviations[name] = {k: list(v) for k, v in policy.deviations().items()}
+            published[name] = pick(fit_policy(name, data, seed, **{**own, **policy.published}), data)
         seconds[name] = round(time.perf_counter() - t0, 3)
     summary = TrainSummary(
         dataset=data.source, rows_used=len(data), rows_skipped=data.skipped_errors, state=data.state_kind,
         reward_options=data.reward_options.model_dump(), seed=seed, algorithms=algos, artifacts=artifacts,
         picks=picks_json(picks), seconds=seconds, total_seconds=round(time.perf_counter() - t_all, 3),
+        deviations=deviations, published_picks=picks_json(published),
     )  # fmt: skip
     existing = json.loads((out / PICKS_FILE).read_text()) if (out / PICKS_FILE).exists() else {}
     write_json_atomic(out / PICKS_FILE, {**existing, **summary.picks})

@@ -48,25 +48,30 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
         throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
         energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
+        param: Annotated[Optional[list[str]], typer.Option(help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md")] = None,
     ) -> None:
         """Train the policies on a sweep and write their artifacts and picks.json."""
-        from policies.base import parse_algos, train as train_all
+        from policies.base import parse_algos, parse_params, train as train_all
         from policies.contract import load_dataset
-        from policies.report import print_picks
+        from policies.report import print_picks, print_published_picks
 
-        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
         names = parse_algos(algos)
-        params: dict[str, dict] = {}
+        params = parse_params(param)
+        extra = sorted(set(params) - set(names))
+        if extra:
+            raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
+        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
         if tune:
             from harness.jsonl import write_json_atomic
             from policies.tune import tune_variants
 
             tunings = tune_variants(data, seed)
-            params = {t.variant: t.chosen for t in tunings}
+            params.update({t.variant: t.chosen for t in tunings})
             names += [t.variant for t in tunings]
             write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
         summary = train_all(data, out, names, seed, params)
         print_picks(out)
+        print_published_picks(summary.model_dump())
         typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
 
     @app.command()

@@ -4,6 +4,9 @@
 2. Leave-one-repeat-out (LORO), all folds: refit on the other repeats, pick per batch size, score the picks on the
    held-out repeat by full-information replay (the grid logs every action, so the picked config's reward is observed);
    regret against the held-out oracle; paired delta to the reference; bootstrap CIs over (fold, batch size) units.
+   Each fold's rewards are rebuilt from that fold's own rows (``fold_datasets``): training rewards use only training
+   baselines, held-out rewards the held-out repeat's own, as the published ``validate_holdout.py`` does; slicing the
+   full-file rewards would score training rows against the held-out repeat's baseline (the ``last`` rule).
 3. Off-policy estimates on each held-out repeat with the known logging propensities (uniform over the actions logged
    at each batch size, 1/19 on a full grid): IPS, SNIPS and DR (q-hat = training-repeat cell means), for the recipe
    (per-batch-size picks) and for the contextual policy (greedy on each held-out row's own state).
@@ -21,7 +24,7 @@ from pydantic import BaseModel
 from harness.errors import DataError
 from policies import ope
 from policies.base import ALGORITHMS, Policy, fit_policy, load_policy, pick, policy_class
-from policies.contract import ACTIONS, N_ACTIONS, REFERENCE, PolicyDataset, action_index
+from policies.contract import ACTIONS, N_ACTIONS, REFERENCE, PolicyDataset, action_index, dataset_from_rows
 
 REF = action_index(REFERENCE)
 
@@ -159,19 +162,39 @@ def _fold(name: str, policy: Policy, train: PolicyDataset, held: PolicyDataset, 
     return scores, est
 
 
-def loro(data: PolicyDataset, algos: list[str], params: dict[str, dict], seed: int = 0) -> tuple[list[FoldScore], dict[str, dict[str, float]]]:
-    """Leave-one-repeat-out over every repeat; returns the per-(algo, fold, bs) scores and mean OPE estimates per algo."""
+def fold_datasets(data: PolicyDataset, repeat: int) -> tuple[PolicyDataset, PolicyDataset]:
+    """(training, held-out) datasets of the fold that holds out ``repeat``, each with rewards rebuilt from its own rows.
+
+    Under the ``last`` baseline rule the full file's baseline per batch size is the last repeat's, so slicing the
+    full-file rewards would let the held-out repeat set the training rewards (a leak). Raises DataError when a side
+    lacks a baseline row at some batch size."""
+    def build(rows: list, what: str) -> PolicyDataset:
+        return dataset_from_rows(rows, state=data.state_kind, reward=data.reward_options, source=f"{data.source} ({what})")
+
+    train = build([r for r in data.rows if r.repeat != repeat], f"training rows of the fold holding out repeat {repeat}")
+    held = build([r for r in data.rows if r.repeat == repeat], f"held-out repeat {repeat}")
+    return train, held
+
+
+def loro_repeats(data: PolicyDataset, what: str = "leave-one-repeat-out") -> list[int]:
+    """The repeats to hold out in turn; DataError with fewer than 2."""
     folds = [r for r in data.repeat_list if r >= 0]
     if len(folds) < 2:
-        raise DataError(f"{data.source}: leave-one-repeat-out needs at least 2 repeats, found {folds}", fix="run the grid with --repeats 3")
+        raise DataError(f"{data.source}: {what} needs at least 2 repeats, found {folds}", fix="run the grid with --repeats 3")
+    return folds
+
+
+def loro(data: PolicyDataset, algos: list[str], params: dict[str, dict], seed: int = 0) -> tuple[list[FoldScore], dict[str, dict[str, float]]]:
+    """Leave-one-repeat-out over every repeat; returns the per-(algo, fold, bs) scores and mean OPE estimates per algo."""
+    folds = loro_repeats(data)
+    splits = [fold_datasets(data, r) for r in folds]
     all_scores: list[FoldScore] = []
     estimates: dict[str, dict[str, float]] = {}
     for name in algos:
         per_fold = []
-        trains = [data.subset(data.repeats != r) for r in folds]
-        fitted = policy_class(name).fit_many(trains, seed, **params.get(name, {}))
-        for r, train, policy in zip(folds, trains, fitted):
-            s, e = _fold(name, policy, train, data.subset(data.repeats == r), r)
+        fitted = policy_class(name).fit_many([t for t, _ in splits], seed, **params.get(name, {}))
+        for r, (train, held), policy in zip(folds, splits, fitted):
+            s, e = _fold(name, policy, train, held, r)
             all_scores += s
             per_fold.append(e)
         estimates[name] = {k: float(np.mean([e[k] for e in per_fold])) for k in per_fold[0]}

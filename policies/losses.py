@@ -54,14 +54,21 @@ class CrossEntropy(Loss):
         return (torch.softmax(out, -1) - onehot) / out.shape[-2]
 
 
-class CQL(Huber):
-    """Huber + alpha * mean(logsumexp_a' Q(s,a') - Q(s,a)): d3rlpy's DiscreteCQL loss with gamma 0."""
+TD_LOSSES: dict[str, type[Loss]] = {"mse": MSE, "huber": Huber}
+"""The regression losses a Q net may fit r with: ``mse`` (the published scripts) or ``huber`` (d3rlpy)."""
 
-    def __init__(self, alpha: float) -> None:
+
+class CQL(Loss):
+    """td(Q(s,a), r) + alpha * mean(logsumexp_a' Q(s,a') - Q(s,a)) with td = MSE (the published 06_cql.py) or Huber
+    (d3rlpy's DiscreteCQL with gamma 0). Huber is half the MSE while |Q - r| < 1 (always, for rewards in [0, 1]), so
+    with Huber the same alpha weighs the penalty twice as much against the fit."""
+
+    def __init__(self, alpha: float, td: str = "mse") -> None:
         self.alpha = alpha
+        self.td = TD_LOSSES[td]()
 
     def value(self, out, onehot, r):  # noqa: ANN001, ANN201
-        return super().value(out, onehot, r) + self.alpha * (torch.logsumexp(out, -1) - _data_values(out, onehot)).mean()
+        return self.td.value(out, onehot, r) + self.alpha * (torch.logsumexp(out, -1) - _data_values(out, onehot)).mean()
 
     def grad(self, out, onehot, r):  # noqa: ANN001, ANN201
-        return super().grad(out, onehot, r) + self.alpha * (torch.softmax(out, -1) - onehot) / out.shape[-2]
+        return self.td.grad(out, onehot, r) + self.alpha * (torch.softmax(out, -1) - onehot) / out.shape[-2]

@@ -114,15 +114,16 @@ def forward_backward(weights: list[torch.Tensor], biases: list[torch.Tensor], x:
             g = torch.bmm(g, weights[j].transpose(1, 2)) * _gelu_grad(pre[j - 1])
 
 
-def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Loss, *, epochs: int, seeds: list[int],
-                  batch_size: int = 8, lr: float = 1e-3) -> None:  # fmt: skip
+def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Loss, *, epochs: int, seeds: list[int] | None = None,
+                  batch_size: int = 8, lr: float = 1e-3, generators: list[torch.Generator] | None = None) -> None:  # fmt: skip
     """Train M same-architecture Linear/GELU nets on M same-size datasets in one loop (batched matmuls).
 
     Member m sees exactly what ``train(nets[m], datasets[m], loss, epochs, seeds[m])`` would: the same initial
     weights, the same minibatch order, per-element AdamW; each member's gradient
     is that of its own mean loss. Results equal separate training up to float rounding (tested). Used for the
     leave-one-repeat-out folds, which all have the same size on a full grid, and (M = 1) for every single fit.
-    Gradients are hand-derived (``forward_backward``), checked against autograd in the tests.
+    Gradients are hand-derived (``forward_backward``), checked against autograd in the tests. The shuffle comes from
+    ``generators`` when given (they advance, so a second phase can continue the same stream) or fresh ones per seed.
     """
     n = len(datasets[0])
     if any(len(d) != n for d in datasets):
@@ -132,7 +133,9 @@ def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Lo
     biases = [nn.Parameter(torch.stack([ls[j][1].bias.detach() for ls in layers])[:, None, :]) for j in range(len(layers[0]))]
     opt = torch.optim.AdamW([*weights, *biases], lr=lr, fused=True)
     xs, acts, rs = (torch.stack(t) for t in zip(*(tensors(d) for d in datasets)))
-    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    gens = generators if generators is not None else [torch.Generator().manual_seed(s) for s in seeds or []]
+    if len(gens) != len(nets):
+        raise ValueError("train_batched needs one seed or generator per net")
     with torch.no_grad():
         for _ in range(epochs):
             perm = torch.stack([torch.randperm(n, generator=g) for g in gens])  # (M, n)

@@ -1,4 +1,8 @@
-"""One-step (gamma 0) Q regression with a QNetwork, shared by mlp_bandit and cql: the artifact is the state dict."""
+"""One-step (gamma 0) Q regression with a QNetwork, shared by mlp_bandit and cql: the artifact is the state dict.
+
+``policy.pth`` is saved as the bare state dict (the model card: ``QNetwork(4, 19).load_state_dict(torch.load(p))``)
+and loads in either shape: bare, or ``{"state_dict", "actions"}`` as the published training scripts save it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.errors import DataError
 from policies.base import Policy
-from policies.contract import PolicyDataset
+from policies.contract import ACTIONS, PolicyDataset
 from policies.losses import Loss
 from policies.nets import QNetwork, predict, seeded, train_batched
 
@@ -51,5 +56,19 @@ class QRegressionPolicy(Policy):
 
     def load_artifact(self, path: Path) -> None:
         self.net = QNetwork()
-        self.net.load_state_dict(torch.load(path))
+        self.net.load_state_dict(state_dict_of(torch.load(path), path))
         self.net.eval()
+
+
+def state_dict_of(blob: Any, path: Path) -> dict:
+    """The QNetwork state dict in a loaded ``policy.pth``: bare, or under ``state_dict`` beside ``actions``."""
+    if isinstance(blob, dict) and "state_dict" in blob:
+        actions = blob.get("actions")
+        if actions is not None and [list(map(int, a)) for a in actions] != [a.as_list() for a in ACTIONS]:
+            raise DataError(f"{path}: its actions list is not the 19 published actions in published order",
+                            fix="retrain it with harness train (the action index is the policy's output contract)")  # fmt: skip
+        blob = blob["state_dict"]
+    if not isinstance(blob, dict) or not all(k.startswith("net.") for k in blob):
+        raise DataError(f"{path}: not a QNetwork state dict (keys net.0.*, net.2.*, net.4.*) nor a {{state_dict, actions}} dict",
+                        fix="train it with harness train, or save QNetwork(4, 19).state_dict()")  # fmt: skip
+    return blob

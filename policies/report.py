@@ -1,6 +1,6 @@
 """Rich tables and PNG figures for trained policies (matplotlib imported lazily, Agg backend).
 
-Tables: picks (algo x batch size), offline evaluation (algo x batch size in-sample reward, average, delta to the
+Tables: picks (algo x batch size), the picks under the published scripts' options, offline evaluation (algo x batch size in-sample reward, average, delta to the
 reference, held-out value / regret with CIs, OPE), live A/B (mean reward with CI, delta to the reference).
 Figures: reward per algorithm per batch size; throughput of each pick labelled with its config; the energy band chart
 (utilization per config per batch size against the 0.95-0.98 band); live reward with error bars when live.json exists.
@@ -47,6 +47,27 @@ def print_picks(models: Path) -> None:
         t.add_column(f"bs {bs}", justify="center")
     for algo, p in picks.items():
         t.add_row(algo, *[str(p[bs]) if bs in p else "-" for bs in bss])
+    console.print(t)
+
+
+def print_published_picks(train_meta: dict) -> None:
+    """Per algorithm, the picks under the published scripts' options: the trained picks where every option is the
+    published one, else those of the refit with the published options that ``train`` recorded (train.json)."""
+    if "deviations" not in train_meta:
+        console.print("train.json predates the recorded policy options (issue 15): retrain to see the picks under the published scripts' options")
+        return
+    picks, published, deviations = train_meta.get("picks", {}), train_meta.get("published_picks", {}), train_meta["deviations"]
+    bss = sorted({int(bs) for p in picks.values() for bs in p})
+    t = Table(title="picks with the published scripts' options (policy semantics: docs/policies.md)")
+    t.add_column("algorithm")
+    for bs in bss:
+        t.add_column(f"bs {bs}", justify="center")
+    t.add_column("trained with")
+    for algo, p in picks.items():
+        shown = published.get(algo, p)
+        dev = deviations.get(algo)
+        note = "published options" if not dev else "; ".join(f"{k}={v[0]} (published {v[1]}; refit shown)" for k, v in dev.items())
+        t.add_row(algo, *[_cfg(shown[str(bs)]) if str(bs) in shown else "-" for bs in bss], note)
     console.print(t)
 
 
@@ -119,6 +140,9 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
     if not models.is_dir():
         raise MissingFileError(f"models folder not found: {models}", fix="train first: harness train --dataset FILE --out DIR")
     print_picks(models)
+    train_meta = _load(models, "train.json")
+    if train_meta:
+        print_published_picks(train_meta)
     ev_raw, live_raw = _load(models, EVALUATION_FILE), _load(models, LIVE_FILE)
     ev = Evaluation.model_validate(ev_raw) if ev_raw else None
     live = LiveResult.model_validate(live_raw) if live_raw else None

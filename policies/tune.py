@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import DataError
 from policies.base import pick, policy_class
 from policies.contract import PolicyDataset, action_index
-from policies.evaluate import value_at
+from policies.evaluate import fold_datasets, loro_repeats, value_at
 
-# CQL: the conservative weight (alpha 0 is plain Q regression with a Huber loss) at the mlp_bandit epoch budget.
+# CQL: the conservative weight (alpha 0 is plain Q regression with the td_loss, MSE by default) at the mlp_bandit epoch budget.
 CQL_GRID: list[dict[str, Any]] = [{"alpha": a, "epochs": 200} for a in (0.0, 0.01, 0.1, 1.0)]
 # BCQ: the filter threshold acts at decision time only, so each fold's nets are trained once for all candidates.
 BCQ_GRID: list[dict[str, Any]] = [{"threshold": t} for t in (0.0, 0.1, 0.3, 0.6, 0.9)]
@@ -42,10 +41,8 @@ def _heldout_value(policy: Any, train: PolicyDataset, held: PolicyDataset) -> fl
 
 
 def _folds(data: PolicyDataset) -> list[tuple[PolicyDataset, PolicyDataset]]:
-    reps = [r for r in data.repeat_list if r >= 0]
-    if len(reps) < 2:
-        raise DataError(f"{data.source}: tuning on held-out repeats needs at least 2 repeats, found {reps}", fix="run the grid with --repeats 3")
-    return [(data.subset(data.repeats != r), data.subset(data.repeats == r)) for r in reps]
+    """The leave-one-repeat-out folds, rewards rebuilt per fold as ``harness evaluate`` does (no held-out leak)."""
+    return [fold_datasets(data, r) for r in loro_repeats(data, "tuning on held-out repeats")]
 
 
 def tune_cql(data: PolicyDataset, seed: int = 0) -> Tuning:

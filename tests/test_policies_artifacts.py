@@ -114,7 +114,7 @@ def test_batched_fold_training_equals_training_each_fold_alone(synthetic_files):
     assert all(np.allclose(p.scores(f.states), fit_policy("mlp_bandit", f, seed=0, epochs=2).scores(f.states), atol=1e-5) for p, f in zip(fitted, folds))
 
 
-@pytest.mark.parametrize("loss_name", ["MSE", "Huber", "CrossEntropy", "CQL"])
+@pytest.mark.parametrize("loss_name", ["MSE", "Huber", "CrossEntropy", "CQL", "CQL_huber"])
 def test_hand_written_gradients_equal_autograd(loss_name):
     """The trainer's hand-derived backprop equals autograd on the published network, for every training loss."""
     from torch.nn import functional as F
@@ -122,7 +122,7 @@ def test_hand_written_gradients_equal_autograd(loss_name):
     from policies import losses
     from policies.nets import _linear_layers, forward_backward
 
-    loss = losses.CQL(0.7) if loss_name == "CQL" else getattr(losses, loss_name)()
+    loss = losses.CQL(0.7, "huber") if loss_name == "CQL_huber" else losses.CQL(0.7) if loss_name == "CQL" else getattr(losses, loss_name)()
     torch.manual_seed(0)
     net = QNetwork(4, 19)
     x, a, r = torch.rand(8, 4), torch.randint(0, 19, (8,)), torch.rand(8) * 1.5 - 0.2  # some |Q - r| > 1: both Huber branches

@@ -68,7 +68,7 @@ def test_doubly_robust_scores_are_obp_dr_of_constant_policies(data):
 def test_linucb_equals_mabwiser(data):
     from mabwiser.mab import MAB, LearningPolicy
 
-    policy = fit_policy("linucb", data)
+    policy = fit_policy("linucb", data, alpha=1.0)  # the exploration-bonus option (the default is the published greedy pick)
     mab = MAB(arms=list(range(N_ACTIONS)), learning_policy=LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0), seed=0)
     mab.fit(decisions=data.actions, rewards=data.rewards, contexts=data.states)
     for k in range(N_ACTIONS):
@@ -129,7 +129,7 @@ def test_cql_loss_equals_d3rlpy_discrete_cql_with_gamma_0():
         with torch.no_grad():
             theirs = algo.impl.compute_loss(batch, algo.impl.compute_target(batch)).loss
             q = algo.impl._q_func_forwarder.compute_expected_q(batch.observations)
-            ours = cql_loss(q, batch.actions.long().view(-1), batch.rewards.view(-1), alpha)
+            ours = cql_loss(q, batch.actions.long().view(-1), batch.rewards.view(-1), alpha, td_loss="huber")
         assert float(ours) == pytest.approx(float(theirs), abs=1e-6)
 
 
