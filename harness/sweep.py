@@ -26,7 +26,7 @@ from harness.engine.argv import EngineSpec
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
 from harness.errors import HarnessError, OutputError, UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
-from harness.manifest import new_manifest, read_manifest, write_manifest
+from harness.manifest import read_options, new_manifest, read_manifest, write_manifest
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
 from harness.timeutil import mono_ns, wall_ns
 
@@ -419,7 +419,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     console = console or SweepConsole()
     if resume is not None:
         manifest = read_manifest(resume)
-        saved = SweepOptions.model_validate(manifest["options"])
+        saved = read_options(resume)
         # Services of the killed run are gone; use the URLs given now (or start fresh ones).
         opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
         run_dir = resume

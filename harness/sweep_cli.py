@@ -213,12 +213,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from harness.manifest import read_manifest
+        from harness.manifest import read_manifest, read_options
         from harness.rows import RowStore
-        from harness.sweep import SweepOptions, plan_cells
+        from harness.sweep import plan_cells
 
         manifest = read_manifest(run_dir)
-        opts = SweepOptions.model_validate(manifest["options"])
+        opts = read_options(run_dir)
         cells = plan_cells(opts)
         rows = RowStore(run_dir).latest()
         done = {r.key for r in rows}

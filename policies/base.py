@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import DataError, MissingFileError, UsageError
+from harness.errors import DataError, HarnessError, MissingFileError, UsageError
 from harness.grid import SpecConfig
 from harness.jsonl import write_json_atomic
 from policies.contract import ACTIONS, PolicyDataset
@@ -88,13 +88,25 @@ class Policy(ABC):
 
     @classmethod
     def load(cls, directory: str | Path) -> "Policy":
+        """Load ``directory/<artifact>``. Only from the folder given: an artifact that is a link out of it is refused
+        (gbt's joblib file is a pickle, which can run code when loaded). A corrupt artifact is a DataError."""
         d = Path(directory)
         path = d / cls.artifact
-        if not path.exists():
-            raise MissingFileError(f"{cls.name} artifact not found: {path}", fix="train it first: harness train --dataset FILE --out DIR")
-        meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
-        policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
-        policy.load_artifact(path)
+        fix = f"retrain it: harness train --dataset RUN_DIR --out {d.parent} --algos {cls.name}"
+        if not path.is_file():
+            raise MissingFileError(f"{cls.name} artifact not found: {path}", fix=fix)
+        if not path.resolve().is_relative_to(d.resolve()):
+            raise DataError(f"{path} points outside {d} (to {path.resolve()}); artifacts load only from the folder you name",
+                            fix="copy the artifact into the models folder you trust, or retrain")
+        try:
+            meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
+            policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
+            policy.load_artifact(path)
+        except HarnessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any library's failure on a damaged file becomes one clear error
+            raise DataError(f"{cls.name} artifact {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:160]})",
+                            fix=fix) from None
         return policy
 
 

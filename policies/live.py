@@ -223,6 +223,9 @@ def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 3
     if batch_size not in picks[algo]:
         raise UsageError(f"{algo} has no pick at batch size {batch_size}", fix=f"picks exist for batch sizes {sorted(picks[algo])}")
     cfg = picks[algo][batch_size]
+    from policies.base import load_policy
+
+    load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not recommended
     argv = ["python", *build_argv(EngineSpec(kind="sglang"), cfg, batch_size, 0.65, port)[1:]]
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     return f"# {algo} at batch size {batch_size}: {cfg}\n{env} {shlex.join(argv)}"

@@ -51,5 +51,5 @@ class QRegressionPolicy(Policy):
 
     def load_artifact(self, path: Path) -> None:
         self.net = QNetwork()
-        self.net.load_state_dict(torch.load(path))
+        self.net.load_state_dict(torch.load(path, weights_only=True))
         self.net.eval()
