@@ -9,6 +9,7 @@ and the sweep goes on.
 from __future__ import annotations
 
 import hashlib
+import math
 import shutil
 import signal
 import sys
@@ -106,12 +107,14 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
 def parse_settle(text: str) -> tuple[str, float]:
     """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
     t = text.strip().lower()
+    fix = "give seconds >= 0 (e.g. 5) or cool:TEMP with 0 < TEMP < 150 (e.g. cool:60)"
     try:
-        if t.startswith("cool:"):
-            return "cool", float(t[5:])
-        return "sleep", float(t.rstrip("s"))
+        kind, value = ("cool", float(t[5:])) if t.startswith("cool:") else ("sleep", float(t.rstrip("s")))
     except ValueError:
-        raise UsageError(f"cannot parse --settle {text!r}", fix="give seconds (e.g. 5) or cool:TEMP (e.g. cool:60)") from None
+        raise UsageError(f"cannot parse --settle {text!r}", fix=fix) from None
+    if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
+        raise UsageError(f"--settle {text!r} is out of range", fix=fix)
+    return kind, value
 
 
 def derive_seed(seed: int, key: str) -> int:
@@ -427,12 +430,11 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         manifest["status"] = "running"
         manifest["launches_before"] = manifest.get("launches", 0)
     else:
+        check_options(opts)  # a usage error must not leave a failed run folder behind
         run_dir = out or Path("results") / new_run_id()
         prepare_run_dir(run_dir, force=force)
         manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
-    plan_cells(opts)  # validates the plan before anything starts
-    if opts.prompts_file:
-        load_prompts(opts.prompts_file)
+    check_options(opts)
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
     manifest.setdefault("sessions", []).append(session)
     write_manifest(run_dir, manifest)
@@ -482,6 +484,22 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     finally:
         signal.signal(signal.SIGTERM, old)
     return run_dir, rows, manifest
+
+
+def check_options(opts: SweepOptions) -> None:
+    """Every check of the options that needs no service: plan, prompts, settle, URLs, twin faults."""
+    plan_cells(opts)
+    parse_settle(opts.settle)
+    if opts.prompts_file:
+        load_prompts(opts.prompts_file)
+    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
+    if opts.twin_faults:
+        from harness.engine.argv import parse_twin_fault
+
+        for item in opts.twin_faults:
+            parse_twin_fault(item)
 
 
 def prepare_resume(run_dir: Path) -> None:
