@@ -8,6 +8,7 @@ and the sweep goes on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import shutil
@@ -27,7 +28,8 @@ from harness.engine.argv import EngineSpec
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
 from harness.errors import HarnessError, OutputError, UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
-from harness.manifest import read_options, new_manifest, read_manifest, write_manifest
+from harness.jsonl import write_error
+from harness.manifest import MANIFEST, read_options, new_manifest, read_manifest, write_manifest
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
 from harness.timeutil import mono_ns, wall_ns
 
@@ -471,12 +473,16 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
                 manifest["launches"] = manifest.get("launches_before", 0) + runner.launches
                 manifest.pop("launches_before", None)
                 manifest["wall_s"] = sum(s.get("wall_s", 0.0) for s in manifest["sessions"])
-                write_manifest(run_dir, manifest)
+                save_manifest_best_effort(run_dir, manifest)
+            write_manifest(run_dir, manifest)  # the success path must not end without its manifest
+    except OSError as exc:  # a write outside the row store (a log, a probe file) hit a full disk
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        err = write_error(run_dir, exc, fix="choose a writable --out folder")
+        _record_failure(run_dir, manifest, err)
+        raise err from None
     except HarnessError as exc:
-        if manifest.get("status") == "running":
-            manifest["status"] = "failed"
-            manifest["error"] = exc.message
-            write_manifest(run_dir, manifest)
+        _record_failure(run_dir, manifest, exc)
         raise
     except (KeyboardInterrupt, Interrupted):
         raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
@@ -484,6 +490,42 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     finally:
         signal.signal(signal.SIGTERM, old)
     return run_dir, rows, manifest
+
+
+def _record_failure(run_dir: Path, manifest: dict[str, Any], exc: HarnessError) -> None:
+    """A run that stopped on an error is never left "running" on disk (a full disk included)."""
+    if manifest.get("status") == "running":
+        manifest["status"] = "failed"
+        manifest["error"] = exc.message
+        if exc.fix:
+            manifest["fix"] = exc.fix
+    save_manifest_best_effort(run_dir, manifest)
+
+
+def save_manifest_best_effort(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest atomically; on a full disk (no room for the temp file) rewrite it in place, compact.
+
+    The compact form is smaller than the indented file already on disk, so it fits in the blocks that file holds.
+    Never raises: it runs while another error is on its way to the user.
+    """
+    import json
+    import os
+
+    try:
+        write_manifest(run_dir, manifest)
+        return
+    except HarnessError:
+        pass
+    path = run_dir / MANIFEST
+    try:
+        data = json.dumps(manifest, separators=(",", ":"), default=str).encode()
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def check_options(opts: SweepOptions) -> None:
