@@ -285,19 +285,19 @@ def test_corrupt_or_missing_artifacts_are_refused_by_evaluate_and_recommend(tmp_
     assert r.returncode == 0, r.stderr
     r = harness("recommend", "--models", str(models), "--algo", "gbt", "--batch-size", "16")
     assert r.returncode == 0 and "launch_server" in r.stdout
-    (models / "gbt" / "gbt_model.joblib").write_bytes(b"\x80\x04not a pickle at all")
+    (models / "gbt" / "model.joblib").write_bytes(b"\x80\x04not a pickle at all")
     r = harness("recommend", "--models", str(models), "--algo", "gbt", "--batch-size", "16")
     assert r.returncode == 3 and "corrupt" in r.stderr and r.stdout == "", (r.stdout, r.stderr)
     r = harness("evaluate", "--models", str(models), "--dataset", str(src), "--no-loro")
     assert r.returncode == 3 and "gbt artifact" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (models / "evaluation.json").exists()  # no false success
-    (models / "lookup_table" / "table.json").unlink()
+    (models / "lookup_table" / "model.json").unlink()
     r = harness("recommend", "--models", str(models), "--algo", "lookup_table", "--batch-size", "16")
     assert r.returncode == 3 and "artifact not found" in r.stderr and r.stdout == ""
     outside = tmp_path / "elsewhere.joblib"
     outside.write_bytes(b"x")
-    (models / "gbt" / "gbt_model.joblib").unlink()
-    (models / "gbt" / "gbt_model.joblib").symlink_to(outside)
+    (models / "gbt" / "model.joblib").unlink()
+    (models / "gbt" / "model.joblib").symlink_to(outside)
     r = harness("recommend", "--models", str(models), "--algo", "gbt", "--batch-size", "16")
     assert r.returncode == 3 and "only from the folder you name" in r.stderr
     (models / "train.json").write_text("{broken")
