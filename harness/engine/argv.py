@@ -57,7 +57,7 @@ def parse_twin_fault(item: str) -> tuple[str, int | None, SpecConfig | None]:
 
     name, at, where = item.partition("@")
     if name not in TWIN_FAULTS:
-        raise UsageError(f"--twin-fault {item!r}: unknown fault {name!r}", fix=FAULT_FIX)
+        raise UsageError(f"--twin-fault {item!r}: unknown twin fault {name!r}", fix=FAULT_FIX)
     bs_text, _, cfg_text = where.partition("/")
     if at and not bs_text:
         raise UsageError(f"--twin-fault {item!r}: nothing after '@'", fix=FAULT_FIX)
