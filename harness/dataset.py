@@ -267,7 +267,7 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
         except DataError as exc:
             report.error("schema", exc.message)
     plan = None
-    if Path(path).is_dir():
+    if Path(path).is_dir() and p.name == RowStore.ROWS:  # a sweep run folder (a pilot run holds dataset_rows.jsonl)
         plan = _planned_grid(Path(path), report)
     if report.errors and not rows:
         return Inspection(path=p, report=report, records=records, all_rows=rows, rows=[])

@@ -175,6 +175,35 @@ def load_picks(models_dir: str | Path) -> dict[str, dict[int, SpecConfig]]:
         raise DataError(f"{path} is not a picks file ({exc})", fix="retrain to rewrite it") from None
 
 
+def read_train_meta(models: str | Path) -> dict[str, Any]:
+    """``MODELS/train.json`` (empty when absent); a missing models folder or a corrupt file is an error."""
+    models = Path(models)
+    fix = f"retrain: harness train --dataset RUN_DIR --out {models}"
+    if not models.is_dir():
+        raise MissingFileError(f"models folder not found: {models}", fix="pass the --out folder of harness train")
+    path = models / TRAIN_FILE
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is corrupt ({exc})", fix=fix) from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path} is not a train summary", fix=fix)
+    return meta
+
+
+def reward_options_of(models: str | Path, meta: dict[str, Any]) -> Any:
+    """The RewardOptions the models were trained with (``train.json``); bad values are a DataError."""
+    from policies.contract import RewardOptions
+
+    try:
+        return RewardOptions(**(meta.get("reward_options") or {}))
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{Path(models) / TRAIN_FILE}: bad reward_options ({str(exc)[:160]})",
+                        fix=f"retrain: harness train --dataset RUN_DIR --out {models}") from None
+
+
 class TrainSummary(BaseModel):
     """What ``train`` wrote: artifacts, picks, timings; saved as ``train.json``."""
 

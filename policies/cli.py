@@ -5,7 +5,6 @@ Heavy libraries (torch, sklearn, matplotlib) are imported inside the commands on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,24 +16,6 @@ EVALUATION_FILE = "evaluation.json"
 WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
 PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pickle can run code; load models only "
                   "from folders you trust (artifacts are read only from MODELS/<algo>/).")
-
-
-def read_train_meta(models: Path) -> dict:
-    """``MODELS/train.json`` (empty when absent); a folder that is not a models folder or a corrupt file is an error."""
-    from harness.errors import DataError, MissingFileError
-
-    if not models.is_dir():
-        raise MissingFileError(f"models folder not found: {models}", fix="pass the --out folder of harness train")
-    path = models / "train.json"
-    if not path.exists():
-        return {}
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is corrupt ({exc})", fix=f"retrain: harness train --dataset RUN_DIR --out {models}") from None
-    if not isinstance(meta, dict):
-        raise DataError(f"{path} is not a train summary", fix=f"retrain: harness train --dataset RUN_DIR --out {models}")
-    return meta
 
 
 def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
@@ -125,17 +106,13 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             return
         if dataset is None:
             raise UsageError("offline evaluation needs --dataset", fix="pass the sweep the models were trained on, or --live")
-        from harness.errors import DataError
-        from policies.base import TRAIN_FILE
-        from policies.contract import RewardOptions, load_dataset
+        from policies.base import read_train_meta, reward_options_of
+        from policies.contract import load_dataset
         from policies.evaluate import evaluate as run_eval
         from policies.report import print_evaluation
 
         train_meta = read_train_meta(models)
-        try:
-            reward = RewardOptions(**train_meta.get("reward_options", {}))
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"{models / TRAIN_FILE}: bad reward_options ({str(exc)[:160]})", fix=f"retrain: harness train --out {models}") from None
+        reward = reward_options_of(models, train_meta)
         data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
                             windows=invalid_windows)
         algos = train_meta.get("algorithms") or None

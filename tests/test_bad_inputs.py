@@ -8,14 +8,16 @@ cases and their outcomes is "Bad inputs" in docs/harness.md.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from _dataset_helpers import grid_rows, write_native
-from _engine_helpers import FAST, read_lines, run_harness
+from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
 from _policies_helpers import harness
 from harness.cli import main
 from harness.grid import SpecConfig
@@ -321,10 +323,6 @@ def test_a_full_disk_stops_the_sweep_cleanly_and_resume_finishes_it(tmp_path) ->
     try:
         run = disk / "run"
         sweep = ["sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8,3:2:4", "--batch-sizes", "1,4", "--out", str(run), *FAST]
-        from _engine_helpers import harness_cmd, ROOT
-        import os
-        import time
-
         proc = subprocess.Popen(harness_cmd(*sweep), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "COLUMNS": "200"})
         deadline = time.monotonic() + 90
