@@ -68,7 +68,7 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: dict[str, Any]) -> N
     errors = sum(1 for r in rows if r.is_error)
     retries = sum(1 for r in rows if r.retry_mem_fraction is not None)
     console.print(f"run {run_dir}: {len(rows)} rows ({errors} errors, {retries} recovered at a lower mem fraction), "
-                  f"{manifest.get('launches')} launches, {manifest.get('wall_s', 0):.1f} s, status {manifest.get('status')}")
+                  f"{manifest.get('launches')} launches, {manifest.get('wall_s', 0):.1f} s, status {manifest.get('status')}", markup=False)
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -205,7 +205,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         published = run_dir / "published.jsonl"
         records = sorted(RowStore(run_dir).published(), key=lambda rec: rec["index"])
         write_jsonl_atomic(published, records)
-        Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)")
+        Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)", markup=False)
         if compare is not None:
             from harness import dataset
             from harness.dataset_cli import render_compare

@@ -225,10 +225,18 @@ def test_validate_run_dir_checks_against_the_planned_grid(tmp_path, small, capsy
 # --- item 5: clear errors, never a traceback or a false success ----------------------------------------------------
 
 
-def test_error_text_with_rich_markup_is_printed_verbatim(tmp_path, capsys) -> None:
+def test_error_text_with_rich_markup_is_printed_verbatim(tmp_path, small, capsys) -> None:
     odd = tmp_path / "a[/x]b" / "[bold]d.jsonl"
     code, out = _run(["dataset", "validate", str(odd)], capsys)
     assert code == 3 and "[/x]b" in out and "[bold]d.jsonl" in out and "Traceback" not in out
+    run = tmp_path / "run[/x]"
+    with RowStore(run) as store:
+        for r in small:
+            store.append(r)
+    code, out = _run(["report", "sweep", str(run), "--no-figures"], capsys)
+    assert code == 0 and "run[/x]" in out, out
+    code, out = _run(["dataset", "merge", str(run), "--out", str(tmp_path / "m[/b].jsonl")], capsys)
+    assert code == 0 and "m[/b].jsonl" in out, out
 
 
 @pytest.mark.parametrize("manifest, message", [
