@@ -102,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_error(message: str, fix: str | None) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
+    # The message and fix are plain text (paths may hold "[/x]"): only the labels are markup.
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"[bold red]error:[/] {message}", markup=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True)
     if fix:
-        console.print(f"[bold]fix:[/] {fix}", markup=True)
+        console.print(f"[bold]fix:[/] {escape(fix)}", markup=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, Field
 
-from harness.errors import DataError, MissingFileError, OutputError, UsageError
+from harness.errors import DataError, HarnessError, MissingFileError, OutputError, UsageError
 from harness.grid import ACTIONS, SpecConfig, violated_rule
 from harness.jsonl import read_jsonl, write_jsonl_atomic
 from harness.rows import (
@@ -31,6 +31,7 @@ from harness.rows import (
     SweepRow,
     from_native,
     key_order_problem,
+    non_finite_fields,
     resolve_latest,
     to_native,
     to_published,
@@ -59,8 +60,22 @@ def resolve_input(path: str | Path) -> Path:
     return p
 
 
+WindowRule = Literal["exclude", "keep", "fail"]
+"""What consumers do with successful rows whose measurement window is invalid (``window_valid`` false)."""
+
+WINDOW_RULE_HELP = "rows whose measurement window is invalid: exclude (default), keep (use them as measured) or fail"
+
+CONSUMER_SOFT_CODES = frozenset({
+    "config_missing", "batch_size_missing", "index_gap", "baseline_missing", "baseline_failed", "unplanned_missing",
+    "dataset_missing", "dataset_mismatch", "dataset_unreadable", "manifest",
+})
+"""Validation errors a consumer may proceed past (as warnings): an unfinished run, a stale derived dataset.jsonl, an
+unreadable manifest. Every other validation error (schema, non-finite numbers, key order, duplicate cells, index
+conflicts, invalid configs) stops every consumer."""
+
+
 class Loaded(BaseModel):
-    """A dataset file read into rows: all records (superseded included) and the resolved rows."""
+    """A dataset read by the one loader: all records, the resolved rows it hands to consumers, what it set aside."""
 
     model_config = {"arbitrary_types_allowed": True}
 
@@ -69,10 +84,45 @@ class Loaded(BaseModel):
     records: list[dict[str, Any]]
     all_rows: list[SweepRow]
     rows: list[SweepRow]
+    excluded: list[SweepRow] = Field(default_factory=list)  # invalid-window rows left out (``windows="exclude"``)
+    flagged: list[SweepRow] = Field(default_factory=list)  # invalid-window rows kept (``windows="keep"``)
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def n_superseded(self) -> int:
-        return len(self.all_rows) - len(self.rows)
+        return len(self.all_rows) - len(self.rows) - len(self.excluded)
+
+    def notes(self) -> list[str]:
+        """One line per thing a consumer should tell the user (exclusions, kept invalid windows, warnings)."""
+        out = [f"{w}" for w in self.warnings]
+        if self.excluded:
+            out.append(f"{len(self.excluded)} rows with an invalid measurement window excluded ({_window_summary(self.excluded)}); "
+                       "--invalid-windows keep uses them")
+        if self.flagged:
+            out.append(f"{len(self.flagged)} rows with an invalid measurement window kept by --invalid-windows keep "
+                       f"({_window_summary(self.flagged)})")
+        return out
+
+
+def _window_summary(rows: Sequence[SweepRow], limit: int = 5) -> str:
+    reasons = Counter(reason for r in rows for reason in (r.window_reasons or ["invalid"]))
+    idx = ", ".join(str(r.index) for r in rows[:limit]) + (" ..." if len(rows) > limit else "")
+    return f"indexes {idx}; reasons " + ", ".join(f"{k} x{n}" for k, n in reasons.most_common())
+
+
+def invalid_window(row: SweepRow) -> bool:
+    """A successful row whose measurement window the sampler judged invalid (published rows carry no verdict)."""
+    return not row.error and row.window_valid is False
+
+
+def print_notes(loaded: Loaded) -> None:
+    """Print the loader's notes to stderr (yellow), for every consumer command."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    for note in loaded.notes():
+        console.print("[yellow]note:[/] ", end="")
+        console.print(note, markup=False)
 
 
 def detect_layout(records: Sequence[dict[str, Any]]) -> Layout:
@@ -93,34 +143,41 @@ def config_problem(cfg: SpecConfig, *, published_only: bool) -> str | None:
     return None
 
 
-def load(path: str | Path, *, published_only: bool = False) -> Loaded:
-    """Read a dataset strictly; raise DataError naming the first bad record (layout, key order, types, config).
+def load(path: str | Path, *, published_only: bool = False, windows: WindowRule = "exclude") -> Loaded:
+    """The one loader every consumer uses (train, evaluate, report, merge, export, compare).
 
-    Configs must satisfy sglang's rules; ``published_only`` also requires one of the 19 published actions.
+    It runs ``validate``'s checks (a run folder against the grid its manifest planned) and raises one DataError
+    listing the problems unless all of them are in ``CONSUMER_SOFT_CODES`` (those become warnings). A torn last line,
+    NaN or infinity, duplicate cells and conflicting indexes always stop it. ``published_only`` requires configs from
+    the 19 published actions. ``windows`` decides the fate of successful rows with an invalid measurement window.
     """
-    p = resolve_input(path)
-    records = read_jsonl(p, allow_torn_tail=False)
-    if not records:
-        raise DataError(f"{p} holds no rows", fix="point at a dataset with at least one row")
-    layout = detect_layout(records)
-    rows = []
-    for i, rec in enumerate(records, 1):
-        where = f"{p}: record {i}"
-        problem = key_order_problem(rec) if layout == "published" else _native_order_problem(rec)
-        if problem:
-            raise DataError(f"{where}: {problem}", fix="run harness dataset validate on it; rows keep the published key order")
-        row = from_native(rec, where=where)
-        problem = config_problem(row.config, published_only=published_only)
-        if problem:
-            raise DataError(f"{where}: {problem}", fix="remove the row or fix steps/topk/num_draft_tokens")
-        rows.append(row)
-    return Loaded(path=p, layout=layout, records=records, all_rows=rows, rows=resolve_latest(rows))
+    if windows not in ("exclude", "keep", "fail"):
+        raise UsageError(f"--invalid-windows must be exclude, keep or fail, got {windows!r}", fix=WINDOW_RULE_HELP)
+    insp = inspect(path, subset=not published_only)
+    report = insp.report
+    fatal = [i for i in report.errors if i.code not in CONSUMER_SOFT_CODES]
+    if fatal:
+        listed = "; ".join(f"{i.code}{f' at {i.where}' if i.where else ''}: {i.message}" for i in fatal[:4])
+        more = f" (+{len(fatal) - 4} more)" if len(fatal) > 4 else ""
+        raise DataError(f"{insp.path} cannot be used: {listed}{more}",
+                        fix=f"harness dataset validate {path} lists every problem; fix or remove those rows")
+    warnings = [f"{i.code}: {i.message}" + (f" ({i.where})" if i.where else "")
+                for i in report.errors if i.code in CONSUMER_SOFT_CODES][:5]
+    bad = [r for r in insp.rows if invalid_window(r)]
+    if bad and windows == "fail":
+        raise DataError(f"{insp.path}: {len(bad)} rows have an invalid measurement window ({_window_summary(bad)})",
+                        fix="--invalid-windows exclude leaves them out, --invalid-windows keep uses them as measured")
+    rows = [r for r in insp.rows if not (windows == "exclude" and invalid_window(r))]
+    return Loaded(path=insp.path, layout=report.layout, records=insp.records, all_rows=insp.all_rows, rows=rows,
+                  excluded=bad if windows == "exclude" else [], flagged=bad if windows == "keep" else [], warnings=warnings)
 
 
-def load_many(paths: Iterable[str | Path], *, published_only: bool = False) -> list[SweepRow]:
+def load_many(paths: Iterable[str | Path], *, published_only: bool = False, windows: WindowRule = "exclude") -> list[SweepRow]:
     out: list[SweepRow] = []
     for p in paths:
-        out.extend(load(p, published_only=published_only).rows)
+        loaded = load(p, published_only=published_only, windows=windows)
+        print_notes(loaded)
+        out.extend(loaded.rows)
     return out
 
 
@@ -167,8 +224,28 @@ def is_pilot(row: SweepRow) -> bool:
     return row.is_pilot
 
 
+class Inspection(BaseModel):
+    """What ``inspect`` read: the report, the records, every parsed row and the resolved rows."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    path: Path
+    report: ValidationReport
+    records: list[dict[str, Any]]
+    all_rows: list[SweepRow]
+    rows: list[SweepRow]
+
+
 def validate_file(path: str | Path, *, subset: bool = False, strict: bool = False) -> ValidationReport:
     """Validate a dataset file or run folder. Unreadable input raises DataError; rule violations go in the report."""
+    return inspect(path, subset=subset, strict=strict).report
+
+
+def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> Inspection:
+    """Read and check a dataset file or run folder (a run folder against its manifest's planned grid).
+
+    A torn or malformed line, an empty file or a missing path raises DataError; everything else is in the report.
+    """
     p = resolve_input(path)
     records = read_jsonl(p, allow_torn_tail=False)
     if not records:
@@ -181,12 +258,19 @@ def validate_file(path: str | Path, *, subset: bool = False, strict: bool = Fals
         problem = key_order_problem(rec) if layout == "published" else _native_order_problem(rec)
         if problem:
             report.error("key_order", problem, where)
+        bad = non_finite_fields(rec)
+        if bad:
+            report.error("non_finite", f"NaN or infinity in {', '.join(bad)}", where)
+            continue
         try:
             rows.append(from_native(rec, where=where))
         except DataError as exc:
             report.error("schema", exc.message)
+    plan = None
+    if Path(path).is_dir() and p.name == RowStore.ROWS:  # a sweep run folder (a pilot run holds dataset_rows.jsonl)
+        plan = _planned_grid(Path(path), report)
     if report.errors and not rows:
-        return report
+        return Inspection(path=p, report=report, records=records, all_rows=rows, rows=[])
     conflicts: list[str] = []
     resolved = resolve_latest(rows, conflicts=conflicts)
     for msg in conflicts:
@@ -195,10 +279,43 @@ def validate_file(path: str | Path, *, subset: bool = False, strict: bool = Fals
     if report.n_superseded:
         msg = f"{report.n_superseded} superseded rows (append-only replacements); the last row per cell is used"
         (report.error if strict else report.warn)("superseded", msg)
-    check_rows(resolved, report, subset=subset)
+    check_rows(resolved, report, subset=subset, plan=plan)
+    invalid = [r for r in resolved if invalid_window(r)]
+    if invalid:
+        msg = (f"{len(invalid)} successful rows have an invalid measurement window ({_window_summary(invalid)}); "
+               "consumers exclude them unless --invalid-windows keep")
+        (report.error if strict else report.warn)("invalid_window", msg)
     if Path(path).is_dir() and p.name == RowStore.ROWS:
         _check_run_folder_pair(Path(path), rows, report)
-    return report
+    return Inspection(path=p, report=report, records=records, all_rows=rows, rows=resolved)
+
+
+class Plan(BaseModel):
+    """The grid a sweep planned (from its manifest): configs, batch sizes, repeats and the cells' indexes."""
+
+    configs: list[SpecConfig]
+    batch_sizes: list[int]
+    repeats: int
+    indexes: dict[str, int]  # cell id -> planned index
+
+    model_config = {"arbitrary_types_allowed": True}
+
+
+def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
+    """The run's planned grid from ``manifest.json``; a missing manifest is none, an unusable one a report error."""
+    from harness.manifest import MANIFEST, read_options
+    from harness.sweep import plan_cells
+
+    if not (run_dir / MANIFEST).is_file():
+        return None
+    try:
+        opts = read_options(run_dir)
+    except HarnessError as exc:
+        report.error("manifest", f"{exc.message}; the grid is judged without the run's plan")
+        return None
+    cells = plan_cells(opts)
+    return Plan(configs=opts.spec_configs, batch_sizes=list(opts.batch_sizes), repeats=opts.repeats,
+                indexes={c.cell_id: c.index for c in cells})
 
 
 def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: ValidationReport) -> None:
@@ -220,6 +337,15 @@ def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: Va
         report.error("dataset_mismatch", f"dataset.jsonl differs from the projection of rows.jsonl at lines {bad[:10]}")
 
 
+def _check_plan_coverage(grid: Sequence[SweepRow], plan: Plan, report: ValidationReport) -> None:
+    """Planned (repeat, batch size) groups with no row at all (groups with some rows are checked per config)."""
+    seen = {(r.repeat, r.batch_size) for r in grid}
+    empty = [(rep, bs) for rep in range(plan.repeats) for bs in plan.batch_sizes if (rep, bs) not in seen]
+    if empty:
+        shown = ", ".join(f"repeat {rep} bs {bs}" for rep, bs in empty[:6]) + (" ..." if len(empty) > 6 else "")
+        report.error("unplanned_missing", f"{len(empty)} planned (repeat, batch size) groups have no row: {shown}")
+
+
 def _native_order_problem(rec: dict[str, Any]) -> str | None:
     """A native record: the 26 published keys first, in order, then only known extras."""
     keys = list(rec)
@@ -231,8 +357,12 @@ def _native_order_problem(rec: dict[str, Any]) -> str | None:
     return f"unknown keys {unknown}" if unknown else None
 
 
-def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bool = False) -> None:
-    """The dataset rules (schema aside): configs, baselines, completeness, pilot rules, index contiguity."""
+def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bool = False, plan: Plan | None = None) -> None:
+    """The dataset rules (schema aside): configs, baselines, completeness, pilot rules, index contiguity.
+
+    With a ``plan`` (a run folder's manifest) completeness is judged against the planned grid: every planned cell
+    present, no row outside the plan, each at its planned index; no ``--subset`` needed for a subset sweep.
+    """
     grid = [r for r in rows if not is_pilot(r)]
     pilots = [r for r in rows if is_pilot(r)]
     report.n_grid, report.n_pilot = len(grid), len(pilots)
@@ -258,6 +388,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         cfg = r.config
         if config_problem(cfg, published_only=False):
             report.error("invalid_config", config_problem(cfg, published_only=False) or "", where)
+        elif plan is not None:
+            if cfg not in plan.configs or r.batch_size not in plan.batch_sizes or (r.repeat or 0) >= plan.repeats:
+                report.error("unplanned_cell", f"bs={r.batch_size} {cfg} repeat {r.repeat} is not in the run's planned grid", where)
+            elif r.cell_id and plan.indexes.get(r.cell_id, r.index) != r.index:
+                report.error("index_mismatch", f"{r.cell_id} has index {r.index}; the plan gives {plan.indexes[r.cell_id]}", where)
         elif cfg not in ACTIONS:
             # a custom grid (--steps/--topk/--draft-tokens) may hold valid configs outside the published 19
             (report.warn if subset else report.error)("unknown_config", config_problem(cfg, published_only=True) or "", where)
@@ -291,13 +426,15 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
     report.batch_sizes = sorted({k[1] for k in groups})
     report.configs_per_group = {f"r{rep}/bs{bs}": len(cfgs) for (rep, bs), cfgs in sorted(groups.items())}
     union = {c for cfgs in groups.values() for c in cfgs}
-    expected = union if subset else set(ACTIONS)
+    expected = set(plan.configs) if plan is not None else union if subset else set(ACTIONS)
+    if plan is not None:
+        _check_plan_coverage(grid, plan, report)
     for (rep, bs), cfgs in sorted(groups.items()):
         where = f"repeat {rep}, batch size {bs}"
         twice = sorted(c for c, n in Counter(cfgs).items() if n > 1)
         if twice:
             report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}", where)
-        lacking = [c for c in ACTIONS if c in expected and c not in cfgs]
+        lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
         if lacking:
             report.error("config_missing", f"{len(set(cfgs))} of {len(expected)} configs; missing {', '.join(map(str, lacking))}", where)
     for rep in report.repeats:

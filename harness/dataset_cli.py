@@ -10,9 +10,33 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from harness.errors import DataError, HarnessError
+from harness.errors import DataError, HarnessError, OutputError, UsageError
+
+WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+
+
+def windows_option(default: str = "exclude", help_text: str = WINDOWS_HELP) -> Any:
+    """The ``--invalid-windows`` option every dataset consumer takes."""
+    return typer.Option(default, "--invalid-windows", help=help_text)
+
+
+def check_merge_out(out: Path, inputs: list[Path], force: bool) -> None:
+    """Refuse to overwrite an existing --out without --force, and a run folder's own row files even with it."""
+    target = out.resolve()
+    for src in inputs:
+        src_dir = src if src.is_dir() else src.parent
+        if (src_dir / "manifest.json").is_file() and target.parent == src_dir.resolve() and target.name in (
+                "rows.jsonl", "dataset.jsonl"):
+            raise OutputError(f"--out {out} is the run folder's own {target.name}",
+                              fix="write the merged dataset to a new file outside the run's row files")
+    if out.is_dir():
+        raise OutputError(f"--out {out} is a folder", fix="--out names the merged JSONL file")
+    if out.exists() and not force:
+        raise OutputError(f"--out {out} already exists; nothing written",
+                          fix="choose a new --out file, or pass --force to replace it")
 
 
 class DatasetsDisagree(HarnessError):
@@ -34,7 +58,7 @@ def _cfg(t: Any) -> str:
 def render_validation(report: Any, console: Console, *, max_items: int = 25) -> None:
     """Print a ValidationReport as rich tables."""
     verdict = "[bold green]VALID[/]" if report.ok else "[bold red]INVALID[/]"
-    console.print(f"{verdict} {report.path} ({report.layout} layout)")
+    console.print(f"{verdict} {escape(report.path)} ({report.layout} layout)")
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_row("records / rows", f"{report.n_records} / {report.n_rows} ({report.n_superseded} superseded)")
     t.add_row("grid / pilot / error rows", f"{report.n_grid} / {report.n_pilot} / {report.n_error_rows}")
@@ -52,7 +76,7 @@ def render_validation(report: Any, console: Console, *, max_items: int = 25) -> 
         table.add_column("where")
         table.add_column("problem", overflow="fold")
         for issue in items[:max_items]:
-            table.add_row(issue.code, issue.where or "", issue.message)
+            table.add_row(issue.code, issue.where or "", escape(issue.message))
         if len(items) > max_items:
             table.add_row("...", "", f"{len(items) - max_items} more")
         console.print(table)
@@ -125,13 +149,20 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         out: Path = typer.Option(..., "--out", help="output JSONL file"),
         native: bool = typer.Option(False, "--native", help="keep the native extras (default: the 26 published keys)"),
         retry_mem_fraction: float = typer.Option(0.55, "--retry-mem-fraction", help="retry_mem_fraction for retry rows that carry none"),
+        force: bool = typer.Option(False, "--force", help="replace an existing --out file"),
+        invalid_windows: str = windows_option("fail", "successful rows whose measurement window is invalid: fail (default) or "
+                                              "keep (merged as measured; merge keeps every index, so it cannot exclude)"),
     ) -> None:
         """Merge grid + retries + pilot rows with the published exclusion semantics; indexes contiguous."""
-        from harness.dataset import ValidationReport, check_rows, load, load_many, merge, write_rows
+        from harness.dataset import ValidationReport, check_rows, load_many, merge, write_rows
 
-        grid_rows = load(grid, published_only=True).rows
-        retry_rows = load_many(retries, published_only=True)
-        pilot_rows = load_many(pilots, published_only=True)
+        if invalid_windows not in ("fail", "keep"):
+            raise UsageError(f"--invalid-windows {invalid_windows!r} is not possible for merge",
+                             fix="merge keeps every index: use --invalid-windows fail or keep")
+        check_merge_out(out, [grid, *retries, *pilots], force)
+        grid_rows = load_many([grid], published_only=True, windows=invalid_windows)  # type: ignore[arg-type]
+        retry_rows = load_many(retries, published_only=True, windows=invalid_windows)  # type: ignore[arg-type]
+        pilot_rows = load_many(pilots, published_only=True, windows=invalid_windows)  # type: ignore[arg-type]
         result = merge(grid_rows, retry_rows, pilot_rows, default_retry_mem_fraction=retry_mem_fraction)
         check = ValidationReport(path=str(out), layout="native" if native else "published", n_records=len(result.rows),
                                  n_rows=len(result.rows), n_superseded=0)
@@ -142,8 +173,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise DataError(f"the merged dataset breaks {len(check.errors)} rules; nothing written", fix="fix the inputs listed above")
         write_rows(out, result.rows, native=native)
         for note in result.notes:
-            console.print(f"[yellow]note:[/] {note}")
-        console.print(f"wrote {out}: {len(result.rows)} rows ({result.n_grid} grid, {result.n_replaced} replaced by retries, "
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"wrote {escape(str(out))}: {len(result.rows)} rows ({result.n_grid} grid, {result.n_replaced} replaced by retries, "
                       f"{result.n_retry_ignored} retries ignored, {result.n_pilots} pilot rows)")
 
     @dataset.command("compare")
@@ -155,21 +186,24 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         min_cell_agreement: float = typer.Option(0.9, "--min-cell-agreement", help="fraction of cell metrics that must fall inside the band"),
         min_tau: float = typer.Option(0.6, "--min-tau", help="Kendall tau a batch size's config ranking needs"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON"),
+        invalid_windows: str = windows_option(),
     ) -> None:
         """Per-cell relative differences against the repeat-noise band, and per-batch-size rank agreement.
 
         Exit code 0 when the datasets agree, 1 when they do not.
         """
-        from harness.dataset import compare, load
+        from harness.dataset import compare, load, print_notes
         from harness.jsonl import write_json_atomic
 
-        la, lb = load(a), load(b)
+        la, lb = load(a, windows=invalid_windows), load(b, windows=invalid_windows)  # type: ignore[arg-type]
+        print_notes(la)
+        print_notes(lb)
         result = compare(la.rows, lb.rows, a_name="A", b_name="B", k=k, min_band=min_band,
                          min_cell_agreement=min_cell_agreement, min_tau=min_tau)
         if not result.cells:
             raise DataError(f"{a} and {b} share no successful cell", fix="compare datasets over the same batch sizes and configs")
         console = _console()
-        console.print(f"A = {la.path}\nB = {lb.path}")
+        console.print(f"A = {la.path}\nB = {lb.path}", markup=False)
         render_compare(result, console)
         if json_out is not None:
             write_json_atomic(json_out, result.model_dump(mode="json") | {"agrees": result.agrees})
@@ -183,13 +217,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         out: Path = typer.Option(..., "--out", help="output folder (must not exist or be empty, unless --force)"),
         native: bool = typer.Option(False, "--native", help="include the native extras (default: the 26 published keys)"),
         force: bool = typer.Option(False, "--force", help="replace a non-empty --out folder"),
+        invalid_windows: str = windows_option(),
     ) -> None:
         """Export a dataset as a Hugging Face dataset folder, a parquet file or a JSONL file."""
-        from harness.dataset import export, load
+        from harness.dataset import export, load, print_notes
 
-        loaded = load(path)
+        loaded = load(path, windows=invalid_windows)  # type: ignore[arg-type]
+        print_notes(loaded)
         written = export(loaded.rows, fmt, out, native=native, force=force)  # type: ignore[arg-type]
-        _console().print(f"wrote {written} ({fmt}, {len(loaded.rows)} rows)")
+        _console().print(f"wrote {written} ({fmt}, {len(loaded.rows)} rows)", markup=False)
 
     @report.command("sweep")
     def report_sweep_cmd(
@@ -197,8 +233,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         power_limit: Optional[float] = typer.Option(None, "--power-limit", help="power limit in W (default: rows, manifest, else 80)"),
         out: Optional[Path] = typer.Option(None, "--out", help="figure folder (default RUN_DIR/reports)"),
         figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
+        invalid_windows: str = windows_option(),
     ) -> None:
         """Tables per batch size (baseline, reference, best in the energy band), error rows, PNG figures."""
         from harness.report import sweep_report
 
-        sweep_report(run_dir, console=_console(), power_limit_w=power_limit, out_dir=out, figures=figures)
+        sweep_report(run_dir, console=_console(), power_limit_w=power_limit, out_dir=out, figures=figures,
+                     windows=invalid_windows)  # type: ignore[arg-type]

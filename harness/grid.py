@@ -163,8 +163,13 @@ def parse_int_list(text: str, name: str) -> list[int]:
     return values
 
 
+MAX_BATCH_SIZE = 4096
+"""Largest batch size a sweep accepts (sglang's --cuda-graph-max-bs and --max-running-requests take it as given)."""
+
+
 def parse_batch_sizes(text: str) -> list[int]:
     values = parse_int_list(text, "--batch-sizes")
-    if any(v < 1 for v in values):
-        raise InvalidConfigError(f"--batch-sizes must be >= 1, got {text!r}", fix="e.g. --batch-sizes 1,4,8,16")
+    if any(v < 1 or v > MAX_BATCH_SIZE for v in values):
+        raise InvalidConfigError(f"--batch-sizes must be between 1 and {MAX_BATCH_SIZE}, got {text!r}",
+                                 fix="e.g. --batch-sizes 1,4,8,16")
     return sorted(set(values), key=values.index)

@@ -13,6 +13,19 @@ from typing import Any, Iterator
 
 from harness.errors import DataError, MissingFileError, OutputError
 
+DISK_FULL_FIX = "free space, then --resume"
+"""What a sweep says when its disk fills up: nothing written is lost, the run continues with ``--resume``."""
+
+
+def write_error(path: Path, exc: OSError, fix: str = "choose a writable output folder") -> OutputError:
+    """An OutputError for a failed write; a full disk (ENOSPC, EDQUOT) says "free space, then --resume"."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(f"cannot write {path}: no space left on the device (nothing written is lost)",
+                           fix=f"{DISK_FULL_FIX} (for a sweep: harness sweep --resume RUN_DIR)")
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
+
 
 def read_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> list[dict[str, Any]]:
     """All records of a JSONL file. A truncated last line is skipped when ``allow_torn_tail``."""
@@ -35,6 +48,12 @@ def iter_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> Iterator[di
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if is_last and torn_tail and allow_torn_tail:
                 return
+            if is_last and torn_tail:
+                raise DataError(
+                    f"{p}:{i}: torn last line (unterminated, unparsable: a writer was killed mid-line); "
+                    f"the {i - 1} lines before it are intact",
+                    fix="harness sweep --resume RUN_DIR repairs a run folder's torn tail; in a file, delete that last line",
+                ) from None
             raise DataError(
                 f"{p}:{i}: malformed JSON line ({exc.msg if hasattr(exc, 'msg') else exc})",
                 fix="repair or remove that line; a run folder can be resumed with --resume",
@@ -84,11 +103,29 @@ class JsonlAppender:
             raise OutputError(f"cannot write {self.path}: {exc.strerror}", fix="choose a writable --out folder") from None
 
     def append(self, record: dict[str, Any]) -> None:
+        """Append one line; a failed write (full disk) is cut back off, so the file never keeps a torn line."""
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
-        self._f.write(line)
-        self._f.flush()
-        if self.fsync:
-            os.fsync(self._f.fileno())
+        start = self._f.tell()
+        try:
+            self._f.write(line)
+            self._f.flush()
+            if self.fsync:
+                os.fsync(self._f.fileno())
+        except OSError as exc:
+            self._rollback(start)
+            raise write_error(self.path, exc, fix="choose a writable --out folder") from None
+
+    def _rollback(self, size: int) -> None:
+        """Drop whatever part of a failed line reached the file (and the unflushed buffer with it)."""
+        try:
+            self._f.close()
+        except OSError:
+            pass
+        try:
+            os.truncate(self.path, size)
+        except OSError:
+            pass
+        self._f = open(self.path, "ab")
 
     def close(self) -> None:
         if not self._f.closed:
@@ -101,33 +138,36 @@ class JsonlAppender:
         self.close()
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON to a temp file, fsync, rename: readers never see a half-written file."""
+def _write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temp sibling, fsync, rename; on any failure the temp file is removed."""
     p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
         with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
     except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc.strerror}", fix="choose a writable output folder") from None
+        tmp.unlink(missing_ok=True)
+        raise write_error(p, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write JSON to a temp file, fsync, rename: readers never see a half-written file, no temp file is left."""
+    _write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
-    """Write a whole JSONL file atomically (temp file + fsync + rename)."""
-    p = Path(path)
+    """Write a whole JSONL file atomically (temp file + fsync + rename). Non-finite numbers are a DataError
+    raised before anything is written."""
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-        with open(tmp, "w") as f:
-            for r in records:
-                f.write(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc.strerror}", fix="choose a writable output folder") from None
+        text = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
+    except ValueError as exc:
+        raise DataError(f"cannot write {path}: {exc} (NaN or infinity in a record)",
+                        fix="find the row with harness dataset validate and fix or drop it") from None
+    _write_atomic(path, text)

@@ -14,6 +14,8 @@ from harness.jsonl import write_json_atomic
 from harness.timeutil import to_iso, wall_ns
 
 MANIFEST = "manifest.json"
+SCHEMA = 1
+"""The manifest layout this harness writes and reads; a newer one is refused, never half-read."""
 
 
 def git_commit(path: str | Path | None = None) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def versions() -> dict[str, Any]:
 def new_manifest(run_id: str, argv: list[str], options: dict[str, Any]) -> dict[str, Any]:
     now = wall_ns()
     return {
-        "schema": 1,
+        "schema": SCHEMA,
         "run_id": run_id,
         "created_ns": now,
         "created": to_iso(now),
@@ -75,4 +77,30 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raise DataError(f"{p} is not valid JSON: {exc.msg}", fix="the manifest is written atomically; restore it from a backup") from None
     if not isinstance(data, dict) or "run_id" not in data:
         raise DataError(f"{p} is not a sweep manifest", fix="pass the folder a sweep wrote (--out)")
+    schema = data.get("schema", SCHEMA)
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise DataError(f"{p}: schema {schema!r} is not a manifest schema number", fix="restore the manifest a sweep wrote")
+    if schema > SCHEMA:
+        raise DataError(f"{p} has schema {schema}, newer than this harness reads ({SCHEMA})",
+                        fix="use the harness version that wrote this run (see the manifest's versions), or upgrade")
     return data
+
+
+def read_options(run_dir: str | Path) -> Any:
+    """The ``SweepOptions`` a run was planned with; a manifest without usable ``options`` is a DataError."""
+    from pydantic import ValidationError
+
+    from harness.sweep import SweepOptions
+
+    manifest = read_manifest(run_dir)
+    p = Path(run_dir) / MANIFEST
+    raw = manifest.get("options")
+    if not isinstance(raw, dict):
+        raise DataError(f"{p} has no 'options' (the sweep's planned grid)",
+                        fix="restore the manifest the sweep wrote; without it the run cannot be resumed or checked against its plan")
+    try:
+        return SweepOptions.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "options"
+        raise DataError(f"{p}: options.{where}: {err['msg']}", fix="restore the manifest the sweep wrote") from None

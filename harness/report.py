@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
@@ -196,7 +197,7 @@ def error_table(rows: Sequence[SweepRow]) -> Table | None:
     for col in ("index", "repeat", "bs", "config", "mem fraction", "error"):
         t.add_column(col, overflow="fold" if col == "error" else "ellipsis")
     for r in errs:
-        t.add_row(str(r.index), str(r.repeat), str(r.batch_size), str(r.config), _fmt(r.mem_fraction, "g"), r.error or "")
+        t.add_row(str(r.index), str(r.repeat), str(r.batch_size), str(r.config), _fmt(r.mem_fraction, "g"), escape(r.error or ""))
     return t
 
 
@@ -261,19 +262,25 @@ def sweep_report(
     power_limit_w: float | None = None,
     out_dir: str | Path | None = None,
     figures: bool = True,
+    windows: str = "exclude",
 ) -> dict[str, Any]:
-    """Print the tables for a run folder (or dataset file) and write figures + summary.json under RUN_DIR/reports/."""
-    from harness.dataset import load
+    """Print the tables for a run folder (or dataset file) and write figures + summary.json under RUN_DIR/reports/.
+
+    Rows come from the one loader (``harness.dataset.load``): invalid-window rows are left out unless ``windows``
+    is ``keep``; duplicate cells, NaN and torn lines stop the report.
+    """
+    from harness.dataset import load, print_notes
     from harness.jsonl import write_json_atomic
 
     console = console or Console()
-    loaded = load(path)
+    loaded = load(path, windows=windows)  # type: ignore[arg-type]
+    print_notes(loaded)
     src = Path(path)
     run_dir = src if src.is_dir() else src.parent
     rows = loaded.rows
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
     summaries = summarize(rows, limit)
-    console.print(f"[bold]{loaded.path}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
+    console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
     for s in summaries:
         console.print(batch_table(s, limit))
     errs = error_table(rows)
@@ -284,7 +291,8 @@ def sweep_report(
     if figures and summaries:
         written = write_figures(summaries, out, limit)
     summary = {
-        "source": str(loaded.path), "power_limit_w": limit, "power_limit_source": limit_src, "band": list(BAND),
+        "source": str(loaded.path), "invalid_windows": windows,
+        "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": limit, "power_limit_source": limit_src, "band": list(BAND),
         "batch_sizes": [s.model_dump(mode="json") for s in summaries],
         "error_rows": [{"index": r.index, "repeat": r.repeat, "batch_size": r.batch_size, "config": r.config.as_tuple(),
                         "error": r.error} for r in rows if r.is_error],
@@ -293,5 +301,5 @@ def sweep_report(
     if figures:
         write_json_atomic(out / "summary.json", summary)
         for p in written + [out / "summary.json"]:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {p}", markup=False)
     return summary

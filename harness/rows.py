@@ -16,7 +16,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 
 from harness.errors import DataError, MissingFileError
 from harness.grid import SpecConfig
@@ -154,6 +156,14 @@ class SweepRow(BaseModel):
     pilot_success: StrictBool | None = None
     extras: dict[str, Any] = Field(default_factory=dict)  # anything else a producer wants to keep
 
+    @model_validator(mode="after")
+    def _finite(self) -> "SweepRow":
+        """NaN and infinity are never measurements: a row holding one is rejected (JSON readers accept them)."""
+        bad = non_finite_fields(self.model_dump())
+        if bad:
+            raise ValueError(f"non-finite number in {', '.join(bad)} (NaN or infinity is never a measurement)")
+        return self
+
     @property
     def config(self) -> SpecConfig:
         return SpecConfig(self.steps, self.topk, self.num_draft_tokens)
@@ -171,6 +181,17 @@ class SweepRow(BaseModel):
     def key(self) -> str:
         """The identity later rows replace by: the cell id, or ``index:<n>`` for rows without one."""
         return self.cell_id or f"index:{self.index}"
+
+
+def non_finite_fields(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted names of every NaN or infinite float inside ``obj`` (a record, nested dicts and lists included)."""
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [prefix or "(value)"]
+    if isinstance(obj, dict):
+        return [n for k, v in obj.items() for n in non_finite_fields(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [n for i, v in enumerate(obj) for n in non_finite_fields(v, f"{prefix}[{i}]")]
+    return []
 
 
 NATIVE_KEYS: tuple[str, ...] = tuple(SweepRow.model_fields)

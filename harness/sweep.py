@@ -8,7 +8,9 @@ and the sweep goes on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import math
 import shutil
 import signal
 import sys
@@ -26,7 +28,8 @@ from harness.engine.argv import EngineSpec
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
 from harness.errors import HarnessError, OutputError, UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
-from harness.manifest import new_manifest, read_manifest, write_manifest
+from harness.jsonl import write_error
+from harness.manifest import MANIFEST, read_options, new_manifest, read_manifest, write_manifest
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
 from harness.timeutil import mono_ns, wall_ns
 
@@ -106,12 +109,14 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
 def parse_settle(text: str) -> tuple[str, float]:
     """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
     t = text.strip().lower()
+    fix = "give seconds >= 0 (e.g. 5) or cool:TEMP with 0 < TEMP < 150 (e.g. cool:60)"
     try:
-        if t.startswith("cool:"):
-            return "cool", float(t[5:])
-        return "sleep", float(t.rstrip("s"))
+        kind, value = ("cool", float(t[5:])) if t.startswith("cool:") else ("sleep", float(t.rstrip("s")))
     except ValueError:
-        raise UsageError(f"cannot parse --settle {text!r}", fix="give seconds (e.g. 5) or cool:TEMP (e.g. cool:60)") from None
+        raise UsageError(f"cannot parse --settle {text!r}", fix=fix) from None
+    if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
+        raise UsageError(f"--settle {text!r} is out of range", fix=fix)
+    return kind, value
 
 
 def derive_seed(seed: int, key: str) -> int:
@@ -419,7 +424,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     console = console or SweepConsole()
     if resume is not None:
         manifest = read_manifest(resume)
-        saved = SweepOptions.model_validate(manifest["options"])
+        saved = read_options(resume)
         # Services of the killed run are gone; use the URLs given now (or start fresh ones).
         opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
         run_dir = resume
@@ -427,12 +432,11 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         manifest["status"] = "running"
         manifest["launches_before"] = manifest.get("launches", 0)
     else:
+        check_options(opts)  # a usage error must not leave a failed run folder behind
         run_dir = out or Path("results") / new_run_id()
         prepare_run_dir(run_dir, force=force)
         manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
-    plan_cells(opts)  # validates the plan before anything starts
-    if opts.prompts_file:
-        load_prompts(opts.prompts_file)
+    check_options(opts)
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
     manifest.setdefault("sessions", []).append(session)
     write_manifest(run_dir, manifest)
@@ -469,12 +473,16 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
                 manifest["launches"] = manifest.get("launches_before", 0) + runner.launches
                 manifest.pop("launches_before", None)
                 manifest["wall_s"] = sum(s.get("wall_s", 0.0) for s in manifest["sessions"])
-                write_manifest(run_dir, manifest)
+                save_manifest_best_effort(run_dir, manifest)
+            write_manifest(run_dir, manifest)  # the success path must not end without its manifest
+    except OSError as exc:  # a write outside the row store (a log, a probe file) hit a full disk
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        err = write_error(run_dir, exc, fix="choose a writable --out folder")
+        _record_failure(run_dir, manifest, err)
+        raise err from None
     except HarnessError as exc:
-        if manifest.get("status") == "running":
-            manifest["status"] = "failed"
-            manifest["error"] = exc.message
-            write_manifest(run_dir, manifest)
+        _record_failure(run_dir, manifest, exc)
         raise
     except (KeyboardInterrupt, Interrupted):
         raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
@@ -482,6 +490,58 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     finally:
         signal.signal(signal.SIGTERM, old)
     return run_dir, rows, manifest
+
+
+def _record_failure(run_dir: Path, manifest: dict[str, Any], exc: HarnessError) -> None:
+    """A run that stopped on an error is never left "running" on disk (a full disk included)."""
+    if manifest.get("status") == "running":
+        manifest["status"] = "failed"
+        manifest["error"] = exc.message
+        if exc.fix:
+            manifest["fix"] = exc.fix
+    save_manifest_best_effort(run_dir, manifest)
+
+
+def save_manifest_best_effort(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest atomically; on a full disk (no room for the temp file) rewrite it in place, compact.
+
+    The compact form is smaller than the indented file already on disk, so it fits in the blocks that file holds.
+    Never raises: it runs while another error is on its way to the user.
+    """
+    import json
+    import os
+
+    try:
+        write_manifest(run_dir, manifest)
+        return
+    except HarnessError:
+        pass
+    path = run_dir / MANIFEST
+    try:
+        data = json.dumps(manifest, separators=(",", ":"), default=str).encode()
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def check_options(opts: SweepOptions) -> None:
+    """Every check of the options that needs no service: plan, prompts, settle, URLs, twin faults."""
+    plan_cells(opts)
+    parse_settle(opts.settle)
+    if opts.prompts_file:
+        load_prompts(opts.prompts_file)
+    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
+    if opts.twin_faults:
+        from harness.engine.argv import parse_twin_fault
+
+        for item in opts.twin_faults:
+            parse_twin_fault(item)
 
 
 def prepare_resume(run_dir: Path) -> None:

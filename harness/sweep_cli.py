@@ -21,20 +21,26 @@ def build_grid(configs: str | None, steps: str | None, topk: str | None, draft_t
     """The configs of a sweep: ``--configs`` or a ``--steps/--topk/--draft-tokens`` grid (default: the 19 actions)."""
     from harness.grid import ACTIONS, PUBLISHED_DRAFT_TOKENS, PUBLISHED_STEPS, PUBLISHED_TOPK, build_actions, parse_configs, parse_int_list
 
-    if configs and (steps or topk or draft_tokens):
+    if configs is not None and (steps is not None or topk is not None or draft_tokens is not None):
         raise UsageError("--configs cannot be combined with --steps/--topk/--draft-tokens", fix="use one way to name the grid")
-    if configs:
+    if configs is not None:  # an empty --configs '' is an error, never the full grid
         return [c.as_tuple() for c in parse_configs(configs)]
-    if not (steps or topk or draft_tokens):
+    if steps is None and topk is None and draft_tokens is None:
         return [a.as_tuple() for a in ACTIONS]
-    s = parse_int_list(steps, "--steps") if steps else list(PUBLISHED_STEPS)
-    k = parse_int_list(topk, "--topk") if topk else list(PUBLISHED_TOPK)
-    d = parse_int_list(draft_tokens, "--draft-tokens") if draft_tokens else list(PUBLISHED_DRAFT_TOKENS)
+    s = parse_int_list(steps, "--steps") if steps is not None else list(PUBLISHED_STEPS)
+    k = parse_int_list(topk, "--topk") if topk is not None else list(PUBLISHED_TOPK)
+    d = parse_int_list(draft_tokens, "--draft-tokens") if draft_tokens is not None else list(PUBLISHED_DRAFT_TOKENS)
     grid = build_actions(s, k, d)
     if not grid:
         raise UsageError(f"the grid steps={s} topk={k} draft tokens={d} holds no valid config",
                          fix="include 0 in all three lists for the baseline, or pick s,k,d with d <= s*k+1")
     return [c.as_tuple() for c in grid]
+
+
+OPTION_FLAGS = {"request_timeout_s": "--request-timeout", "launch_timeout_s": "--launch-timeout",
+                "prompts_file": "--prompts", "twin_faults": "--twin-fault", "engine_args": "--engine-arg",
+                "twin_gpu_url": "--twin-gpu", "mem_fractions": "--mem-fractions", "configs": "--configs"}
+"""SweepOptions fields whose command-line flag is not simply ``--field-name``."""
 
 
 def parse_fractions(text: str) -> list[float]:
@@ -62,7 +68,7 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: dict[str, Any]) -> N
     errors = sum(1 for r in rows if r.is_error)
     retries = sum(1 for r in rows if r.retry_mem_fraction is not None)
     console.print(f"run {run_dir}: {len(rows)} rows ({errors} errors, {retries} recovered at a lower mem fraction), "
-                  f"{manifest.get('launches')} launches, {manifest.get('wall_s', 0):.1f} s, status {manifest.get('status')}")
+                  f"{manifest.get('launches')} launches, {manifest.get('wall_s', 0):.1f} s, status {manifest.get('status')}", markup=False)
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -119,10 +125,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         if engine == "sglang" and (twin_gpu or twin_fault):
             raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
         base: dict[str, Any] = dict(QUICK) if quick else {}
-        grid_given = configs or steps or topk or draft_tokens
+        grid_given = any(v is not None for v in (configs, steps, topk, draft_tokens))
         if grid_given or not quick:
             base["configs"] = build_grid(configs, steps, topk, draft_tokens)
-        if batch_sizes:
+        if batch_sizes is not None:
             from harness.grid import parse_batch_sizes
 
             base["batch_sizes"] = parse_batch_sizes(batch_sizes)
@@ -144,7 +150,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 stream=stream, engine_args=list(engine_arg), **base,
             )
         except ValidationError as exc:
-            raise UsageError(f"invalid sweep options: {exc.errors()[0]['msg']}", fix="see harness sweep --help") from None
+            err = exc.errors()[0]
+            flag = OPTION_FLAGS.get(str(err["loc"][0]), "--" + str(err["loc"][0]).replace("_", "-")) if err["loc"] else "an option"
+            raise UsageError(f"{flag}: {err['msg']} (got {err.get('input')!r})", fix=f"see harness sweep --help for {flag}") from None
         if twin_fault:
             from harness.engine.argv import EngineSpec, faults_for
             from harness.grid import BASELINE
@@ -197,7 +205,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         published = run_dir / "published.jsonl"
         records = sorted(RowStore(run_dir).published(), key=lambda rec: rec["index"])
         write_jsonl_atomic(published, records)
-        Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)")
+        Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)", markup=False)
         if compare is not None:
             from harness import dataset
             from harness.dataset_cli import render_compare
@@ -213,12 +221,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from harness.manifest import read_manifest
+        from harness.manifest import read_manifest, read_options
         from harness.rows import RowStore
-        from harness.sweep import SweepOptions, plan_cells
+        from harness.sweep import plan_cells
 
         manifest = read_manifest(run_dir)
-        opts = SweepOptions.model_validate(manifest["options"])
+        opts = read_options(run_dir)
         cells = plan_cells(opts)
         rows = RowStore(run_dir).latest()
         done = {r.key for r in rows}

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import DataError, MissingFileError, UsageError
+from harness.errors import DataError, HarnessError, MissingFileError, UsageError
 from harness.grid import SpecConfig
 from harness.jsonl import write_json_atomic
 from policies.contract import ACTIONS, PolicyDataset
@@ -104,13 +104,25 @@ class Policy(ABC):
 
     @classmethod
     def load(cls, directory: str | Path) -> "Policy":
+        """Load ``directory/<artifact>``. Only from the folder given: an artifact that is a link out of it is refused
+        (gbt's joblib file is a pickle, which can run code when loaded). A corrupt artifact is a DataError."""
         d = Path(directory)
         path = d / cls.artifact
-        if not path.exists():
-            raise MissingFileError(f"{cls.name} artifact not found: {path}", fix="train it first: harness train --dataset FILE --out DIR")
-        meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
-        policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
-        policy.load_artifact(path)
+        fix = f"retrain it: harness train --dataset RUN_DIR --out {d.parent} --algos {cls.name}"
+        if not path.is_file():
+            raise MissingFileError(f"{cls.name} artifact not found: {path}", fix=fix)
+        if not path.resolve().is_relative_to(d.resolve()):
+            raise DataError(f"{path} points outside {d} (to {path.resolve()}); artifacts load only from the folder you name",
+                            fix="copy the artifact into the models folder you trust, or retrain")
+        try:
+            meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
+            policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
+            policy.load_artifact(path)
+        except HarnessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any library's failure on a damaged file becomes one clear error
+            raise DataError(f"{cls.name} artifact {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:160]})",
+                            fix=fix) from None
         return policy
 
 
@@ -201,6 +213,35 @@ def load_picks(models_dir: str | Path) -> dict[str, dict[int, SpecConfig]]:
         return {algo: {int(bs): SpecConfig(*map(int, cfg)) for bs, cfg in p.items()} for algo, p in raw.items()}
     except (ValueError, TypeError) as exc:
         raise DataError(f"{path} is not a picks file ({exc})", fix="retrain to rewrite it") from None
+
+
+def read_train_meta(models: str | Path) -> dict[str, Any]:
+    """``MODELS/train.json`` (empty when absent); a missing models folder or a corrupt file is an error."""
+    models = Path(models)
+    fix = f"retrain: harness train --dataset RUN_DIR --out {models}"
+    if not models.is_dir():
+        raise MissingFileError(f"models folder not found: {models}", fix="pass the --out folder of harness train")
+    path = models / TRAIN_FILE
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is corrupt ({exc})", fix=fix) from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path} is not a train summary", fix=fix)
+    return meta
+
+
+def reward_options_of(models: str | Path, meta: dict[str, Any]) -> Any:
+    """The RewardOptions the models were trained with (``train.json``); bad values are a DataError."""
+    from policies.contract import RewardOptions
+
+    try:
+        return RewardOptions(**(meta.get("reward_options") or {}))
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{Path(models) / TRAIN_FILE}: bad reward_options ({str(exc)[:160]})",
+                        fix=f"retrain: harness train --dataset RUN_DIR --out {models}") from None
 
 
 class TrainSummary(BaseModel):

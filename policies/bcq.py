@@ -81,7 +81,7 @@ class BCQ(Policy):
         torch.save({"behavior_state_dict": self.behavior.state_dict(), "q_state_dict": self.q.state_dict(), "actions": [a.as_list() for a in ACTIONS]}, path)
 
     def load_artifact(self, path: Path) -> None:
-        blob = torch.load(path)
+        blob = torch.load(path, weights_only=True)
         self.behavior, self.q = BehaviorNetwork(), QNetwork()
         self.behavior.load_state_dict(blob["behavior_state_dict"])
         self.q.load_state_dict(blob["q_state_dict"])

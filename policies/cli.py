@@ -5,7 +5,6 @@ Heavy libraries (torch, sklearn, matplotlib) are imported inside the commands on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,6 +13,9 @@ import typer
 from harness.errors import UsageError
 
 EVALUATION_FILE = "evaluation.json"
+WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pickle can run code; load models only "
+                  "from folders you trust (artifacts are read only from MODELS/<algo>/).")
 
 
 def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
@@ -49,8 +51,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
         energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
         param: Annotated[Optional[list[str]], typer.Option(help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md")] = None,
+        invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
     ) -> None:
-        """Train the policies on a sweep and write their artifacts and picks.json."""
+        """Train the policies on a sweep and write their artifacts and picks.json.
+
+        The gbt artifact is a joblib pickle: loading a pickle can run code, so load models only from folders you made.
+        """
         from policies.base import parse_algos, parse_params, train as train_all
         from policies.contract import load_dataset
         from policies.report import print_picks, print_published_picks
@@ -60,7 +66,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         extra = sorted(set(params) - set(names))
         if extra:
             raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
-        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight))  # type: ignore[arg-type]
+        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight),  # type: ignore[arg-type]
+                            windows=invalid_windows)
         if tune:
             from harness.jsonl import write_json_atomic
             from policies.tune import tune_variants
@@ -76,7 +83,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
     @app.command()
     def evaluate(
-        models: Annotated[Path, typer.Option(help="models folder written by harness train")],
+        models: Annotated[Path, typer.Option(help=f"models folder written by harness train. {PICKLE_WARNING}")],
         dataset: Annotated[Optional[Path], typer.Option(help="sweep to evaluate on (offline)")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the evaluation as JSON")] = False,
         loro: Annotated[bool, typer.Option(help="leave-one-repeat-out refits (offline)")] = True,
@@ -89,6 +96,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         sampler_url: Annotated[Optional[str], typer.Option(help="existing sampler (with --live)")] = None,
         output_tokens: Annotated[Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")] = None,
         state: Annotated[str, typer.Option()] = "hindsight",
+        invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.jsonl import write_json_atomic
@@ -103,14 +111,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             return
         if dataset is None:
             raise UsageError("offline evaluation needs --dataset", fix="pass the sweep the models were trained on, or --live")
-        from policies.base import TRAIN_FILE
-        from policies.contract import RewardOptions, load_dataset
+        from policies.base import read_train_meta, reward_options_of
+        from policies.contract import load_dataset
         from policies.evaluate import evaluate as run_eval
         from policies.report import print_evaluation
 
-        train_meta = json.loads((models / TRAIN_FILE).read_text()) if (models / TRAIN_FILE).exists() else {}
-        reward = RewardOptions(**train_meta.get("reward_options", {}))
-        data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward)  # type: ignore[arg-type]
+        train_meta = read_train_meta(models)
+        reward = reward_options_of(models, train_meta)
+        data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
+                            windows=invalid_windows)
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())
@@ -118,12 +127,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
     @app.command()
     def recommend(
-        models: Annotated[Path, typer.Option(help="models folder written by harness train")],
+        models: Annotated[Path, typer.Option(help=f"models folder written by harness train. {PICKLE_WARNING}")],
         algo: Annotated[str, typer.Option(help="which policy's pick")],
         batch_size: Annotated[int, typer.Option(help="the batch size to serve")],
         port: Annotated[int, typer.Option()] = 30000,
     ) -> None:
-        """Print the sglang launch command for a policy's pick at a batch size."""
+        """Print the sglang launch command for a policy's pick at a batch size (after loading its artifact)."""
         from policies.live import launch_command
 
         typer.echo(launch_command(models, algo, batch_size, port))

@@ -1,6 +1,6 @@
 """The policy I/O contract: the 19 actions, the state features, the reward, and the dataset policies learn from.
 
-Actions come from ``harness.grid`` (never re-implemented). Rows come from ``harness.rows.load_rows`` (a run folder,
+Actions come from ``harness.grid`` (never re-implemented). Rows come from ``harness.dataset.load`` (a run folder,
 a native ``rows.jsonl`` or a published 26-key ``dataset.jsonl``). Rows whose ``error`` is truthy are skipped (this
 also keeps agentic pilot rows out) and ``is_baseline`` rows give the per-batch-size baseline speed, as published.
 """
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.errors import DataError, InvalidConfigError
 from harness.grid import ACTIONS, N_ACTIONS, REFERENCE, BASELINE, action_index, effective
-from harness.rows import SweepRow, load_rows, throttling_flags
+from harness.rows import SweepRow, throttling_flags
 
 __all__ = [
     "ACTIONS", "N_ACTIONS", "REFERENCE", "BASELINE", "STATE_DIM", "StateKind", "RewardOptions", "PolicyDataset",
@@ -244,9 +244,18 @@ def dataset_from_rows(
     )
 
 
-def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: RewardOptions = RewardOptions()) -> PolicyDataset:
-    """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset."""
-    return dataset_from_rows(load_rows(path), state=state, reward=reward, source=str(path))
+def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: RewardOptions = RewardOptions(),
+                 windows: str = "exclude") -> PolicyDataset:
+    """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset.
+
+    Rows come from the one loader (``harness.dataset.load``, validate's checks): a torn line, NaN/inf or duplicate
+    cells stop training; invalid-window rows are excluded unless ``windows="keep"`` (``"fail"`` refuses them).
+    """
+    from harness.dataset import load, print_notes
+
+    loaded = load(path, windows=windows)  # type: ignore[arg-type]
+    print_notes(loaded)
+    return dataset_from_rows(loaded.rows, state=state, reward=reward, source=str(path))
 
 
 def batch_sizes_of(states: np.ndarray) -> np.ndarray:

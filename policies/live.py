@@ -10,7 +10,6 @@ trials, and the paired delta to the reference with its CI.
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from harness.errors import HarnessError, UsageError
 from harness.grid import BASELINE, REFERENCE, SpecConfig, parse_batch_sizes
 from harness.jsonl import write_json_atomic
 from harness.rows import SweepRow, throttling_flags
-from policies.base import TRAIN_FILE, load_picks
+from policies.base import load_picks, read_train_meta, reward_options_of
 from policies.contract import RewardOptions, row_reward
 
 LIVE_FILE = "live.json"
@@ -183,8 +182,8 @@ def run_live(
     missing = [b for b in wanted if b not in known]
     if missing:
         raise UsageError(f"no picks at batch sizes {missing}", fix=f"picks exist for {known}")
-    train_meta = json.loads((models / TRAIN_FILE).read_text()) if (models / TRAIN_FILE).exists() else {}
-    options = RewardOptions(**train_meta.get("reward_options", {}))
+    train_meta = read_train_meta(models)
+    options = reward_options_of(models, train_meta)
     plan = schedule(arms(picks, wanted), trials, seed)
     settings = BenchSettings() if output_tokens is None else BenchSettings(output_tokens=output_tokens)
     t0 = time.perf_counter()
@@ -223,6 +222,9 @@ def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 3
     if batch_size not in picks[algo]:
         raise UsageError(f"{algo} has no pick at batch size {batch_size}", fix=f"picks exist for batch sizes {sorted(picks[algo])}")
     cfg = picks[algo][batch_size]
+    from policies.base import load_policy
+
+    load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not recommended
     argv = ["python", *build_argv(EngineSpec(kind="sglang"), cfg, batch_size, 0.65, port)[1:]]
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     return f"# {algo} at batch size {batch_size}: {cfg}\n{env} {shlex.join(argv)}"

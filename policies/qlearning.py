@@ -56,7 +56,7 @@ class QRegressionPolicy(Policy):
 
     def load_artifact(self, path: Path) -> None:
         self.net = QNetwork()
-        self.net.load_state_dict(state_dict_of(torch.load(path), path))
+        self.net.load_state_dict(state_dict_of(torch.load(path, weights_only=True), path))
         self.net.eval()
 
 

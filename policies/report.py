@@ -149,7 +149,7 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
     if ev:
         print_evaluation(ev)
     else:
-        console.print(f"no {EVALUATION_FILE}: run harness evaluate --dataset FILE --models {models}")
+        console.print(f"no {EVALUATION_FILE}: run harness evaluate --dataset FILE --models {models}", markup=False)
     if live:
         print_live(live)
     tuning = _load(models, "tuning.json")
@@ -157,7 +157,7 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
         print_tuning(tuning)
     written = write_figures(models / "figures", ev, live) if figures and (ev or live) else []
     for p in written:
-        console.print(f"figure: {p}")
+        console.print(f"figure: {p}", markup=False)
     return written
 
 

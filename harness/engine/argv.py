@@ -48,19 +48,42 @@ def cuda_graph_flag(version: str) -> str:
     return "--cuda-graph-max-bs-decode" if parts >= (0, 5, 20) else "--cuda-graph-max-bs"
 
 
+FAULT_FIX = "--twin-fault NAME, NAME@BS or NAME@BS/s:k:d (BS an integer or *), NAME one of: " + ", ".join(TWIN_FAULTS)
+
+
+def parse_twin_fault(item: str) -> tuple[str, int | None, SpecConfig | None]:
+    """``"crash@16/3:4:8"`` -> ("crash", 16, SpecConfig(3, 4, 8)); a bad item is a UsageError naming --twin-fault."""
+    from harness.grid import parse_config
+
+    name, at, where = item.partition("@")
+    if name not in TWIN_FAULTS:
+        raise UsageError(f"--twin-fault {item!r}: unknown twin fault {name!r}", fix=FAULT_FIX)
+    bs_text, _, cfg_text = where.partition("/")
+    if at and not bs_text:
+        raise UsageError(f"--twin-fault {item!r}: nothing after '@'", fix=FAULT_FIX)
+    bs: int | None = None
+    if bs_text and bs_text != "*":
+        if not bs_text.isdigit() or int(bs_text) < 1:
+            raise UsageError(f"--twin-fault {item!r}: batch size {bs_text!r} is not a positive integer or *", fix=FAULT_FIX)
+        bs = int(bs_text)
+    cfg = None
+    if cfg_text:
+        try:
+            cfg = parse_config(cfg_text.replace(",", ":"))
+        except UsageError as exc:
+            raise UsageError(f"--twin-fault {item!r}: {exc.message}", fix=FAULT_FIX) from None
+    return name, bs, cfg
+
+
 def faults_for(spec: EngineSpec, config: SpecConfig, batch_size: int) -> list[str]:
     """The twin faults that apply to one (config, batch size) launch."""
     out: list[str] = []
     for item in spec.twin_faults:
-        name, _, where = item.partition("@")
-        if name not in TWIN_FAULTS:
-            raise UsageError(f"unknown twin fault {name!r}", fix="one of: " + ", ".join(TWIN_FAULTS))
-        if where:
-            bs_text, _, cfg_text = where.partition("/")
-            if bs_text and bs_text != "*" and int(bs_text) != batch_size:
-                continue
-            if cfg_text and cfg_text.replace(",", ":") != config.label:
-                continue
+        name, bs, cfg = parse_twin_fault(item)
+        if bs is not None and bs != batch_size:
+            continue
+        if cfg is not None and cfg != config:
+            continue
         if name not in out:
             out.append(name)
     return out

@@ -27,6 +27,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         import threading
 
         from rich.console import Console
+        from rich.markup import escape
 
         from harness.errors import ServiceUnavailableError
         from harness.telemetry.probes import make_probe
@@ -46,7 +47,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         bound = srv.server_address[1]
         typer.echo(f"sampler listening on http://{host}:{bound} probe={probe} rate_hz={rate_hz} run_id={core.run_id}", err=False)
-        console.print(f"[green]sampler[/] {probe} @ {rate_hz} Hz, log {log or '(none)'}; stop with Ctrl-C")
+        console.print(f"[green]sampler[/] {probe} @ {rate_hz} Hz, log {escape(str(log or '(none)'))}; stop with Ctrl-C")
         try:
             while not stop.wait(0.5):
                 pass

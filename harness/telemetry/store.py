@@ -17,6 +17,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
+from harness.errors import OutputError
 from harness.jsonl import JsonlAppender
 from harness.telemetry.windows import OUTSIDE_RETENTION, GpuSample, WindowStats, compute_window
 from harness.timeutil import mono_ns, wall_ns
@@ -122,7 +123,7 @@ class SampleStore:
                     if self._sync_fd is not None and now - self._last_fsync_ns >= FSYNC_INTERVAL_NS:
                         os.fsync(self._sync_fd)
                         self._last_fsync_ns = now
-                except OSError as exc:  # disk full, I/O error: keep sampling into the ring, count and report it
+                except (OSError, OutputError) as exc:  # disk full, I/O error: keep sampling into the ring, count and report it
                     self.log_errors_total += 1
                     self.last_log_error = f"{type(exc).__name__}: {exc}"
             self._next_seq += 1

@@ -386,8 +386,14 @@ def serve(port: int, profile: TwinProfile, seed: int = 0, time_scale: float = 1.
 
     from harness.twin.httpd import make_server, serve_until_signal
 
+    from harness.errors import ServiceUnavailableError
+
     gpu = TwinGpu(profile, seed=seed, time_scale=time_scale)
-    server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
+    try:
+        server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
+    except OSError as exc:
+        raise ServiceUnavailableError(f"cannot bind the twin GPU to {host}:{port}: {exc.strerror or exc}",
+                                      fix="pick another --port (0 = any free port), or stop what holds this one") from None
     gpu.start()
     actual = server.server_address[1]
     announce(json.dumps({"event": "ready", "service": "twin-gpu", "url": f"http://{host}:{actual}", "port": actual,

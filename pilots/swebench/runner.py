@@ -323,4 +323,4 @@ def _print_summary(result: PilotResult, console: Any) -> None:
     reasons = {str((t.evaluation or {}).get("reason")) for t in result.trials if (t.evaluation or {}).get("reason")}
     for r in sorted(reasons):
         console.print(f"[yellow]{r}[/]")
-    console.print(f"outputs: {result.run_dir}")
+    console.print(f"outputs: {result.run_dir}", markup=False)

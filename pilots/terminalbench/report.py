@@ -75,4 +75,4 @@ def print_report(result: Any, console: Any, *, engine: str = "sglang") -> None:
     errors = [r for r in records if r.get("status") == "harbor_error"]
     for r in errors:
         console.print(f"[red]{r.get('config')} {r.get('task')}: {r.get('error')}[/]")
-    console.print(f"outputs: {result.run_dir}/reports/merged.jsonl, dataset_rows.jsonl, reports/terminalbench_trials.jsonl")
+    console.print(f"outputs: {result.run_dir}/reports/merged.jsonl, dataset_rows.jsonl, reports/terminalbench_trials.jsonl", markup=False)
