@@ -243,7 +243,8 @@ class SweepRunner:
         event: dict[str, Any] = {"wall_ns": wall_ns(), "cell_id": lost.cell_id, "kind": problem.kind,
                                  "problem": problem.message}
         self.manifest.setdefault("infrastructure_events", []).append(event)
-        if problem.restartable and self.recoveries < MAX_SERVICE_RECOVERIES:
+        # Only a sampler that is gone or stalled is worth a restart; failing GPU reads are the GPU's, not the sampler's.
+        if problem.kind == "sampler" and problem.restartable and self.recoveries < MAX_SERVICE_RECOVERIES:
             self.recoveries += 1
             self.console.line(f"{problem.message} (cell {lost.cell_id}, no row written): restarting the sampler")
             try:
