@@ -29,10 +29,9 @@ class ServiceProblem:
     restartable: bool = False
 
 
-def _twin_device_problem(url: str) -> ServiceProblem | None:
+def _twin_device_problem(http: httpx.Client, url: str) -> ServiceProblem | None:
     try:
-        with httpx.Client(timeout=3.0, trust_env=False) as http:
-            r = http.get(url.rstrip("/") + "/health")
+        r = http.get(url.rstrip("/") + "/health")
         if r.status_code == 200:
             return None
         detail = f"HTTP {r.status_code}"
@@ -41,7 +40,7 @@ def _twin_device_problem(url: str) -> ServiceProblem | None:
     return ServiceProblem("device", f"the twin GPU at {url} does not answer ({detail})")
 
 
-def _sampler_alive(telemetry: Any) -> str | None:
+def _sampler_alive(http: httpx.Client, telemetry: Any) -> str | None:
     """None when the sampler process/thread runs, else why not."""
     core = getattr(telemetry, "core", None)
     if core is not None:  # in-process sampler
@@ -50,8 +49,7 @@ def _sampler_alive(telemetry: Any) -> str | None:
     if url is None:
         return None
     try:
-        with httpx.Client(timeout=3.0, trust_env=False) as http:
-            r = http.get(url + "/-/healthy")
+        r = http.get(url + "/-/healthy")
         return None if r.status_code == 200 else f"the sampler at {url} is unhealthy (HTTP {r.status_code})"
     except httpx.HTTPError as exc:
         return f"the sampler at {url} does not answer ({type(exc).__name__})"
@@ -83,12 +81,13 @@ def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
 
 def check_world(world: Any) -> ServiceProblem | None:
     """The first lost service of ``world`` (device, then sampler, then its GPU reads), or None when all answer."""
-    if getattr(world, "twin_gpu_url", None):
-        problem = _twin_device_problem(world.twin_gpu_url)
-        if problem is not None:
-            return problem
+    with httpx.Client(timeout=3.0, trust_env=False) as http:
+        if getattr(world, "twin_gpu_url", None):
+            problem = _twin_device_problem(http, world.twin_gpu_url)
+            if problem is not None:
+                return problem
+        dead = _sampler_alive(http, world.telemetry)
     restartable = world.can_restart_sampler
-    dead = _sampler_alive(world.telemetry)
     if dead is not None:
         return ServiceProblem("sampler", dead, restartable)
     return _probe_problem(world.telemetry, restartable)

@@ -205,3 +205,33 @@ def test_twin_device_releases_every_lease_of_a_dead_process(tmp_path):
         assert r.status_code == 200 and sorted(r.json()["released"]) == ["a", "b"]
         assert gpu.get("/v1/state").json()["memory_used_mb"] == idle + 1000  # only pid 4343's lease is left
         assert httpx.delete(gpu.url + "/v1/engines", timeout=10).status_code == 400  # names the missing ?pid=N
+
+
+def test_world_check_on_an_in_process_sampler_tells_failing_reads_from_a_stopped_loop(tmp_path):
+    """The real-GPU shape of the world (engine sglang, in-process sampler), its probe reading a twin device instead of
+    NVML: GPU reads that start failing are a ``probe`` problem, a dead sampling loop a restartable ``sampler`` one."""
+    from harness.engine.argv import EngineSpec
+    from harness.engine.launch import EngineLauncher
+    from harness.telemetry.probes import TwinProbe
+    from harness.telemetry.sampler import InProcessSampler
+    from harness.timeutil import ScaledClock
+    from harness.world import World
+
+    with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
+        sampler = InProcessSampler(TwinProbe(gpu.url), rate_hz=20.0)
+        world = World(engine="sglang", telemetry=sampler, launcher=EngineLauncher(EngineSpec(kind="sglang"), tmp_path),
+                      clock=ScaledClock.starting_now(1.0), hardware="test", power_limit_w=None, twin_gpu_url=None,
+                      sampler_url=None, gpu_identity={}, children=[], run_dir=tmp_path)
+        try:
+            wait_for("a first sample", lambda: sampler.snapshot() is not None)
+            assert world.check() is None
+            gpu.post("/v1/faults", json={"probe_error": "NVML_ERROR_UNKNOWN (test)"}).raise_for_status()
+            problem = world.check()
+            assert problem is not None and problem.kind == "probe" and "NVML_ERROR_UNKNOWN" in problem.message
+            gpu.post("/v1/faults", json={}).raise_for_status()
+            wait_for("reads to recover", lambda: world.check() is None, timeout=10)
+            sampler.core.stop()
+            problem = world.check()
+            assert problem is not None and problem.kind == "sampler" and problem.restartable
+        finally:
+            world.close()
