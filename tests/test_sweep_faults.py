@@ -117,6 +117,8 @@ def test_killed_sampler_is_restarted_and_no_cell_goes_without_energy(tmp_path):
     m = manifest(run)
     assert m["status"] == "complete" and m["sessions"][-1]["sampler_restarts"] == 1
     assert m["infrastructure_events"][0]["kind"] == "sampler"
+    s = run_harness("status", str(run))
+    assert s.returncode == 0 and "(complete)" in s.stdout and "lost services" in s.stdout, s.stdout
     assert_no_leftovers(run)
 
 
@@ -141,6 +143,29 @@ def test_killed_twin_gpu_stops_the_run_and_resume_finishes_it(tmp_path):
     assert all(row["error"] is None and row["energy_joules"] > 0 for row in rows)
     assert manifest(run)["status"] == "complete" and run_harness("status", str(run)).returncode == 0
     assert_no_leftovers(run)
+
+
+def test_killed_sampler_given_by_url_stops_the_run_and_resume_with_a_new_one_finishes_it(tmp_path):
+    from harness.telemetry.testbed import start_sampler
+
+    run = tmp_path / "run"
+    with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
+        with start_sampler(gpu.url, None, tmp_path, rate_hz=50.0) as sampler:
+            proc = start_sweep("--engine", "twin", *GRID, "--twin-gpu", gpu.url, "--sampler-url", sampler.url,
+                               "--out", str(run), *FAST)
+            wait_for("the first row", lambda: row_count(run) >= 1, proc)
+            sampler.kill9()
+            code, out, err = finish(proc)
+        assert code == 4 and f"the sampler at {sampler.url} does not answer" in err and "--resume" in err, out + err
+        assert all(r["error"] is None and r["energy_joules"] > 0 for r in read_lines(run / "rows.jsonl"))
+        s = run_harness("status", str(run))
+        assert s.returncode == 1 and "failed (infrastructure)" in s.stdout, s.stdout
+        with start_sampler(gpu.url, None, tmp_path / "again", rate_hz=50.0) as again:
+            r = run_harness("sweep", "--resume", str(run), "--twin-gpu", gpu.url, "--sampler-url", again.url,
+                            "--plain", timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = assert_each_cell_once(run, 4)
+    assert all(row["error"] is None and row["window_valid"] for row in rows)
 
 
 def test_gpu_reads_failing_mid_run_never_make_a_complete_run(tmp_path):
