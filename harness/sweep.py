@@ -1,9 +1,11 @@
 """The sweep: plan the grid, run it cell by cell (or config by config), write rows, resume a killed run.
 
 Rows go to ``RUN_DIR/rows.jsonl`` and ``RUN_DIR/dataset.jsonl`` through ``harness.rows.RowStore`` (fsynced appends,
-one row per cell id). ``--resume`` skips every cell that already has a row; a cell cut by a kill has none and runs
-again. A launch that fails at every mem fraction, a crash, a timed-out request or an HTTP error becomes an error row
-and the sweep goes on.
+one row per cell id). One process writes a run folder (``harness.runlock``). ``--resume`` skips every cell that
+already has a row; a cell cut by a kill has none and runs again (``--retry-errors`` also re-runs error rows).
+A launch that fails at every mem fraction, a crash, a timed-out request or an HTTP error becomes an error row and the
+sweep goes on; a lost world service (``harness.health``) writes no row: the harness restarts its own sampler and runs
+the cell again, or stops the run (status ``failed``, exit 4) so that ``--resume`` runs it later.
 """
 
 from __future__ import annotations
@@ -197,9 +199,8 @@ class SweepRunner:
     # --- top level ------------------------------------------------------------------------------------------------
     def run(self) -> list[SweepRow]:
         self.store.open()
-        latest = self.store.latest_by_cell()
         if self.retry_errors:
-            self._retry = {cid for cid, row in latest.items() if row.is_error}
+            self._retry = {cid for cid, row in self.store.latest_by_cell().items() if row.is_error}
         self.manifest["cells_planned"] = len(self.cells)
         pending = self._pending()
         self.console.start(len(self.cells), len(self.cells) - len(pending))
