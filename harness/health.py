@@ -16,6 +16,9 @@ import httpx
 
 PROBE_RECHECK_S = 1.0
 """A failed GPU read is re-read for this long (wall s) before it counts: one glitch is not a lost probe."""
+ANSWER_ATTEMPTS = 3
+"""A service that does not answer is asked this many times (0.5 s apart) before it counts as lost: a busy host can
+delay an answer past the 3 s timeout; a dead process refuses the connection at once."""
 STALE_SAMPLE_S = 5.0
 """The sampler's newest sample older than this (wall s, or 5 sample periods when longer) means its loop stalled."""
 
@@ -29,15 +32,25 @@ class ServiceProblem:
     restartable: bool = False
 
 
+def _answers(http: httpx.Client, url: str) -> str | None:
+    """None when ``url`` answers 200 within ``ANSWER_ATTEMPTS`` tries, else what went wrong the last time."""
+    detail = ""
+    for attempt in range(ANSWER_ATTEMPTS):
+        if attempt:
+            time.sleep(0.5)
+        try:
+            r = http.get(url)
+            if r.status_code == 200:
+                return None
+            detail = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return detail
+
+
 def _twin_device_problem(http: httpx.Client, url: str) -> ServiceProblem | None:
-    try:
-        r = http.get(url.rstrip("/") + "/health")
-        if r.status_code == 200:
-            return None
-        detail = f"HTTP {r.status_code}"
-    except httpx.HTTPError as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-    return ServiceProblem("device", f"the twin GPU at {url} does not answer ({detail})")
+    detail = _answers(http, url.rstrip("/") + "/health")
+    return None if detail is None else ServiceProblem("device", f"the twin GPU at {url} does not answer ({detail})")
 
 
 def _sampler_alive(http: httpx.Client, telemetry: Any) -> str | None:
@@ -48,11 +61,8 @@ def _sampler_alive(http: httpx.Client, telemetry: Any) -> str | None:
     url = getattr(telemetry, "url", None)
     if url is None:
         return None
-    try:
-        r = http.get(url + "/-/healthy")
-        return None if r.status_code == 200 else f"the sampler at {url} is unhealthy (HTTP {r.status_code})"
-    except httpx.HTTPError as exc:
-        return f"the sampler at {url} does not answer ({type(exc).__name__})"
+    detail = _answers(http, url + "/-/healthy")
+    return None if detail is None else f"the sampler at {url} does not answer ({detail})"
 
 
 def _period_s(telemetry: Any) -> float:
@@ -61,21 +71,23 @@ def _period_s(telemetry: Any) -> float:
 
 
 def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
-    """The newest sample carries no reading (errors) for ``PROBE_RECHECK_S``, or is stale."""
+    """The newest sample is missing, stale, or carries no reading (errors), still after ``PROBE_RECHECK_S``."""
     deadline = time.monotonic() + PROBE_RECHECK_S
     while True:
         sample = telemetry.snapshot()
         if sample is None:
-            return ServiceProblem("sampler", f"the sampler gives no samples ({getattr(telemetry, 'last_error', None)})",
-                                  restartable)
-        age_s = (time.time_ns() - sample.t_wall_ns) / 1e9
-        if age_s > max(STALE_SAMPLE_S, 5 * _period_s(telemetry)):
-            return ServiceProblem("sampler", f"the sampler's newest sample is {age_s:.1f} s old (its loop stalled)",
-                                  restartable)
-        if not sample.errors:
-            return None
+            problem = ServiceProblem("sampler", f"the sampler gives no samples ({getattr(telemetry, 'last_error', None)})",
+                                     restartable)
+        else:
+            age_s = (time.time_ns() - sample.t_wall_ns) / 1e9
+            if age_s > max(STALE_SAMPLE_S, 5 * _period_s(telemetry)):
+                return ServiceProblem("sampler", f"the sampler's newest sample is {age_s:.1f} s old (its loop stalled)",
+                                      restartable)
+            if not sample.errors:
+                return None
+            problem = ServiceProblem("probe", f"GPU reads fail: {sample.errors[0]}", restartable)
         if time.monotonic() >= deadline:
-            return ServiceProblem("probe", f"GPU reads fail: {sample.errors[0]}", restartable)
+            return problem
         time.sleep(0.1)
 
 
