@@ -1,9 +1,11 @@
 """The sweep: plan the grid, run it cell by cell (or config by config), write rows, resume a killed run.
 
 Rows go to ``RUN_DIR/rows.jsonl`` and ``RUN_DIR/dataset.jsonl`` through ``harness.rows.RowStore`` (fsynced appends,
-one row per cell id). ``--resume`` skips every cell that already has a row; a cell cut by a kill has none and runs
-again. A launch that fails at every mem fraction, a crash, a timed-out request or an HTTP error becomes an error row
-and the sweep goes on.
+one row per cell id). One process writes a run folder (``harness.runlock``). ``--resume`` skips every cell that
+already has a row; a cell cut by a kill has none and runs again (``--retry-errors`` also re-runs error rows).
+A launch that fails at every mem fraction, a crash, a timed-out request or an HTTP error becomes an error row and the
+sweep goes on; a lost world service (``harness.health``) writes no row: the harness restarts its own sampler and runs
+the cell again, or stops the run (status ``failed``, exit 4) so that ``--resume`` runs it later.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from harness.bench import BenchSettings, CellError, CellResult, load_prompts, ru
 from harness.console import SweepConsole
 from harness.engine.argv import EngineSpec
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
-from harness.errors import HarnessError, OutputError, UsageError
+from harness.errors import HarnessError, OutputError, ServiceUnavailableError, UsageError
+from harness.health import ServiceProblem
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.jsonl import write_error
 from harness.manifest import MANIFEST, read_options, new_manifest, read_manifest, write_manifest
+from harness.runlock import RunLock
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
 from harness.timeutil import mono_ns, wall_ns
 
@@ -133,6 +137,33 @@ class SweepInterrupted(HarnessError):
     exit_code = 130
 
 
+MAX_SERVICE_RECOVERIES = 3
+"""Sampler restarts one sweep session may make before it stops instead."""
+MEMORY_RELEASE_TIMEOUT_S = 60.0
+"""Before a launch, wait at most this long (wall s) for the GPU memory of the previous server to be free again."""
+
+_FIX_BY_KIND = {
+    "device": "bring the GPU back (twin: start `harness twin gpu`, or drop --twin-gpu to let the harness start one), "
+              "then continue with: harness sweep --resume {run_dir}",
+    "sampler": "start the sampler again (harness sampler serve ...), then continue with: harness sweep --resume {run_dir}",
+    "probe": "check the GPU and its driver (nvidia-smi; twin: the device's faults), then continue with: "
+             "harness sweep --resume {run_dir}",
+}
+
+
+class InfrastructureLost(Exception):
+    """A world service was lost while ``cell_id`` ran (or before it): the cell gets no row; recover or stop."""
+
+    def __init__(self, problem: ServiceProblem, cell_id: str) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+        self.cell_id = cell_id
+
+
+class WorldLost(ServiceUnavailableError):
+    """A lost world service the harness could not bring back: the run stops, not complete, resumable."""
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Interrupted()
 
@@ -149,7 +180,7 @@ class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
     def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: dict[str, Any],
-                 console: SweepConsole) -> None:
+                 console: SweepConsole, *, retry_errors: bool = False) -> None:
         self.opts = opts
         self.world = world
         self.run_dir = run_dir
@@ -164,25 +195,77 @@ class SweepRunner:
         self.run_id = manifest["run_id"]
         self._first_cell = True
         self.launches = 0
+        self.retry_errors = retry_errors
+        self.recoveries = 0
+        self._written: set[str] = set()
+        self._retry: set[str] = set()
+        self._idle_mem_mb: float | None = None
 
     # --- top level ------------------------------------------------------------------------------------------------
     def run(self) -> list[SweepRow]:
         self.store.open()
-        done = self.store.done_cells()
-        pending = [c for c in self.cells if c.cell_id not in done]
+        if self.retry_errors:
+            self._retry = {cid for cid, row in self.store.latest_by_cell().items() if row.is_error}
         self.manifest["cells_planned"] = len(self.cells)
+        pending = self._pending()
         self.console.start(len(self.cells), len(self.cells) - len(pending))
         try:
-            if self.opts.launch_per == "cell":
-                for cell in pending:
-                    self._run_cell_mode(cell)
-            else:
-                for group in self._config_groups(pending):
-                    self._run_config_mode(group)
+            while pending:
+                try:
+                    self._run_pending(pending)
+                    break
+                except InfrastructureLost as lost:
+                    self._recover(lost)  # raises WorldLost when the service cannot come back
+                pending = self._pending()
         finally:
             self.console.close()
             self.store.close()
         return self.store.latest()
+
+    def _pending(self) -> list[Cell]:
+        """Cells without a row, plus (``--retry-errors``) cells whose error row this session has not replaced."""
+        done = self.store.done_cells()
+        return [c for c in self.cells
+                if c.cell_id not in done or (c.cell_id in self._retry and c.cell_id not in self._written)]
+
+    def _run_pending(self, pending: list[Cell]) -> None:
+        if self.opts.launch_per == "cell":
+            for cell in pending:
+                self._run_cell_mode(cell)
+        else:
+            for group in self._config_groups(pending):
+                self._run_config_mode(group)
+
+    # --- world services ------------------------------------------------------------------------------------------
+    def _check_world(self, cell: Cell) -> None:
+        """Raise ``InfrastructureLost`` when a world service is gone (asked before each cell and each bad row)."""
+        problem = self.world.check()
+        if problem is not None:
+            raise InfrastructureLost(problem, cell.cell_id)
+
+    def _recover(self, lost: InfrastructureLost) -> None:
+        """Restart the harness's own sampler (bounded) and go on; anything else stops the run with a clear error."""
+        problem = lost.problem
+        event: dict[str, Any] = {"wall_ns": wall_ns(), "cell_id": lost.cell_id, "kind": problem.kind,
+                                 "problem": problem.message}
+        self.manifest.setdefault("infrastructure_events", []).append(event)
+        # Only a sampler that is gone or stalled is worth a restart; failing GPU reads are the GPU's, not the sampler's.
+        if problem.kind == "sampler" and problem.restartable and self.recoveries < MAX_SERVICE_RECOVERIES:
+            self.recoveries += 1
+            self.console.line(f"{problem.message} (cell {lost.cell_id}, no row written): restarting the sampler")
+            try:
+                self.world.restart_sampler()
+                problem = self.world.check()
+            except HarnessError as exc:
+                problem = ServiceProblem(problem.kind, f"{problem.message}; restarting the sampler failed: {exc.message}")
+            if problem is None:
+                event["action"] = "restarted the sampler; the cell runs again"
+                write_manifest(self.run_dir, self.manifest)
+                return
+        event["action"] = "stopped the run"
+        write_manifest(self.run_dir, self.manifest)
+        raise WorldLost(f"{problem.message}: the sweep stopped before finishing {lost.cell_id} (no row written for it; "
+                        "every finished cell is kept)", fix=_FIX_BY_KIND[problem.kind].format(run_dir=self.run_dir))
 
     def _config_groups(self, pending: list[Cell]) -> Iterator[list[Cell]]:
         group: list[Cell] = []
@@ -197,6 +280,7 @@ class SweepRunner:
     # --- modes ----------------------------------------------------------------------------------------------------
     def _run_cell_mode(self, cell: Cell) -> None:
         self._settle()
+        self._check_world(cell)
         t0 = time.monotonic()
         self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
         self._launch_and_measure(cell, t0)
@@ -209,6 +293,7 @@ class SweepRunner:
         try:
             for i, cell in enumerate(group):
                 self._settle()
+                self._check_world(cell)
                 t0 = time.monotonic()
                 self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
                 if server is not None and not server.alive():
@@ -255,6 +340,7 @@ class SweepRunner:
     # --- steps ----------------------------------------------------------------------------------------------------
     def _launch(self, config: SpecConfig, batch_size: int, stem: str) -> tuple[RunningServer, list[LaunchAttempt]]:
         launcher = self.world.launcher
+        self._await_memory_release()
         before = launcher.launches
         try:
             return launcher.launch_with_ladder(config, batch_size, self.opts.mem_fractions,
@@ -263,6 +349,26 @@ class SweepRunner:
         finally:
             self.launches += launcher.launches - before
             self.manifest["launches"] = self.manifest.get("launches_before", 0) + self.launches
+
+    def _await_memory_release(self) -> None:
+        """Before a launch: wait (at most ``MEMORY_RELEASE_TIMEOUT_S``) until the GPU's memory use is back to what it
+        was before the previous launch, so a dead server's memory (a real GPU frees it some time after the process
+        dies) never turns the next cell into a false out-of-memory row. Then note the level for the next launch."""
+        base = self._idle_mem_mb
+        if base is not None:
+            deadline = time.monotonic() + MEMORY_RELEASE_TIMEOUT_S
+            while True:
+                sample = self.world.telemetry.snapshot()
+                used = getattr(sample, "memory_used_mb", None)
+                total = getattr(sample, "memory_total_mb", None) or 0.0
+                if used is None or used <= base + max(256.0, 0.02 * total):
+                    break
+                if time.monotonic() >= deadline:
+                    self.console.line(f"GPU memory still {used:.0f} MB in use (was {base:.0f} MB before the previous "
+                                      f"server) after {MEMORY_RELEASE_TIMEOUT_S:g} s; launching anyway")
+                    break
+                time.sleep(0.05)
+        self._idle_mem_mb = getattr(self.world.telemetry.snapshot(), "memory_used_mb", None)
 
     def _measure(self, cell: Cell, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> bool:
         """Run the bench on ``server`` and write the cell's row; False when the cell failed (server unusable)."""
@@ -378,7 +484,11 @@ class SweepRunner:
         self._write(row, cell)
 
     def _write(self, row: SweepRow, cell: Cell) -> None:
+        """Append the cell's row, unless it is an error or an invalid window caused by a lost world service."""
+        if row.is_error or row.window_valid is False:
+            self._check_world(cell)
         self.store.append(row)
+        self._written.add(cell.cell_id)
         self.manifest["cells_done"] = self.manifest.get("cells_done", 0) + 1
         write_manifest(self.run_dir, self.manifest)
         self.console.cell_done(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat, speed=row.speed_tok_s,
@@ -395,12 +505,21 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
-def prepare_run_dir(out: Path, *, force: bool) -> None:
-    """Create ``out``; refuse a folder that holds a run unless ``force`` (which deletes only the run's own files)."""
+def prepare_run_dir(out: Path, *, force: bool, lock: RunLock | None = None) -> None:
+    """Create ``out`` and take its writer lock (when given); refuse a folder that holds a run unless ``force`` (which
+    deletes only the run's own files, and only once the lock shows nobody else is writing them)."""
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} exists and is not a folder", fix="choose another --out")
-    has_run = out.exists() and any((out / f).exists() for f in RUN_FILES[:3])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write to {out}: {exc.strerror}", fix="choose a writable --out folder") from None
+    if lock is not None:
+        lock.acquire()
+    has_run = any((out / f).exists() for f in RUN_FILES[:3])
     if has_run and not force:
+        if lock is not None:
+            lock.release()
         raise OutputError(f"{out} already holds a run", fix=f"continue it with --resume {out}, or pass --force to start over")
     if has_run and force:
         for f in RUN_FILES:
@@ -408,36 +527,60 @@ def prepare_run_dir(out: Path, *, force: bool) -> None:
         for d in RUN_DIRS:
             shutil.rmtree(out / d, ignore_errors=True)
     try:
-        out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{uuid.uuid4().hex[:6]}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
+        if lock is not None:
+            lock.release()
         raise OutputError(f"cannot write to {out}: {exc.strerror}", fix="choose a writable --out folder") from None
 
 
 def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | None = None, force: bool = False,
-              argv: list[str] | None = None, console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], dict[str, Any]]:
-    """Plan, open the world, run, and write rows + manifest; return (run folder, resolved rows, manifest)."""
-    from harness.world import open_world
-
+              retry_errors: bool = False, argv: list[str] | None = None,
+              console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], dict[str, Any]]:
+    """Plan, take the run folder's writer lock, open the world, run, and write rows + manifest; return (run folder,
+    resolved rows, manifest). ``retry_errors`` (with ``resume``) re-runs every cell whose row is an error row."""
     console = console or SweepConsole()
     if resume is not None:
-        manifest = read_manifest(resume)
-        saved = read_options(resume)
-        # Services of the killed run are gone; use the URLs given now (or start fresh ones).
-        opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
-        run_dir = resume
-        prepare_resume(run_dir)
+        read_manifest(resume)  # a run folder at all? (nothing is created or locked otherwise)
+        lock = RunLock(resume)
+        lock.acquire()
+        try:
+            manifest = read_manifest(resume)  # re-read under the lock: the previous writer may have just finished
+            saved = read_options(resume)
+            # Services of the killed run are gone; use the URLs given now (or start fresh ones).
+            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+            run_dir = resume
+            prepare_resume(run_dir)
+        except BaseException:
+            lock.release()
+            raise
         manifest["status"] = "running"
+        manifest.pop("error", None)
+        manifest.pop("failure_kind", None)
         manifest["launches_before"] = manifest.get("launches", 0)
     else:
         check_options(opts)  # a usage error must not leave a failed run folder behind
         run_dir = out or Path("results") / new_run_id()
-        prepare_run_dir(run_dir, force=force)
+        lock = RunLock(run_dir)
+        prepare_run_dir(run_dir, force=force, lock=lock)
         manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
+    try:
+        manifest["writer"] = lock.info
+        return _run_locked(opts, run_dir, manifest, resume is not None, retry_errors, argv, console)
+    finally:
+        lock.release()
+
+
+def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], resumed: bool, retry_errors: bool,
+                argv: list[str] | None, console: SweepConsole) -> tuple[Path, list[SweepRow], dict[str, Any]]:
+    """The body of ``run_sweep`` once this process holds the run folder's lock."""
+    from harness.world import open_world
+
     check_options(opts)
-    session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
+    session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resumed,
+                               "retry_errors": retry_errors, "writer": manifest["writer"]}
     manifest.setdefault("sessions", []).append(session)
     write_manifest(run_dir, manifest)
     spec_update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults),
@@ -459,7 +602,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             manifest["hardware"] = world.hardware
             manifest["power_limit_w"] = world.power_limit_w
             manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
-            runner = SweepRunner(opts, world, run_dir, manifest, console)
+            runner = SweepRunner(opts, world, run_dir, manifest, console, retry_errors=retry_errors)
             try:
                 rows = runner.run()
                 manifest["status"] = "complete"
@@ -468,6 +611,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
                 raise
             finally:
                 session["launches"] = runner.launches
+                session["sampler_restarts"] = world.sampler_restarts
                 session["wall_s"] = (mono_ns() - t0) / 1e9
                 session["ended_ns"] = wall_ns()
                 manifest["launches"] = manifest.get("launches_before", 0) + runner.launches
@@ -499,6 +643,8 @@ def _record_failure(run_dir: Path, manifest: dict[str, Any], exc: HarnessError) 
         manifest["error"] = exc.message
         if exc.fix:
             manifest["fix"] = exc.fix
+        if isinstance(exc, WorldLost):
+            manifest["failure_kind"] = "infrastructure"
     save_manifest_best_effort(run_dir, manifest)
 
 

@@ -92,7 +92,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, "--seed", help="seed of the twin GPU and twin engines"),
         time_scale: Optional[float] = typer.Option(None, "--time-scale", help="twin world speed-up (default 1; --quick 20)"),
         out: Optional[Path] = typer.Option(None, "--out", help="run folder (default results/<run-id>)"),
-        resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this folder"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this folder (cells without a row, including cells a lost service cut)"),
+        retry_errors: bool = typer.Option(False, "--retry-errors", help="with --resume: also re-run every cell whose row is an error row"),
         force: bool = typer.Option(False, "--force", help="overwrite the run in --out"),
         sglang_version: str = typer.Option("0.5.2", "--sglang-version", help="0.5.2 or 0.5.23 (flags and endpoints)"),
         mem_fractions: str = typer.Option("0.65,0.55", "--mem-fractions", help="the retry ladder of --mem-fraction-static"),
@@ -120,6 +121,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UsageError(f"unknown --launch-per {launch_per!r}", fix="use --launch-per cell or --launch-per config")
         if sglang_version not in ("0.5.2", "0.5.23"):
             raise UsageError(f"unsupported --sglang-version {sglang_version!r}", fix="use 0.5.2 or 0.5.23")
+        if retry_errors and resume is None:
+            raise UsageError("--retry-errors only applies to --resume", fix="harness sweep --resume RUN_DIR --retry-errors")
         if resume is not None and (out is not None or force):
             raise UsageError("--resume cannot be combined with --out or --force", fix="--resume RUN_DIR continues that folder")
         if engine == "sglang" and (twin_gpu or twin_fault):
@@ -158,7 +161,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             from harness.grid import BASELINE
 
             faults_for(EngineSpec(twin_faults=tuple(twin_fault)), BASELINE, 1)  # validates the names
-        run_dir, rows, manifest = run_sweep(opts, out, resume=resume, force=force, argv=["harness", *sys.argv[1:]],
+        run_dir, rows, manifest = run_sweep(opts, out, resume=resume, force=force, retry_errors=retry_errors,
+                                            argv=["harness", *sys.argv[1:]],
                                             console=SweepConsole(force_plain=plain or None))
         print_summary(rows, run_dir, manifest)
 
@@ -217,8 +221,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
     @app.command("status")
     def status(run_dir: Path = typer.Argument(..., help="a sweep run folder")) -> None:
-        """Progress of a run folder: cells planned and done, errors, retries, launches, what is next."""
+        """Progress of a run folder: state (running with its writer's pid, stopped, failed, complete), cells planned
+        and done, errors, retries, launches, what is next. Exit 0 when complete, 75 while a writer runs, 1 otherwise."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from harness.manifest import read_manifest, read_options
@@ -231,14 +237,51 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         rows = RowStore(run_dir).latest()
         done = {r.key for r in rows}
         pending = [c for c in cells if c.cell_id not in done]
+        state, code = run_state(run_dir, manifest)
         t = Table(show_header=False, box=None)
-        t.add_row("run", f"{manifest['run_id']} ({manifest.get('status')})")
+        t.add_row("run", escape(f"{manifest['run_id']} ({state})"))
+        if manifest.get("error"):
+            t.add_row("error", escape(str(manifest["error"])))
         t.add_row("engine", f"{opts.engine} sglang {opts.sglang_version}, launch per {opts.launch_per}")
-        t.add_row("hardware", str(manifest.get("hardware")))
+        t.add_row("hardware", escape(str(manifest.get("hardware"))))
         t.add_row("cells", f"{len(cells) - len(pending)} / {len(cells)} done")
         t.add_row("error rows", str(sum(1 for r in rows if r.is_error)))
         t.add_row("recovered by the ladder", str(sum(1 for r in rows if r.retry_mem_fraction is not None)))
+        t.add_row("lost services", str(len(manifest.get("infrastructure_events", []))))
         t.add_row("launches", str(manifest.get("launches")))
         t.add_row("sessions", str(len(manifest.get("sessions", []))))
         t.add_row("next", ", ".join(c.cell_id for c in pending[:3]) + (" ..." if len(pending) > 3 else "") or "-")
         Console(highlight=False).print(t)
+        if code:
+            raise typer.Exit(code)
+
+
+STATUS_RUNNING_EXIT = 75
+"""``harness status`` exit code while a live writer holds the run (EX_TEMPFAIL: ask again later)."""
+
+
+def run_state(run_dir: Path, manifest: dict[str, Any]) -> tuple[str, int]:
+    """The run's state in words and ``harness status``'s exit code: 0 complete, 75 running, 1 anything to resume.
+
+    The writer lock, not the manifest, decides whether a run is alive: a manifest that says ``running`` with nobody
+    holding the lock belongs to a writer that died (``kill -9``, power loss)."""
+    from harness.runlock import describe_holder, pid_alive, probe_holder
+
+    status = manifest.get("status")
+    holder = probe_holder(run_dir)
+    if holder is not None:
+        return f"running: {describe_holder(holder)}", STATUS_RUNNING_EXIT
+    if status == "complete":
+        return "complete", 0
+    writer = manifest.get("writer") or {}
+    pid = writer.get("pid")
+    if status == "running":
+        if pid is None:
+            return "stopped (its writer is gone)", 1
+        import socket
+
+        if writer.get("host") not in (None, socket.gethostname()):
+            return f"{status}? (written by pid {pid} on {writer['host']}: that host's lock cannot be checked from here)", 1
+        return (f"stopped (pid {pid} no longer holds the run)" if pid_alive(int(pid)) else f"stopped (pid {pid} gone)"), 1
+    kind = " (infrastructure)" if manifest.get("failure_kind") == "infrastructure" else ""
+    return f"{status}{kind}", 1

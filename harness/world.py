@@ -55,7 +55,8 @@ class World:
 
     def __init__(self, *, engine: str, telemetry: Any, launcher: EngineLauncher, clock: ScaledClock, hardware: str,
                  power_limit_w: float | None, twin_gpu_url: str | None, sampler_url: str | None,
-                 gpu_identity: dict[str, Any], children: list[tuple[str, Any]]) -> None:
+                 gpu_identity: dict[str, Any], children: list[tuple[str, Any]], run_dir: Path | None = None,
+                 sampler_rate_hz: float = 10.0, gpu_index: int = 0) -> None:
         self.engine = engine
         self.telemetry = telemetry
         self.launcher = launcher
@@ -66,6 +67,10 @@ class World:
         self.sampler_url = sampler_url
         self.gpu_identity = gpu_identity
         self._children = children
+        self.run_dir = run_dir
+        self.sampler_rate_hz = sampler_rate_hz
+        self.gpu_index = gpu_index
+        self.sampler_restarts = 0
 
     @property
     def spec(self) -> EngineSpec:
@@ -91,6 +96,36 @@ class World:
             "clock": self.clock.to_dict(),
             "started_services": sorted(self.child_pids),
         }
+
+    @property
+    def can_restart_sampler(self) -> bool:
+        """The sampler is this world's own: a child process it started, or the in-process NVML sampler."""
+        return "sampler" in self.child_pids or (self.engine == "sglang" and self.sampler_url is None)
+
+    def check(self) -> Any:
+        """The first lost service (``harness.health.ServiceProblem``) or None."""
+        from harness.health import check_world
+
+        return check_world(self)
+
+    def restart_sampler(self) -> None:
+        """Replace this world's own sampler (a dead child, or the in-process one) with a fresh one and reconnect."""
+        if not self.can_restart_sampler:
+            raise ServiceUnavailableError("the sampler was not started by the harness, so it cannot restart it",
+                                          fix="restart it yourself, then continue with --resume")
+        try:
+            self.telemetry.close()
+        except Exception:  # noqa: BLE001 - the old one is gone or going
+            pass
+        if "sampler" in self.child_pids:
+            index = next(i for i, (name, _p) in enumerate(self._children) if name == "sampler")
+            procs.stop(self._children[index][1], timeout_s=5.0)
+            assert self.run_dir is not None and self.twin_gpu_url is not None
+            url, p = _start_sampler(self.run_dir, self.twin_gpu_url, self.sampler_rate_hz)
+            self._children[index] = ("sampler", p)
+            self.sampler_url = url
+        self.telemetry = _open_telemetry(self.sampler_url, self.gpu_index, self.sampler_rate_hz, self.engine)
+        self.sampler_restarts += 1
 
     def close(self) -> None:
         try:
@@ -180,7 +215,8 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
             info = _check_service(twin_gpu_url, "/v1/info", "the twin GPU", "--twin-gpu")
             clock = ScaledClock.from_dict(_check_service(twin_gpu_url, "/v1/clock", "the twin GPU", "--twin-gpu"))
             if sampler_url is None:
-                sampler_url, p = _start_sampler(run_dir, twin_gpu_url, twin_sampler_rate_hz(rate_hz, time_scale))
+                rate_hz = twin_sampler_rate_hz(rate_hz, time_scale)
+                sampler_url, p = _start_sampler(run_dir, twin_gpu_url, rate_hz)
                 children.append(("sampler", p))
             spec = spec.model_copy(update={"twin_gpu_url": twin_gpu_url})
             gpu_identity = {k: info.get(k) for k in ("name", "uuid", "driver_version", "profile", "memory_total_mb", "seed")}
@@ -206,7 +242,8 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
                                   request_timeout_s=request_timeout_s)
         return World(engine=engine, telemetry=telemetry, launcher=launcher, clock=clock, hardware=hw,
                      power_limit_w=power_limit, twin_gpu_url=twin_gpu_url, sampler_url=sampler_url,
-                     gpu_identity={**gpu_identity, "sampler": ident}, children=children)
+                     gpu_identity={**gpu_identity, "sampler": ident}, children=children, run_dir=run_dir,
+                     sampler_rate_hz=rate_hz, gpu_index=gpu_index)
     except BaseException:
         if telemetry is not None:
             telemetry.close()

@@ -78,7 +78,7 @@ class RunningServer:
 
     def __init__(self, proc: subprocess.Popen, *, port: int, host: str, client: EngineClient, log_path: Path,
                  config: SpecConfig, batch_size: int, mem_fraction: float, launch_s: float, argv: list[str],
-                 stop_timeout_s: float) -> None:
+                 stop_timeout_s: float, twin_gpu_url: str | None = None) -> None:
         self.proc = proc
         self.port = port
         self.base_url = f"http://{host}:{port}"
@@ -90,6 +90,8 @@ class RunningServer:
         self.launch_s = launch_s
         self.argv = argv
         self.stop_timeout_s = stop_timeout_s
+        self.twin_gpu_url = twin_gpu_url
+        self.released: list[str] = []
 
     @property
     def pid(self) -> int:
@@ -106,14 +108,32 @@ class RunningServer:
         return procs.log_tail(self.log_path, lines)
 
     def stop(self) -> int | None:
+        """Stop the process group, then release what the server held on a twin device (a server killed with
+        ``kill -9`` or crashed never released its memory lease itself)."""
         self.client.close()
-        return procs.stop(self.proc, self.stop_timeout_s)
+        code = procs.stop(self.proc, self.stop_timeout_s)
+        if self.twin_gpu_url:
+            self.released += release_twin_leases(self.twin_gpu_url, self.pid)
+        return code
 
     def __enter__(self) -> "RunningServer":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def release_twin_leases(twin_gpu_url: str, pid: int, timeout_s: float = 2.0) -> list[str]:
+    """Ask the twin device to drop every memory lease of process ``pid``; the released lease ids ([] when none, or
+    when the device does not answer: then its own lease expiry is the fallback)."""
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            r = http.delete(f"{twin_gpu_url.rstrip('/')}/v1/engines", params={"pid": pid})
+            return list(r.json().get("released") or []) if r.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):
+        return []
 
 
 class EngineLauncher:
@@ -159,10 +179,13 @@ class EngineLauncher:
         except BaseException:
             client.close()
             procs.stop(proc, self.stop_timeout_s)
+            if spec.kind == "twin" and spec.twin_gpu_url:
+                release_twin_leases(spec.twin_gpu_url, proc.pid)
             raise
         return RunningServer(proc, port=port, host=self.spec.host, client=client, log_path=log, config=config,
                              batch_size=batch_size, mem_fraction=mem_fraction, launch_s=time.monotonic() - t0,
-                             argv=argv, stop_timeout_s=self.stop_timeout_s)
+                             argv=argv, stop_timeout_s=self.stop_timeout_s,
+                             twin_gpu_url=spec.twin_gpu_url if spec.kind == "twin" else None)
 
     def _wait_ready(self, proc: subprocess.Popen, client: EngineClient, log: Path, t0: float) -> None:
         deadline = t0 + self.launch_timeout_s

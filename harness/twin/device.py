@@ -42,6 +42,7 @@ class Lease:
     busy: bool = False
     dynamic_power_w: float = 0.0
     util: float = 0.0
+    pid: int | None = None
 
 
 def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float, ceiling: float = 1.0) -> float:
@@ -167,8 +168,9 @@ class TwinGpu:
     def memory_free_mb(self) -> float:
         return self.p.memory_total_mb - self.p.memory_reserved_mb - self.memory_used_mb()
 
-    def lease(self, engine_id: str, memory_mb: float, lease_s: float) -> tuple[bool, float]:
-        """Reserve memory for an engine; (ok, free MB after, or free MB available when it does not fit)."""
+    def lease(self, engine_id: str, memory_mb: float, lease_s: float, pid: int | None = None) -> tuple[bool, float]:
+        """Reserve memory for an engine (``pid``: its process, so a harness can release it after a hard kill);
+        (ok, free MB after, or free MB available when it does not fit)."""
         with self.lock:
             self._advance(self.now_ns())
             self._expire()
@@ -178,7 +180,7 @@ class TwinGpu:
                 if old is not None:
                     self.engines[engine_id] = old
                 return False, free
-            self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9))
+            self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9), pid=pid)
             self.launch_seq += 1
             self._recompute(jitter=False)
             return True, self.memory_free_mb()
@@ -205,6 +207,17 @@ class TwinGpu:
             found = self.engines.pop(engine_id, None) is not None
             self._recompute(jitter=False)
             return found
+
+    def release_pid(self, pid: int) -> list[str]:
+        """Release every lease of process ``pid`` (a server killed before it could release its own); their ids."""
+        with self.lock:
+            self._advance(self.now_ns())
+            ids = [eid for eid, lease in self.engines.items() if lease.pid == pid]
+            for eid in ids:
+                del self.engines[eid]
+            if ids:
+                self._recompute(jitter=False)
+            return ids
 
     # ---- readings ----------------------------------------------------------------------------------------
     def energy_at(self, t: int) -> float:
@@ -340,9 +353,10 @@ def build_router(gpu: TwinGpu):
         try:
             mem = float(body.get("memory_mb", 0))
             lease_s = float(body.get("lease_s", 30.0))
+            pid = int(body["pid"]) if body.get("pid") is not None else None
         except (TypeError, ValueError):
-            return Response(400, {"error": {"message": "memory_mb and lease_s must be numbers"}})
-        ok, free = gpu.lease(eid, mem, lease_s)
+            return Response(400, {"error": {"message": "memory_mb and lease_s must be numbers, pid an integer"}})
+        ok, free = gpu.lease(eid, mem, lease_s, pid)
         if not ok:
             return Response(
                 507,
@@ -362,6 +376,13 @@ def build_router(gpu: TwinGpu):
         found = gpu.release(req.params["eid"])
         return {"ok": True, "found": found, "memory_free_mb": gpu.memory_free_mb()}
 
+    def release_pid(req):
+        try:
+            pid = int(req.query["pid"])
+        except (KeyError, ValueError):
+            return Response(400, {"error": {"message": "DELETE /v1/engines needs ?pid=N (the server process)"}})
+        return {"ok": True, "released": gpu.release_pid(pid), "memory_free_mb": gpu.memory_free_mb()}
+
     def truth(req):
         try:
             start, end = int(req.query["start_ns"]), int(req.query["end_ns"])
@@ -375,6 +396,7 @@ def build_router(gpu: TwinGpu):
     r.add("POST", "/v1/engines", lease)
     r.add("POST", "/v1/engines/{eid}/activity", activity)
     r.add("DELETE", "/v1/engines/{eid}", release)
+    r.add("DELETE", "/v1/engines", release_pid)
     r.add("GET", "/truth/energy", truth)
     r.add("POST", "/v1/faults", lambda req: gpu.apply_faults(req.json() or {}))
     return r

@@ -121,7 +121,8 @@ class DeviceLink:
         return r.json()
 
     def lease(self, memory_mb: float, lease_s: float = 10.0) -> tuple[int, dict]:
-        r = self.http.post("/v1/engines", json={"engine_id": self.engine_id, "memory_mb": memory_mb, "lease_s": lease_s})
+        r = self.http.post("/v1/engines", json={"engine_id": self.engine_id, "memory_mb": memory_mb, "lease_s": lease_s,
+                                                "pid": os.getpid()})
         return r.status_code, r.json()
 
     def release(self) -> None:
