@@ -195,19 +195,20 @@ build_base_image() {  # a minbase bookworm with python3, made by debootstrap and
 
 # ----------------------------------------------------------------------------------------------------------- wheels
 build_wheelhouse() {  # host-side pip (this machine's pip config and local indexes) -> .e2e/wheels, used with --no-index
-  local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt"
+  # pyproject's core dependencies and extras: [report,export] for the cpu image; [policies] (+ the pinned torch) for
+  # the train image and the gpu stage's stand-in base, which has no torch of its own (the torch [test] pins)
+  local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt" with_torch=0
+  { [ "${E2E_TRAIN:-1}" = 1 ] || [ "${E2E_GPU_STAGE:-1}" = 1 ]; } && with_torch=1
   mkdir -p "$wh"
-  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-1}" >"$req" <<'PY'
-import re, sys, tomllib
-deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
-with_torch = sys.argv[2] == "1"
-for d in deps:
-    if re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() != "torch" or with_torch:
-        print(d)
-print("setuptools>=68")
-print("wheel")
+  "$PYTHON" - "$ROOT/pyproject.toml" "$with_torch" >"$req" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+extras = ["report", "export"] + (["policies"] if sys.argv[2] == "1" else [])
+deps = project["dependencies"] + [d for e in extras for d in project["optional-dependencies"][e]]
+pinned = [d for d in project["optional-dependencies"]["test"] if d.startswith("torch")]  # the suite's torch
+print("\n".join(deps + (pinned if sys.argv[2] == "1" else []) + ["setuptools>=68", "wheel"]))
 PY
-  log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: ${E2E_TRAIN:-1})"
+  log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: $with_torch)"
   "$PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wh" -r "$req" >"$E2E_DIR/pip-wheel.log" 2>&1 \
     || { grep -v '^WARNING: Location' "$E2E_DIR/pip-wheel.log" | tail -n 30 >&2; die "pip wheel failed"; }
   log "wheelhouse: $(ls "$wh" | wc -l) wheels, $(du -sh "$wh" | cut -f1)"

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.errors import DataError, MissingFileError, UsageError
+from harness.extras import needs
 from harness.grid import SpecConfig
 from harness.jsonl import write_json_atomic
 from policies.contract import ACTIONS, PolicyDataset
@@ -112,7 +113,8 @@ def policy_class(name: str) -> type[Policy]:
     if algo not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {name!r}", fix="choose from: " + ", ".join((*ALGORITHMS, *VARIANTS)))
     if algo not in _REGISTRY:
-        importlib.import_module(f"policies.{algo}")
+        with needs(f"policy {algo}"):
+            importlib.import_module(f"policies.{algo}")
     return _REGISTRY[algo]
 
 
