@@ -123,10 +123,12 @@ def make_policy(name: str, seed: int = 0, **params: Any) -> Policy:
 
 
 def parse_algos(text: str | None) -> list[str]:
-    """``"gbt,linucb"`` -> names (validated); None or ``"all"`` -> the eight."""
+    """``"gbt,linucb"`` -> names; None or ``"all"`` -> the eight. Each is imported here, so an unknown name or a
+    missing extra fails before anything is trained."""
     if not text or text.strip() == "all":
-        return list(ALGORITHMS)
-    names = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+        names = list(ALGORITHMS)
+    else:
+        names = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
     for n in names:
         policy_class(n)
     return list(dict.fromkeys(names))

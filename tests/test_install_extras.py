@@ -107,6 +107,12 @@ def test_training_without_the_policies_extra_names_it(core_venv: CoreVenv) -> No
     assert "needs torch" in train.stderr and "pip install 'eagle-energy-harness[policies]'" in train.stderr
     gbt = core_venv.run("harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"), "--algos", "gbt")
     assert gbt.returncode == 7 and "needs sklearn" in gbt.stderr and "[policies]" in gbt.stderr
+    assert not (core_venv.root / "models").exists()  # refused before training anything
+    # the numpy-only policies need no extra
+    numpy_only = core_venv.run("harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"),
+                               "--algos", "lookup_table,linucb,thompson_sampling")
+    assert numpy_only.returncode == 0, numpy_only.stdout[-2000:] + numpy_only.stderr[-2000:]
+    assert (core_venv.root / "models" / "picks.json").exists()
 
 
 def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
