@@ -1,8 +1,10 @@
 # Images of the harness. Targets:
-#   cpu      harness, twin, sampler, sweep and report on a plain Python base (ARG BASE_IMAGE); no torch
-#   sampler  small telemetry sidecar: Python, nvidia-ml-py and the harness installed without its heavy dependencies
-#   train    cpu + torch (policy training)
-#   gpu      the official sglang image (pinned by ARG SGLANG_TAG) + the harness, so a sweep launches sglang per config
+#   cpu      harness[report,export]: twin, sampler, sweep, report, dataset tools on a plain Python base (ARG BASE_IMAGE)
+#   sampler  small telemetry sidecar: the core install only (nvidia-ml-py, typer, rich, pydantic, httpx, numpy)
+#   train    harness[all]: cpu + torch, scikit-learn, joblib (policy training)
+#   gpu      the official sglang image (pinned by ARG SGLANG_TAG) + harness[all] on sglang's own torch, so a sweep
+#            launches sglang per config
+# Dependencies come from pyproject.toml's core list and extras only (see docs/containers.md).
 #
 # Offline/CI builds: put wheels into .e2e/wheels/ (pip wheel/download on the host) and build with
 # --build-arg PIP_INSTALL_FLAGS=--no-index; pip then installs only from that folder. Without it, pip uses its index.
@@ -42,19 +44,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_FIND_LINKS=/wheels
 COPY pyproject.toml .e2e/wheel[s] /wheels/
-# select_deps.py include|exclude NAMES...: the [project] dependencies of pyproject.toml filtered by name
-RUN printf '%s\n' \
-      'import re, sys, tomllib' \
-      'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \
-      'deps = tomllib.load(open("/wheels/pyproject.toml", "rb"))["project"]["dependencies"]' \
-      'name = lambda d: re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower()' \
-      'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
-      >/usr/local/bin/select_deps.py
+# /deps: the project metadata alone (pyproject.toml, README, the version's source harness/__init__.py). Installing
+# '/deps[extras]' and then removing that stub installs exactly the dependencies of those extras, in a layer that
+# source changes do not invalidate; the real sources follow with --no-deps.
+COPY pyproject.toml README.md /deps/
+COPY harness/__init__.py /deps/harness/__init__.py
 
 FROM build-base AS build-cpu
 ARG PIP_INSTALL_FLAGS=
-RUN python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
- && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+RUN pip install $PIP_INSTALL_FLAGS '/deps[report,export]' && pip uninstall -y -q eagle-energy-harness
 COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots
@@ -63,9 +61,7 @@ RUN pip install $PIP_INSTALL_FLAGS --no-deps /src
 
 FROM build-base AS build-sampler
 ARG PIP_INSTALL_FLAGS=
-ARG SAMPLER_DEPS="typer rich pydantic httpx nvidia-ml-py numpy pyyaml"
-RUN python3 /usr/local/bin/select_deps.py include $SAMPLER_DEPS >/tmp/requirements.txt \
- && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+RUN pip install $PIP_INSTALL_FLAGS /deps && pip uninstall -y -q eagle-energy-harness
 COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots
@@ -74,8 +70,9 @@ RUN pip install $PIP_INSTALL_FLAGS --no-deps /src
 
 FROM build-cpu AS build-train
 ARG PIP_INSTALL_FLAGS=
-RUN python3 /usr/local/bin/select_deps.py include torch >/tmp/requirements.txt \
- && pip install $PIP_INSTALL_FLAGS -r /tmp/requirements.txt
+# [policies] accepts any torch >= 2.4 (so it can share sglang's); this image pins the one the suite is verified with
+ARG TORCH_REQUIREMENT="torch==2.13.0"
+RUN pip install $PIP_INSTALL_FLAGS '/src[all]' "$TORCH_REQUIREMENT"
 
 # --------------------------------------------------------------------------------------------------------------- cpu
 FROM pybase AS cpu
@@ -103,8 +100,9 @@ CMD ["--help"]
 
 # --------------------------------------------------------------------------------------------------------------- gpu
 # Keep LAST (see the top). The harness goes into sglang's own interpreter (the sweep runs `python -m
-# sglang.launch_server` with it), without torch and constrained to every version the image already has, so
-# installing the harness never changes a package sglang depends on. pip fails the build if that is impossible.
+# sglang.launch_server` with it) with every extra, constrained to every version the image already has (torch
+# included: [policies] takes sglang's), so installing the harness never changes a package sglang depends on. pip
+# fails the build if that is impossible.
 FROM lmsysorg/sglang:${SGLANG_TAG} AS gpu
 ARG PIP_INSTALL_FLAGS=
 ARG HARNESS_UID=1000
@@ -119,23 +117,18 @@ ENV HOME=/home/harness \
     SGLANG_RECORD_STEP_TIME=1 \
     SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
 RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this sglang image has " + sys.version.split()[0] + ": pick another SGLANG_TAG")'
-# the same select_deps.py as in build-base (copying it from there would build pybase, i.e. pull its base)
-RUN printf '%s\n' \
-      'import re, sys, tomllib' \
-      'mode, names = sys.argv[1], {n.lower() for n in sys.argv[2:]}' \
-      'deps = tomllib.load(open("/wheels/pyproject.toml", "rb"))["project"]["dependencies"]' \
-      'name = lambda d: re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower()' \
-      'print("\n".join(d for d in deps if (name(d) in names) == (mode == "include")))' \
-      >/usr/local/bin/select_deps.py
 COPY pyproject.toml .e2e/wheel[s] /wheels/
+# the same /deps stub as in build-base (copying it from there would build pybase, i.e. pull its base)
+COPY pyproject.toml README.md /deps/
+COPY harness/__init__.py /deps/harness/__init__.py
 RUN python3 -m pip freeze | { grep -v -E ' @ |^-e ' || true; } >/tmp/sglang-constraints.txt \
- && python3 /usr/local/bin/select_deps.py exclude torch >/tmp/requirements.txt \
- && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/sglang-constraints.txt -r /tmp/requirements.txt
+ && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/sglang-constraints.txt '/deps[all]' \
+ && python3 -m pip uninstall -y -q eagle-energy-harness
 COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots
 COPY policies /src/policies
-RUN python3 -m pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /tmp/requirements.txt
+RUN python3 -m pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /deps
 # Non-root: the GPU stack runs as an ordinary user with HOME (HF, flashinfer and triton caches) writable; HOME and
 # /work are world-writable so `user:` may name any uid. Reuse an existing user with that uid (Ubuntu 24.04 has one).
 RUN set -eu; \

@@ -195,17 +195,20 @@ build_base_image() {  # a minbase bookworm with python3, made by debootstrap and
 
 # ----------------------------------------------------------------------------------------------------------- wheels
 build_wheelhouse() {  # host-side pip (this machine's pip config and local indexes) -> .e2e/wheels, used with --no-index
+  # pyproject's core dependencies and extras: [report,export] for the cpu image; [policies] for the train image and the
+  # gpu stage, with torch only for the train image (the torch [test] pins; the gpu stage's base brings its own)
   local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt"
   mkdir -p "$wh"
-  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-1}" >"$req" <<'PY'
-import re, sys, tomllib
-deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
-with_torch = sys.argv[2] == "1"
-for d in deps:
-    if re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() != "torch" or with_torch:
-        print(d)
-print("setuptools>=68")
-print("wheel")
+  "$PYTHON" - "$ROOT/pyproject.toml" "${E2E_TRAIN:-1}" "${E2E_GPU_STAGE:-1}" >"$req" <<'PY'
+import sys, tomllib
+from packaging.requirements import Requirement
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+train, gpu = sys.argv[2] == "1", sys.argv[3] == "1"
+extras = ["report", "export"] + (["policies"] if train or gpu else [])
+is_torch = lambda d: Requirement(d).name.lower() == "torch"
+deps = project["dependencies"] + [d for e in extras for d in project["optional-dependencies"][e] if not is_torch(d)]
+pinned = [d for d in project["optional-dependencies"]["test"] if is_torch(d)]  # the suite's torch
+print("\n".join(deps + (pinned if train else []) + ["setuptools>=68", "wheel"]))
 PY
   log "pip wheel -r $(basename "$req") -> $wh ($(wc -l <"$req") requirements, torch: ${E2E_TRAIN:-1})"
   "$PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wh" -r "$req" >"$E2E_DIR/pip-wheel.log" 2>&1 \
@@ -322,12 +325,16 @@ check_pilot_args() {  # `docker compose run pilot --suite terminalbench ...` rea
 gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image (no registry here, no GPU needed)
   # The stand-in is the local base with a pip-enabled interpreter first on PATH, as in sglang's images. It checks the
   # gpu stage's own logic: Python check, install into the base's interpreter constrained to its pip freeze, the
-  # non-root user, `harness` on PATH. It proves nothing about sglang itself.
-  local fake="lmsysorg/sglang:e2e-standin"
-  if ! docker image inspect "$fake" >/dev/null 2>&1; then
+  # non-root user, `harness` on PATH. It proves nothing about sglang itself. Like sglang's images it has a torch: a
+  # STAND-IN distribution named torch (tests/_install_helpers.py, a few bytes at 2.8.0+standin), which the gpu stage
+  # must keep (harness[all] accepts any torch >= 2.4 and is constrained to the base's pip freeze).
+  local fake="lmsysorg/sglang:e2e-standin" standin
+  if ! docker run --rm --network none "$fake" python3 -m pip show torch >/dev/null 2>&1; then
     docker rm -f harness-e2e-standin >/dev/null 2>&1 || true
-    docker run --network none --name harness-e2e-standin "$BASE_TAG" \
-      sh -c 'python3 -m venv /usr/local/py && /usr/local/py/bin/python3 -m pip --version' >/dev/null
+    mkdir -p "$TMP/standin"
+    standin="$(cd "$ROOT/tests" && "$PYTHON" -c 'import sys; from pathlib import Path; from _install_helpers import standin_torch_wheel; print(standin_torch_wheel(Path(sys.argv[1])).name)' "$TMP/standin")"
+    docker run --network none --name harness-e2e-standin -v "$TMP/standin:/standin:ro" "$BASE_TAG" \
+      sh -c "python3 -m venv /usr/local/py && /usr/local/py/bin/python3 -m pip install -q --no-index /standin/$standin" >/dev/null
     docker commit -c 'ENV PATH=/usr/local/py/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       harness-e2e-standin "$fake" >/dev/null
     docker rm harness-e2e-standin >/dev/null
@@ -339,6 +346,10 @@ gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image 
   echo "$who" | sed 's/^/  gpu stage: /'
   [ "$(echo "$who" | head -n1)" = 1000 ] || die "the gpu image does not run as uid 1000"
   docker run --rm --network none "$img" sweep --help >/dev/null || die "harness sweep --help fails in the gpu image"
+  local torch_now
+  torch_now="$(docker run --rm --network none --entrypoint python3 "$img" -c 'import torch; print(torch.__version__)')"
+  log "gpu stage: torch $torch_now (the base's)"
+  [ "$torch_now" = "2.8.0+standin" ] || die "the gpu stage replaced the base image's torch (now $torch_now)"
 }
 
 lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)

@@ -3,7 +3,9 @@
 Each concern registers its own commands through a ``register(app, groups)`` function in its own ``cli`` module,
 so this file only wires them together and maps ``HarnessError`` to a clear message and an exit code.
 CLI modules must import heavy libraries (torch, sklearn, datasets, matplotlib) inside their commands, never at
-module level: ``harness twin engine`` is launched hundreds of times per sweep and must start fast.
+module level: ``harness twin engine`` is launched hundreds of times per sweep and must start fast, and those
+libraries are optional extras (``harness.extras``): a missing one becomes ``error: ... needs torch`` with the
+``pip install 'eagle-energy-harness[policies]'`` fix and exit code 7.
 """
 
 from __future__ import annotations
@@ -92,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _print_error("interrupted", "rerun with --resume RUN_DIR to continue a sweep")
         return 130
+    except ModuleNotFoundError as exc:  # an optional dependency reached outside a ``needs`` block
+        from harness.extras import dependency_error
+
+        err = dependency_error(exc)
+        if err is None:
+            raise
+        _print_error(err.message, err.fix)
+        return err.exit_code
     except Exception as exc:  # click usage errors arrive here in non-standalone mode (typer vendors click)
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
@@ -106,7 +116,7 @@ def _print_error(message: str, fix: str | None) -> None:
 
     # The message and fix are plain text (paths may hold "[/x]"): only the labels are markup.
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"[bold red]error:[/] {escape(message)}", markup=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True)  # text such as "[policies]" is not markup
     if fix:
         console.print(f"[bold]fix:[/] {escape(fix)}", markup=True)
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Literal, Sequence
 from pydantic import BaseModel, Field
 
 from harness.errors import DataError, HarnessError, MissingFileError, OutputError, UsageError
+from harness.extras import needs
 from harness.grid import ACTIONS, SpecConfig, violated_rule
 from harness.jsonl import read_jsonl, write_jsonl_atomic
 from harness.rows import (
@@ -791,6 +792,12 @@ def export(rows: Sequence[SweepRow], fmt: ExportFormat, out_dir: str | Path, *, 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
             raise OutputError(f"{out} already exists and is not empty", fix="choose a new --out folder or pass --force")
+    if fmt != "jsonl":  # before anything is written
+        with needs(f"export --format {fmt}"):
+            import pyarrow  # noqa: F401
+
+            if fmt == "hf":
+                import datasets  # noqa: F401
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -57,3 +57,9 @@ class OutputError(HarnessError):
     """An output location that cannot be written."""
 
     exit_code = 6
+
+
+class MissingDependencyError(HarnessError):
+    """An optional dependency (a pyproject extra such as ``[policies]``) that is not installed."""
+
+    exit_code = 7

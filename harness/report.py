@@ -203,10 +203,13 @@ def error_table(rows: Sequence[SweepRow]) -> Table | None:
 
 def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float) -> list[Path]:
     """speed_vs_utilization.png (band shaded, one panel per batch size) and joules_per_token.png (per config)."""
-    import matplotlib
+    from harness.extras import needs
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs("writing PNG figures (--no-figures skips them)"):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
     n = max(1, len(summaries))

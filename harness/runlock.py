@@ -25,7 +25,7 @@ LOCK_NAME = ".lock"
 class RunFolderBusy(OutputError):
     """Another process is writing this run folder."""
 
-    exit_code = 7
+    exit_code = 8
 
 
 def holder_info() -> dict[str, Any]:

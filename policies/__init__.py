@@ -13,7 +13,10 @@ __all__ = ["QNetwork", "BehaviorNetwork"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from policies import nets
+        from harness.extras import needs
+
+        with needs(f"policies.{name}"):
+            from policies import nets
 
         return getattr(nets, name)
     raise AttributeError(f"module 'policies' has no attribute {name!r}")

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.errors import DataError, HarnessError, MissingFileError, UsageError
+from harness.extras import needs
 from harness.grid import SpecConfig
 from harness.jsonl import write_json_atomic
 from policies.contract import ACTIONS, PolicyDataset
@@ -140,7 +141,8 @@ def policy_class(name: str) -> type[Policy]:
     if algo not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {name!r}", fix="choose from: " + ", ".join((*ALGORITHMS, *VARIANTS)))
     if algo not in _REGISTRY:
-        importlib.import_module(f"policies.{algo}")
+        with needs(f"policy {algo}"):
+            importlib.import_module(f"policies.{algo}")
     return _REGISTRY[algo]
 
 
@@ -173,10 +175,12 @@ def parse_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
 
 
 def parse_algos(text: str | None) -> list[str]:
-    """``"gbt,linucb"`` -> names (validated); None or ``"all"`` -> the eight."""
+    """``"gbt,linucb"`` -> names; None or ``"all"`` -> the eight. Each is imported here, so an unknown name or a
+    missing extra fails before anything is trained."""
     if not text or text.strip() == "all":
-        return list(ALGORITHMS)
-    names = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
+        names = list(ALGORITHMS)
+    else:
+        names = [t.strip() for t in text.replace(" ", ",").split(",") if t.strip()]
     for n in names:
         policy_class(n)
     return list(dict.fromkeys(names))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.extras import needs
 from policies.base import Policy
 from policies.contract import N_ACTIONS, PolicyDataset
 
@@ -42,11 +43,13 @@ class RegressionPolicy(Policy):
         return self.q_hat(states)
 
     def save_artifact(self, path: Path) -> None:
-        import joblib
+        with needs(f"saving {self.name}"):
+            import joblib
 
         joblib.dump(self.model, path)
 
     def load_artifact(self, path: Path) -> None:
-        import joblib
+        with needs(f"loading {self.name}"):
+            import joblib
 
         self.model = joblib.load(path)

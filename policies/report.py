@@ -162,10 +162,13 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
 
 
 def write_figures(out: Path, ev: "Evaluation | None", live: "LiveResult | None") -> list[Path]:
-    import matplotlib
+    from harness.extras import needs
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs("writing PNG figures (--no-figures skips them)"):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
     import numpy as np
 
     out.mkdir(parents=True, exist_ok=True)

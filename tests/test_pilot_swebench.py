@@ -179,11 +179,31 @@ def test_parse_canned_swebench_5x_report(tmp_path: Path) -> None:
     src = DATA / "report_5x.json"
     report = json.loads(src.read_text())
     ids = ["astropy__astropy-12907", "astropy__astropy-14182", "django__django-11099", "sympy__sympy-20590"]
-    graded = ev.parse_report(report, ids, str(src))
+    graded = ev.parse_report(report, ids + ["pydata__xarray-4094", "pytest-dev__pytest-5692"], str(src))
     assert graded["astropy__astropy-12907"]["status"] == "resolved" and graded["astropy__astropy-12907"]["resolved"] is True
     assert graded["astropy__astropy-14182"]["status"] == "unresolved" and graded["astropy__astropy-14182"]["evaluation_completed"]
     assert graded["django__django-11099"]["status"] == "infra_failure" and graded["django__django-11099"]["resolved"] is False
+    assert graded["django__django-11099"]["failure_kind"] == "infrastructure" and graded["django__django-11099"]["failure_reason"]
+    assert graded["astropy__astropy-14182"]["failure_kind"] == "model"
     assert graded["sympy__sympy-20590"]["status"] == "empty_patch"
+    # error_ids alone: neither infrastructure nor the model, as far as the report tells
+    for iid in ("pydata__xarray-4094", "pytest-dev__pytest-5692"):
+        assert graded[iid]["status"] == "evaluation_error" and graded[iid]["failure_kind"] == "unclassified"
+    # swebench's apply-failure marker in the instance log makes it the model's failure, even when the daemon's
+    # clean-up error landed in the same log and swebench listed it as an infrastructure failure
+    logs = tmp_path / "logs" / "run_evaluation"
+    for iid, text in (("pydata__xarray-4094", ">>>>> Patch Apply Failed:\nerror: patch failed\n"),
+                      ("django__django-11099", ">>>>> Patch Apply Failed:\nx\nError response from daemon: gone\n")):
+        (logs / "r1_chosen" / "energy-llms-swebench-chosen-3-4-8" / iid).mkdir(parents=True)
+        (logs / "r1_chosen" / "energy-llms-swebench-chosen-3-4-8" / iid / "run_instance.log").write_text(text)
+    (logs / "r1_chosen_bs16" / "m" / "pytest-dev__pytest-5692").mkdir(parents=True)  # another run's log: not read
+    (logs / "r1_chosen_bs16" / "m" / "pytest-dev__pytest-5692" / "run_instance.log").write_text(">>>>> Patch Apply Failed\n")
+    graded = ev.parse_report(report, ids + ["pydata__xarray-4094", "pytest-dev__pytest-5692"], str(src),
+                             run_id="r1_chosen", log_root=tmp_path)
+    assert graded["pydata__xarray-4094"]["status"] == "patch_apply_failed" and not graded["pydata__xarray-4094"]["infra_failure"]
+    assert graded["django__django-11099"]["status"] == "patch_apply_failed"
+    assert graded["pytest-dev__pytest-5692"]["status"] == "evaluation_error"
+    assert graded["astropy__astropy-12907"]["status"] == "resolved"
     # the report is found by run id wherever swebench put it, never by exit code
     nested = tmp_path / "eval" / "chosen" / "deep"
     nested.mkdir(parents=True)
@@ -234,54 +254,110 @@ def test_hints_only_when_asked(fixture_instances: list[Instance]) -> None:
 
 
 STANDIN_RUN_EVALUATION = '''
-"""Stand-in for swebench.harness.run_evaluation (test only): writes a 5.x run report and exits 0 like the real one
-does when image pulls fail. Empty patches go to empty_patch_ids, every other instance to error_ids."""
-import argparse, json, pathlib
+"""Stand-in for swebench.harness.run_evaluation 5.0.2 (test only; no Docker, no images). Per prediction, as the real
+run_instance/make_run_report do: an empty patch is skipped (empty_patch_ids); an image not named in STANDIN_IMAGES
+fails to pull (the daemon's message in run_instance.log, no report.json); a patch that `git apply --check` rejects in
+STANDIN_REPO logs ">>>>> Patch Apply Failed" (no report.json); otherwise report.json says resolved when the patch is
+the instance's gold patch (the stand-in's substitute for running the tests). The run report follows make_run_report:
+error_ids = no report.json, infra_failure_ids = those whose log has an environment-tier signature. Exits 0."""
+import argparse, json, os, pathlib, re, subprocess
 p = argparse.ArgumentParser()
 for a in ("--dataset_name", "--split", "--predictions_path", "--run_id", "--report_dir", "--max_workers"):
     p.add_argument(a)
 p.add_argument("--instance_ids", nargs="+")
 a = p.parse_args()
+insts = {i["instance_id"]: i for i in map(json.loads, open(a.dataset_name)) if i}
 preds = [json.loads(l) for l in open(a.predictions_path) if l.strip()]
-empty = [x["instance_id"] for x in preds if not x["model_patch"]]
-err = [x["instance_id"] for x in preds if x["model_patch"]]
-report = {"submitted_ids": a.instance_ids, "completed_ids": [], "resolved_ids": [], "unresolved_ids": [],
-          "empty_patch_ids": empty, "error_ids": err, "infra_failure_ids": err, "schema_version": 2}
+images = set(filter(None, os.environ.get("STANDIN_IMAGES", "").split(",")))
+lists = {k: set() for k in ("completed", "resolved", "unresolved", "empty_patch", "error", "infra_failure")}
+reasons = {}
+for x in preds:
+    iid = x["instance_id"]
+    if not x["model_patch"]:
+        lists["empty_patch"].add(iid)
+        continue
+    d = pathlib.Path("logs/run_evaluation") / a.run_id / x["model_name_or_path"].replace("/", "__") / iid
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "run_instance.log"
+    if insts[iid]["image"] not in images:
+        log.write_text("Error response from daemon: pull access denied for " + str(insts[iid]["image"]) + "\\n")
+    elif subprocess.run(["git", "-C", os.environ["STANDIN_REPO"], "apply", "--check", "-"],
+                        input=x["model_patch"].encode(), capture_output=True).returncode != 0:
+        log.write_text("Failed to apply patch to container: git apply --verbose\\n>>>>> Patch Apply Failed:\\nerror\\n")
+    else:
+        ok = x["model_patch"] == insts[iid].get("patch")
+        (d / "report.json").write_text(json.dumps({iid: {"resolved": ok}}))
+        lists["completed"].add(iid)
+        lists["resolved" if ok else "unresolved"].add(iid)
+        continue
+    lists["error"].add(iid)
+    if re.search("Error response from daemon|Could not resolve host", log.read_text()):
+        lists["infra_failure"].add(iid)
+        reasons[iid] = "container_unavailable"
+report = {k + "_ids": sorted(v) for k, v in lists.items()}
+report.update(submitted_ids=sorted(x["instance_id"] for x in preds), ambiguous_failure_ids=[], incomplete_ids=[],
+              failure_reasons=reasons, schema_version=2)
 out = pathlib.Path(a.report_dir)
 out.mkdir(parents=True, exist_ok=True)
 (out / f"{preds[0]['model_name_or_path']}.{a.run_id}.json").write_text(json.dumps(report))
 '''
 
 
-def standin_evaluator(tmp_path: Path) -> Path:
-    """An evaluator interpreter whose ``swebench`` package is the stand-in above (no Docker, no images)."""
+def standin_evaluator(tmp_path: Path, images: tuple[str, ...] = (), repo: Path | None = None) -> Path:
+    """An evaluator interpreter whose ``swebench`` package is the stand-in above (no Docker): ``images`` are the ones
+    it treats as present, ``repo`` the checkout its ``git apply --check`` runs in."""
     pkg = tmp_path / "standin" / "swebench"
-    (pkg / "harness").mkdir(parents=True)
+    (pkg / "harness").mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text('__version__ = "5.0.2-standin"\n')
     (pkg / "harness" / "__init__.py").write_text("")
     (pkg / "harness" / "run_evaluation.py").write_text(STANDIN_RUN_EVALUATION)
     evaluator = tmp_path / "evaluator-python"
-    evaluator.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
+    evaluator.write_text(f"#!/bin/sh\nSTANDIN_IMAGES='{','.join(images)}' STANDIN_REPO='{repo or tmp_path}' "
+                         f"PYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
     evaluator.chmod(0o755)
     return evaluator
 
 
-def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], tmp_path: Path) -> None:
-    evaluator = standin_evaluator(tmp_path)
-    insts = [i.model_copy(update={"image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest", "eval_script": "#!/bin/bash\n"})
-             for i in fixture_instances]
+def _gradable(instances: list[Instance]) -> list[Instance]:
+    return [i.model_copy(update={"image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest", "eval_script": "#!/bin/bash\n",
+                                 "patch": SEPARABLE_FIX}) for i in instances]
+
+
+def _grade(rd: Path, evaluator: Path, config: str, spec: SpecConfig, insts: list[Instance],
+           patches: list[str | None]) -> dict[str, dict]:
+    preds = rd / "predictions" / f"{config}.jsonl"
+    preds.parent.mkdir(parents=True, exist_ok=True)
+    preds.write_text("".join(json.dumps(prediction(i.instance_id, config, spec, p)) + "\n" for i, p in zip(insts, patches)))
+    return ev.evaluate_config(run_dir=rd, config_name=config, run_id="r1", predictions_path=preds, instances=insts,
+                              evaluator_python=str(evaluator), timeout_s=60)
+
+
+def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], repos: Path, tmp_path: Path) -> None:
+    insts = _gradable(fixture_instances)
+    a, b = (i.instance_id for i in insts)
+    evaluator = standin_evaluator(tmp_path, images=(str(insts[0].image),), repo=repos / "astropy__astropy")
     rd = tmp_path / "run"
-    preds = rd / "predictions" / "chosen.jsonl"
-    preds.parent.mkdir(parents=True)
-    preds.write_text("".join(json.dumps(prediction(i.instance_id, "chosen", SpecConfig(3, 4, 8), SEPARABLE_FIX if n == 0 else None)) + "\n"
-                             for n, i in enumerate(insts)))
-    graded = ev.evaluate_config(run_dir=rd, config_name="chosen", run_id="r1", predictions_path=preds, instances=insts,
-                                evaluator_python=str(evaluator), timeout_s=60)
-    first, second = (graded[i.instance_id] for i in insts)
-    assert first["status"] == "infra_failure" and first["resolved"] is False  # exit code 0, yet not graded as done
-    assert second["status"] == "empty_patch"
-    assert first["evaluation_report_path"].endswith("energy-llms-swebench-chosen-3-4-8.r1_chosen.json")
+    not_applying = SEPARABLE_FIX.replace("mat[lo:, li:] = True", "mat[lo:, li:] = Maybe")
+    graded = _grade(rd, evaluator, "chosen", SpecConfig(3, 4, 8), insts, [not_applying, SEPARABLE_FIX])
+    # both are in error_ids of an exit-0 run: a rejected patch is the model's failure, a missing image is not
+    assert graded[a]["status"] == "patch_apply_failed" and graded[a]["failure_kind"] == "model"
+    assert graded[a]["infra_failure"] is False and graded[a]["resolved"] is False
+    assert graded[b]["status"] == "infra_failure" and graded[b]["failure_kind"] == "infrastructure"
+    assert graded[b]["failure_reason"] == "container_unavailable" and graded[b]["resolved"] is False
+    assert graded[a]["evaluation_report_path"].endswith("energy-llms-swebench-chosen-3-4-8.r1_chosen.json")
+    report = json.loads(Path(graded[a]["evaluation_report_path"]).read_text())
+    assert report["error_ids"] == sorted([a, b]) and report["infra_failure_ids"] == [b]
     assert "exit 0" in (rd / "logs" / "eval-chosen.log").read_text()
+    # another config of the same run: its own report, never one whose run id merely starts the same
+    bs16 = _grade(rd, evaluator, "chosen_bs16", SpecConfig(3, 2, 4), insts, [SEPARABLE_FIX, None])
+    assert bs16[a]["status"] == "resolved" and bs16[a]["failure_kind"] is None
+    assert bs16[b]["status"] == "empty_patch" and bs16[b]["failure_kind"] == "model"
+    assert bs16[a]["evaluation_report_path"].endswith("energy-llms-swebench-chosen-bs16-3-2-4.r1_chosen_bs16.json")
+    # without its own report, `chosen` finds none: not bs16's, whose run id merely starts with `r1_chosen`
+    (rd / "eval" / "chosen" / "energy-llms-swebench-chosen-3-4-8.r1_chosen.json").unlink()
+    assert ev.find_report([rd / "eval" / "chosen", rd / "eval"], "r1_chosen", ["energy-llms-swebench-chosen-3-4-8"]) is None
+    assert ev.find_report([rd / "eval"], "r1_chosen") is None
+    assert ev.find_report([rd / "eval"], "r1_chosen_bs16") == Path(bs16[a]["evaluation_report_path"])
     ok, why = ev.availability(insts, str(evaluator), runner=lambda argv, **_: subprocess.CompletedProcess(argv, 1, "", "no daemon")
                               if argv[0] == "docker" else subprocess.run(argv, capture_output=True, text=True))
     assert not ok and ("docker daemon not reachable: no daemon" in why or why == "docker CLI not found")

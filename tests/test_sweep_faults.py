@@ -83,7 +83,7 @@ def test_one_writer_per_run_folder_and_status_of_a_killed_run(tmp_path):
         before = (run / "rows.jsonl").read_bytes()
         for second in (["--resume", str(run)], ["--engine", "twin", *GRID, "--out", str(run), "--force", *FAST]):
             r = run_harness("sweep", *second, "--plain")
-            assert r.returncode == 7 and f"pid {proc.pid}" in r.stderr and "being written" in r.stderr, r.stderr
+            assert r.returncode == 8 and f"pid {proc.pid}" in r.stderr and "being written" in r.stderr, r.stderr
         assert (run / "rows.jsonl").read_bytes().startswith(before)  # the second writer touched nothing
         assert manifest(run)["writer"]["pid"] == proc.pid
     finally:

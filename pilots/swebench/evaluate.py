@@ -3,6 +3,15 @@
 Grading comes from the report's id lists (``resolved_ids``, ``completed_ids``, ``error_ids``, ...), never from the
 exit code: run_evaluation exits 0 even when every image pull failed. When anything it needs is missing the step is
 skipped with a reason (``not evaluated: ...``) that lands in the summary and in each merged record.
+
+What the lists mean in swebench 5.0.2 (``harness/reporting.py:make_run_report``, ``harness/run_evaluation.py``,
+``harness/infra_failure.py``): ``error_ids`` holds every submitted instance that ended without a per-instance
+``report.json`` (the run raised: a patch ``git apply`` rejected, an image pull or container error, a test timeout);
+``infra_failure_ids`` / ``ambiguous_failure_ids`` are an advisory classification of ``unresolved_ids | error_ids``
+from log signatures (environment tier vs. ambiguous). So an ``error_ids`` entry is not by itself an infrastructure
+failure: a patch that does not apply (``>>>>> Patch Apply Failed`` in the instance's ``run_instance.log``) is the
+model's failure. Each grade carries ``status`` and ``failure_kind`` (``model`` | ``infrastructure`` | ``ambiguous``
+| ``unclassified`` | ``not_run`` | None when resolved).
 """
 
 from __future__ import annotations
@@ -53,36 +62,88 @@ def availability(instances: Sequence[Instance], evaluator_python: str | None = N
     return True, ""
 
 
-def parse_report(report: dict[str, Any], instance_ids: Sequence[str], report_path: str | None = None) -> dict[str, dict[str, Any]]:
-    """Per-instance grades from a swebench 5.x run report's id lists."""
+# swebench's own marker (harness/constants: APPLY_PATCH_FAIL), written to run_instance.log when no git apply variant
+# took the patch
+APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
+INSTANCE_LOG = "run_instance.log"
+
+# status -> failure_kind (who failed); ``_status`` picks the status, the first of its checks that holds wins
+FAILURE_KIND = {
+    "resolved": None,
+    "patch_apply_failed": "model",        # error_ids + the apply-failure marker: the patch itself was bad
+    "infra_failure": "infrastructure",    # infra_failure_ids: an environment-tier log signature
+    "ambiguous_failure": "ambiguous",     # ambiguous_failure_ids: environment or patch, swebench cannot tell
+    "evaluation_error": "unclassified",   # error_ids with neither: the run raised for a reason nobody classified
+    "empty_patch": "model",               # nothing to apply: swebench skips it
+    "unresolved": "model",                # tests ran, the patch did not fix them
+    "not_completed": "not_run",
+    "not_submitted": "not_run",
+}
+
+
+def instance_log(log_root: Path | None, run_id: str, instance_id: str) -> Path | None:
+    """swebench's ``run_instance.log`` of one instance in run ``run_id`` under ``log_root`` (its working directory).
+
+    5.0.2 writes ``logs/run_evaluation/<run_id>/<model>/<id>/``; newer releases move it, so the run id and instance id
+    are matched as exact path components rather than by a hard-coded layout.
+    """
+    if log_root is None or not log_root.exists():
+        return None
+    for p in sorted(log_root.rglob(INSTANCE_LOG)):
+        if p.parent.name == instance_id and run_id in p.parts[:-2]:
+            return p
+    return None
+
+
+def _patch_apply_failed(log_root: Path | None, run_id: str | None, instance_id: str) -> bool:
+    log = instance_log(log_root, run_id, instance_id) if run_id else None
+    try:
+        return log is not None and APPLY_PATCH_FAIL in log.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _status(iid: str, lists: dict[str, set[str]], apply_failed: bool) -> str:
+    if iid in lists["resolved_ids"]:
+        return "resolved"
+    if iid in lists["error_ids"] and apply_failed:  # before infra: a cleanup error may add a daemon signature later
+        return "patch_apply_failed"
+    if iid in lists["infra_failure_ids"]:
+        return "infra_failure"
+    if iid in lists["ambiguous_failure_ids"]:
+        return "ambiguous_failure"
+    if iid in lists["error_ids"]:
+        return "evaluation_error"
+    if iid in lists["empty_patch_ids"]:
+        return "empty_patch"
+    if iid in lists["completed_ids"]:
+        return "unresolved"
+    return "not_completed" if iid in lists["submitted_ids"] else "not_submitted"
+
+
+def parse_report(report: dict[str, Any], instance_ids: Sequence[str], report_path: str | None = None, *,
+                 run_id: str | None = None, log_root: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Per-instance grades from a swebench 5.x run report's id lists (+ the instance logs under ``log_root``)."""
     lists = {k: set(report.get(k) or []) for k in REPORT_ID_LISTS}
+    reasons = report.get("failure_reasons") or {}
     out: dict[str, dict[str, Any]] = {}
     for iid in instance_ids:
-        resolved = iid in lists["resolved_ids"]
-        completed = iid in lists["completed_ids"]
-        infra = iid in lists["infra_failure_ids"] or iid in lists["error_ids"]
-        empty = iid in lists["empty_patch_ids"]
-        if resolved:
-            status = "resolved"
-        elif infra:
-            status = "infra_failure"
-        elif empty:
-            status = "empty_patch"
-        elif completed:
-            status = "unresolved"
-        elif iid in lists["submitted_ids"]:
-            status = "not_completed"
-        else:
-            status = "not_submitted"
+        status = _status(iid, lists, _patch_apply_failed(log_root, run_id, iid))
         out[iid] = {
-            "status": status, "resolved": resolved, "evaluation_completed": completed, "infra_failure": infra,
-            "empty_patch": empty, "evaluation_report_path": report_path,
+            "status": status, "failure_kind": FAILURE_KIND[status], "resolved": status == "resolved",
+            "evaluation_completed": iid in lists["completed_ids"], "infra_failure": status == "infra_failure",
+            "empty_patch": status == "empty_patch", "failure_reason": reasons.get(iid),
+            "evaluation_report_path": report_path,
         }
     return out
 
 
-def find_report(search_dirs: Sequence[Path], run_id: str) -> Path | None:
-    """The run report: a JSON file under ``search_dirs`` with ``resolved_ids`` whose name or content has ``run_id``."""
+def find_report(search_dirs: Sequence[Path], run_id: str, model_names: Sequence[str] = ()) -> Path | None:
+    """The run report of exactly ``run_id`` under ``search_dirs``: a JSON file with ``resolved_ids`` named
+    ``<model>.<run_id>.json`` (swebench 5.0.2; ``/`` in the model becomes ``__``), or ``<run_id>/results.json``, or
+    whose ``run_id`` field equals it. Never a substring match: ``r1_chosen`` must not find ``r1_chosen_bs16``'s report.
+    """
+    names = {f"{m.replace('/', '__')}.{run_id}.json" for m in model_names}
     for d in search_dirs:
         if not d.exists():
             continue
@@ -91,7 +152,10 @@ def find_report(search_dirs: Sequence[Path], run_id: str) -> Path | None:
                 data = json.loads(p.read_text())
             except (OSError, json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if isinstance(data, dict) and "resolved_ids" in data and (run_id in p.name or data.get("run_id") == run_id):
+            if not (isinstance(data, dict) and "resolved_ids" in data):
+                continue
+            named = p.name in names if names else p.name.endswith(f".{run_id}.json")
+            if named or (p.name == "results.json" and p.parent.name == run_id) or data.get("run_id") == run_id:
                 return p
     return None
 
@@ -118,10 +182,12 @@ def evaluate_config(*, run_dir: Path, config_name: str, run_id: str, predictions
         log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     except (OSError, subprocess.SubprocessError) as exc:
         return {i: {"status": "not_evaluated", "reason": f"run_evaluation failed to run: {exc}"} for i in ids}
-    report = find_report([eval_dir / config_name, eval_dir], rid)
+    models = sorted({json.loads(line)["model_name_or_path"] for line in predictions_path.read_text().splitlines()
+                     if line.strip()})
+    report = find_report([eval_dir / config_name, eval_dir], rid, models)
     if report is None:
         return {i: {"status": "not_evaluated", "reason": f"no run report found (exit {proc.returncode}; see {log})"} for i in ids}
-    return parse_report(json.loads(report.read_text()), ids, str(report))
+    return parse_report(json.loads(report.read_text()), ids, str(report), run_id=rid, log_root=eval_dir)
 
 
 def not_evaluated(instance_ids: Sequence[str], reason: str) -> dict[str, dict[str, Any]]:

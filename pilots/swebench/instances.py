@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from harness.errors import DataError, MissingFileError, UsageError
+from harness.extras import needs
 
 DEFAULT_DATASET = "SWE-bench/SWE-bench_Lite"
 DEFAULT_SPLIT = "test"
@@ -91,7 +92,8 @@ def load_file(path: str | Path) -> list[Instance]:
             raise DataError(f"{p}: malformed JSON ({exc.msg})", fix="a JSON list of SWE-bench instances") from None
         records = data.get("instances", []) if isinstance(data, dict) else data
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq  # noqa: PLC0415
+        with needs(f"reading {p.name}"):
+            import pyarrow.parquet as pq  # noqa: PLC0415
 
         records = pq.read_table(p).to_pylist()
     else:
@@ -112,9 +114,9 @@ def validate_records(records: Iterable[dict[str, Any]], *, where: str) -> list[I
 
 def load_hf(dataset: str = DEFAULT_DATASET, split: str = DEFAULT_SPLIT) -> list[Instance]:
     """SWE-bench Lite through ``datasets`` (works offline only when the dataset is cached)."""
-    try:
+    with needs(f"loading {dataset} from the Hugging Face Hub (or use --instances FILE / --fixture)"):
         import datasets  # noqa: PLC0415
-
+    try:
         ds = datasets.load_dataset(dataset, split=split)
     except Exception as exc:
         raise DataError(

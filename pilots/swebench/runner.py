@@ -272,6 +272,8 @@ def _finalize(result: PilotResult, instances: list[Instance], options: PilotOpti
             "instances": len(ts), "evaluated_instances": len(evaluated),
             "resolved": sum(1 for t in ts if t.success), "resolved_rate": (sum(1 for t in ts if t.success) / len(evaluated)) if evaluated else None,
             "evaluation": "graded from the swebench report id lists" if evaluated else (reason or "not evaluated"),
+            "failures": {k: sum(1 for t in evaluated if (t.evaluation or {}).get("failure_kind") == k)
+                         for k in ("model", "infrastructure", "ambiguous", "unclassified")},
             "patch_status": {s: sum(1 for t in ts if t.record.get("patch_status") == s) for s in
                              ("model_valid", "model_invalid", "model_unchecked", "no_patch", "request_failed")},
             "mean_output_tokens_per_s": oc.summary.get("mean_output_tokens_per_s"),
