@@ -9,6 +9,7 @@ imports, not whatever the harness's environment has. The twin engine emulates 0.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from harness.errors import UsageError
@@ -24,10 +25,10 @@ def version_tuple(version: str) -> tuple[int, ...]:
     """``"0.5.23"`` -> ``(0, 5, 23)``; suffixes such as ``.post1`` or ``rc1`` are ignored."""
     parts: list[int] = []
     for piece in version.strip().lstrip("v").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
+        match = re.match(r"\d+", piece)
+        if match is None:
             break
-        parts.append(int(digits))
+        parts.append(int(match.group()))
     return tuple(parts)
 
 
