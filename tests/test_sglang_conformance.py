@@ -15,7 +15,7 @@ import io
 import pytest
 
 from harness.engine.argv import EngineSpec, build_argv
-from harness.engine.version import detect_installed
+from harness.engine.version import detect_installed, resolve_version
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.twin import engine_args as ea
 from _sglang_helpers import conformance_python, real_parse
@@ -43,6 +43,8 @@ def generated(version: str) -> list[tuple[SpecConfig, int, float, list[str]]]:
 def real(request, tmp_path_factory):
     """(version, cases, sglang's verdicts) for every generated argv plus the variants of ``variants()``."""
     version = request.param
+    # the chain `--sglang-version auto` runs: detect in the server's interpreter, then build that version's argv
+    assert resolve_version("auto", "sglang", str(conformance_python(version))) == version
     cases = generated(version)
     variants = variants_of(version)
     out = real_parse(version, [c[3] for c in cases] + [v for _, v in variants], tmp_path_factory.mktemp(f"sglang-{version}"))
