@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = REPO / ".sglang-conformance"
+CACHE = Path(os.environ.get("SGLANG_CONFORMANCE_CACHE") or REPO / ".sglang-conformance")
+"""Where the venvs live; ``SGLANG_CONFORMANCE_CACHE`` moves them (e.g. to share one cache between checkouts)."""
 HERE = Path(__file__).resolve().parent / "sglang_conformance"
 PROBE = HERE / "probe.py"
 NETWORK_ERRORS = ("Failed to establish a new connection", "Temporary failure in name resolution", "Network is unreachable",
