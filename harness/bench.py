@@ -126,6 +126,10 @@ class CellResult(BaseModel):
     req_latency_mean_s: float | None
     req_latency_p50_s: float | None
     req_latency_p95_s: float | None
+    attention_backend: str | None = None
+    """The attention backend the server resolved (its server info), the kernel the cell really ran."""
+    server_version: str | None = None
+    """The sglang version the server reports (its server info)."""
 
 
 def sample_dict(sample: Any) -> dict[str, Any] | None:
@@ -357,6 +361,8 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         client_wall_clock_s=client_elapsed,
         pre=pre,
         after=after,
+        attention_backend=info1.attention_backend,
+        server_version=info1.version,
         req_accept_length_mean=req_mean,
         req_accept_length_p50=_pct(req_accept, 50),
         req_latency_mean_s=_mean(latencies),

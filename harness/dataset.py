@@ -743,7 +743,7 @@ def _arrow_schema(columns: Sequence[str]) -> Any:
             "window_clock_event_reasons_or", "clock_event_reasons", "n_requests", "pilot_server_batch_size"}
     bools = {"is_baseline", "gpu_throttling", "window_valid", "gpu_throttling_power_thermal", "pilot_success"}
     strings = {"hardware", "error", "speed_source", "run_id", "cell_id", "energy_source", "accept_length_source",
-               "gpu_name", "gpu_uuid", "sglang_version", "pilot_suite", "pilot_task", "pilot_config_name",
+               "gpu_name", "gpu_uuid", "sglang_version", "attention_backend", "pilot_suite", "pilot_task", "pilot_config_name",
                "engine", "extras"}
     fields = []
     for c in columns:

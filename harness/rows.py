@@ -140,6 +140,7 @@ class SweepRow(BaseModel):
     cell_wall_s: Num | None = None  # whole cell on the wall clock: launch + warm-up + measurement + stop
     engine: EngineInfo | None = None
     sglang_version: str | None = None
+    attention_backend: str | None = None  # the backend the server resolved (server info), not just the flag
     time_scale: Num | None = None
     # per-request statistics (from each response's meta_info, never from counters of an earlier batch)
     n_requests: StrictInt | None = None

@@ -26,7 +26,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from harness.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
 from harness.console import SweepConsole
-from harness.engine.argv import EngineSpec
+from harness.engine.argv import DEFAULT_ATTENTION_BACKEND, EngineSpec
+from harness.engine.version import resolve_version
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
 from harness.errors import HarnessError, OutputError, ServiceUnavailableError, UsageError
 from harness.health import ServiceProblem
@@ -42,7 +43,11 @@ class SweepOptions(BaseModel):
     """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
 
     engine: Literal["twin", "sglang"] = "twin"
-    sglang_version: Literal["0.5.2", "0.5.23"] = "0.5.2"
+    sglang_version: str = "auto"
+    """``auto`` (the sglang installed where the server runs; the twin's default emulation) or a version in the
+    supported range; ``run_sweep`` resolves it before anything starts and the manifest keeps the resolved one."""
+    attention_backend: str | None = DEFAULT_ATTENTION_BACKEND
+    """Pinned for every config; None (``--attention-backend auto``) lets sglang choose per config."""
     configs: list[tuple[int, int, int]] = Field(default_factory=lambda: [a.as_tuple() for a in ACTIONS])
     batch_sizes: list[int] = Field(default_factory=lambda: list(PUBLISHED_BATCH_SIZES))
     repeats: int = Field(1, ge=1)
@@ -442,7 +447,8 @@ class SweepRunner:
         published_throttle, power_thermal = throttling_flags(after.get("clock_event_reasons"))
         common = self._common(cell, attempts, t0, server)
         common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"),
-                                window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s)
+                                window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,
+                                server_version=r.server_version, attention_backend_flag=self.opts.attention_backend)
         return SweepRow(
             hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
             steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,
@@ -469,6 +475,7 @@ class SweepRunner:
             n_requests=r.n_requests, req_accept_length_mean=r.req_accept_length_mean,
             req_accept_length_p50=r.req_accept_length_p50, req_latency_mean_s=r.req_latency_mean_s,
             req_latency_p50_s=r.req_latency_p50_s, req_latency_p95_s=r.req_latency_p95_s,
+            attention_backend=r.attention_backend,
             **common,
         )
 
@@ -536,12 +543,25 @@ def prepare_run_dir(out: Path, *, force: bool, lock: RunLock | None = None) -> N
         raise OutputError(f"cannot write to {out}: {exc.strerror}", fix="choose a writable --out folder") from None
 
 
+def _check_resume_version(opts: SweepOptions, python: str) -> None:
+    """A resumed real-sglang run must find the sglang its rows were measured with."""
+    if opts.engine != "sglang":
+        return
+    now = resolve_version("auto", "sglang", python)
+    if now != opts.sglang_version:
+        raise UsageError(f"this run was measured with sglang {opts.sglang_version}, but {now} is installed now",
+                         fix=f"resume in the environment with sglang {opts.sglang_version} (same SGLANG_TAG), "
+                             "or start a new run")
+
+
 def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | None = None, force: bool = False,
               retry_errors: bool = False, argv: list[str] | None = None,
               console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], dict[str, Any]]:
     """Plan, take the run folder's writer lock, open the world, run, and write rows + manifest; return (run folder,
     resolved rows, manifest). ``retry_errors`` (with ``resume``) re-runs every cell whose row is an error row."""
     console = console or SweepConsole()
+    spec = EngineSpec(kind=opts.engine)
+    requested = opts.sglang_version
     if resume is not None:
         read_manifest(resume)  # a run folder at all? (nothing is created or locked otherwise)
         lock = RunLock(resume)
@@ -551,6 +571,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             saved = read_options(resume)
             # Services of the killed run are gone; use the URLs given now (or start fresh ones).
             opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+            _check_resume_version(opts, spec.python)
             run_dir = resume
             prepare_resume(run_dir)
         except BaseException:
@@ -562,10 +583,13 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         manifest["launches_before"] = manifest.get("launches", 0)
     else:
         check_options(opts)  # a usage error must not leave a failed run folder behind
+        version = resolve_version(opts.sglang_version, opts.engine, spec.python)  # before anything is written
+        opts = opts.model_copy(update={"sglang_version": version})
         run_dir = out or Path("results") / new_run_id()
         lock = RunLock(run_dir)
         prepare_run_dir(run_dir, force=force, lock=lock)
         manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
+        manifest["sglang_version_requested"] = requested
     try:
         manifest["writer"] = lock.info
         return _run_locked(opts, run_dir, manifest, resume is not None, retry_errors, argv, console)
@@ -579,17 +603,19 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
     from harness.world import open_world
 
     check_options(opts)
+    manifest["sglang_version"] = opts.sglang_version
+    manifest["attention_backend"] = opts.attention_backend
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resumed,
                                "retry_errors": retry_errors, "writer": manifest["writer"]}
     manifest.setdefault("sessions", []).append(session)
     write_manifest(run_dir, manifest)
     spec_update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults),
-                                   "extra_args": tuple(opts.engine_args)}
+                                   "extra_args": tuple(opts.engine_args), "attention_backend": opts.attention_backend}
     if opts.model_path:
         spec_update["model_path"] = opts.model_path
     if opts.draft_model_path:
         spec_update["draft_model_path"] = opts.draft_model_path
-    spec = EngineSpec(kind=opts.engine).model_copy(update=spec_update)
+    spec = spec.model_copy(update=spec_update)
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = mono_ns()
     try:

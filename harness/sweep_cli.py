@@ -95,7 +95,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this folder (cells without a row, including cells a lost service cut)"),
         retry_errors: bool = typer.Option(False, "--retry-errors", help="with --resume: also re-run every cell whose row is an error row"),
         force: bool = typer.Option(False, "--force", help="overwrite the run in --out"),
-        sglang_version: str = typer.Option("0.5.2", "--sglang-version", help="0.5.2 or 0.5.23 (flags and endpoints)"),
+        sglang_version: str = typer.Option("auto", "--sglang-version", help="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 to 0.5.23 (the twin: 0.5.2 or 0.5.23)"),
+        attention_backend: str = typer.Option("flashinfer", "--attention-backend", help="pinned for every config (auto: sglang picks per config, which mixes kernels on Hopper/Blackwell)"),
         mem_fractions: str = typer.Option("0.65,0.55", "--mem-fractions", help="the retry ladder of --mem-fraction-static"),
         launch_timeout: float = typer.Option(900.0, "--launch-timeout", help="seconds for a server to become healthy"),
         quick: bool = typer.Option(False, "--quick", help="small preset: 3 configs x bs 1,16, 256 tokens, time scale 20"),
@@ -119,8 +120,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UsageError(f"unknown --engine {engine!r}", fix="use --engine twin or --engine sglang")
         if launch_per not in ("cell", "config"):
             raise UsageError(f"unknown --launch-per {launch_per!r}", fix="use --launch-per cell or --launch-per config")
-        if sglang_version not in ("0.5.2", "0.5.23"):
-            raise UsageError(f"unsupported --sglang-version {sglang_version!r}", fix="use 0.5.2 or 0.5.23")
+        if sglang_version != "auto":
+            from harness.engine.version import check_supported
+
+            check_supported(sglang_version, engine=engine)
         if retry_errors and resume is None:
             raise UsageError("--retry-errors only applies to --resume", fix="harness sweep --resume RUN_DIR --retry-errors")
         if resume is not None and (out is not None or force):
@@ -146,7 +149,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             load_prompts(prompts)
         try:
             opts = SweepOptions(
-                engine=engine, sglang_version=sglang_version, launch_per=launch_per, mem_fractions=parse_fractions(mem_fractions),
+                engine=engine, sglang_version=sglang_version, launch_per=launch_per,
+                attention_backend=None if attention_backend == "auto" else attention_backend, mem_fractions=parse_fractions(mem_fractions),
                 prompts_file=str(prompts) if prompts else None, request_timeout_s=request_timeout,
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
@@ -176,7 +180,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         time_scale: Optional[float] = typer.Option(None, "--time-scale", help="twin speed-up (default 20)"),
         sampler_url: Optional[str] = typer.Option(None, "--sampler-url"),
         twin_gpu: Optional[str] = typer.Option(None, "--twin-gpu"),
-        sglang_version: str = typer.Option("0.5.2", "--sglang-version"),
+        sglang_version: str = typer.Option("auto", "--sglang-version", help="auto or a supported version (see harness sweep --help)"),
         seed: int = typer.Option(0, "--seed"),
         plain: bool = typer.Option(False, "--plain", help="plain progress lines even on a terminal"),
     ) -> None:
@@ -242,7 +246,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         t.add_row("run", escape(f"{manifest['run_id']} ({state})"))
         if manifest.get("error"):
             t.add_row("error", escape(str(manifest["error"])))
-        t.add_row("engine", f"{opts.engine} sglang {opts.sglang_version}, launch per {opts.launch_per}")
+        t.add_row("engine", f"{opts.engine} sglang {opts.sglang_version}, attention {opts.attention_backend or 'auto'}, "
+                            f"launch per {opts.launch_per}")
         t.add_row("hardware", escape(str(manifest.get("hardware"))))
         t.add_row("cells", f"{len(cells) - len(pending)} / {len(cells)} done")
         t.add_row("error rows", str(sum(1 for r in rows if r.is_error)))

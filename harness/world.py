@@ -200,7 +200,12 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
     if engine not in ("twin", "sglang"):
         raise UsageError(f"unknown engine {engine!r}", fix="use --engine twin or --engine sglang")
     run_dir = Path(run_dir)
-    spec = (spec or EngineSpec(kind=engine)).model_copy(update={"kind": engine})
+    if spec is None:  # no caller's choice: the sglang installed for the server's interpreter (auto), as the sweep
+        from harness.engine.version import resolve_version
+
+        base = EngineSpec(kind=engine)
+        spec = base.model_copy(update={"sglang_version": resolve_version("auto", engine, base.python)})
+    spec = spec.model_copy(update={"kind": engine})
     children: list[tuple[str, Any]] = []
     telemetry = None
     try:

@@ -100,7 +100,8 @@ class PilotOptions(BaseModel):
     server_batch_size: int = Field(default=PUBLISHED_SERVER_BATCH_SIZE, ge=1)
     mem_fraction: float = Field(default=PUBLISHED_PILOT_MEM_FRACTION, gt=0, lt=1)
     seed: int = 0
-    sglang_version: str = "0.5.2"
+    sglang_version: str = "auto"
+    """``auto`` (the sglang installed where the server runs; the twin: 0.5.2) or a supported version."""
     model_path: str = "unsloth/Llama-3.2-1B-Instruct"
     draft_model_path: str = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
     request_timeout: float = Field(default=1800.0, gt=0)
@@ -161,7 +162,8 @@ def _common_flags(suite_required: bool) -> list[_Flag]:
                                                   help="--mem-fraction-static of the server (published pilot 0.55).")),
         _Flag("seed", int, typer.Option(0, "--seed", help="Twin seed.")),
         _Flag("sglang_version", str, typer.Option(d["sglang_version"].default, "--sglang-version",
-                                                  help="sglang version whose flags/endpoints to use (0.5.2|0.5.23).")),
+                                                  help="auto (detected where the server runs) or a version "
+                                                       "from 0.5.2 to 0.5.23 (the twin: 0.5.2|0.5.23).")),
         _Flag("model_path", str, typer.Option(d["model_path"].default, "--model-path", help="Target model.")),
         _Flag("draft_model_path", str, typer.Option(d["draft_model_path"].default, "--draft-model-path",
                                                     help="EAGLE3 draft head.")),
@@ -616,7 +618,8 @@ def server_stats(server: Any) -> dict[str, Any]:
     except Exception as exc:
         return {"avg_spec_accept_length": None, "server_info_error": f"{type(exc).__name__}: {exc}"}
     d = as_dict(info) or {}
-    return {"avg_spec_accept_length": _finite(d.get("avg_spec_accept_length")), "server_info": d}
+    return {"avg_spec_accept_length": _finite(d.get("avg_spec_accept_length")), "server_info": d,
+            "attention_backend": info.attention_backend}
 
 
 def warm_up(server: Any) -> dict[str, Any]:
@@ -663,7 +666,12 @@ class PilotRunner:
 
     def run(self, per_config: PerConfigFn, *, finalize: Callable[[PilotResult], None] | None = None) -> PilotResult:
         """Open the world, run every config, write the outputs; ``finalize`` may add evaluations before reports."""
-        o = self.options
+        from harness.engine.argv import EngineSpec  # noqa: PLC0415
+        from harness.engine.version import resolve_version  # noqa: PLC0415
+
+        requested = self.options.sglang_version
+        version = resolve_version(requested, self.options.engine, EngineSpec(kind=self.options.engine).python)
+        self.options = o = self.options.model_copy(update={"sglang_version": version})  # before anything is written
         rd = self.run_dir
         rd.mkdir(parents=True, exist_ok=True)
         started = wall_ns()
@@ -674,6 +682,8 @@ class PilotRunner:
             "status": "running",
             "started_at": to_iso(started),
             "options": o.model_dump(mode="json"),
+            "sglang_version": version,
+            "sglang_version_requested": requested,
             "configs": {n: c.as_list() for n, c in self.configs.items()},
             "server_batch_size": o.server_batch_size,
             "effective_concurrency": 1,
@@ -716,6 +726,7 @@ class PilotRunner:
                     launch_s=_finite(oc.summary.get("launch_s")), sglang_version=o.sglang_version,
                     time_scale=o.time_scale, power_limit_w=_finite(manifest.get("power_limit_w")),
                     engine={"kind": o.engine, "version": o.sglang_version},
+                    attention_backend=oc.summary.get("attention_backend"),
                 ))
         result = PilotResult(rd, outcomes, rows, manifest)
         if finalize is not None:
@@ -768,6 +779,7 @@ class PilotRunner:
         summary["wall_clock_s"] = (mono_ns() - t0) / 1e9
         summary["avg_spec_accept_length"] = stats.get("avg_spec_accept_length")
         summary["server_info"] = stats.get("server_info")
+        summary["attention_backend"] = stats.get("attention_backend")
         server_avg = stats.get("avg_spec_accept_length")
         for t in outcome.trials:
             if t.accept_length is None:

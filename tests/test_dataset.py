@@ -322,11 +322,13 @@ def test_export_native_and_refusals(tmp_path: Path, grid228, capsys) -> None:
 
     with RowStore(tmp_path / "run") as store:
         for r in grid228[:19]:
-            store.append(r)
+            store.append(r.model_copy(update={"attention_backend": "flashinfer"}))
     out = tmp_path / "pq"
     assert main(["dataset", "export", str(tmp_path / "run"), "--format", "parquet", "--native", "--out", str(out)]) == 0
     table = pq.read_table(next(out.glob("*.parquet")))
     assert table.num_rows == 19 and "cell_id" in table.column_names and "window_reasons" in table.column_names
+    assert str(table.schema.field("attention_backend").type) == "string"
+    assert set(table.column("attention_backend").to_pylist()) == {"flashinfer"}
     before = sorted(p.name for p in out.iterdir())
     assert main(["dataset", "export", str(tmp_path / "run"), "--format", "parquet", "--out", str(out)]) == 6
     assert "not empty" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == before

@@ -35,17 +35,31 @@ def test_sglang_052_speculative_flags():
     assert "--twin-gpu" not in argv
 
 
-def test_sglang_0523_renamed_cuda_graph_flag_and_topk1_has_no_backend():
+def test_sglang_0523_renamed_cuda_graph_flag_and_topk1_pins_the_same_backend():
     argv = build_argv(EngineSpec(kind="sglang", sglang_version="0.5.23"), SpecConfig(3, 1, 4), 4, 0.55, 30002)
     assert flag(argv, "--cuda-graph-max-bs-decode") == "4" and "--cuda-graph-max-bs" not in argv
-    assert "--attention-backend" not in argv  # topk == 1
+    assert flag(argv, "--attention-backend") == "flashinfer"  # topk == 1 too: sglang would pick fa3 on Hopper
     assert cuda_graph_flag("0.5.18") == "--cuda-graph-max-bs" and cuda_graph_flag("0.5.20") == "--cuda-graph-max-bs-decode"
+    assert cuda_graph_flag("0.5.20.post1") == "--cuda-graph-max-bs-decode"
 
 
-def test_baseline_has_no_spec_flags():
+def test_baseline_has_no_spec_flags_but_the_pinned_backend():
     argv = build_argv(EngineSpec(kind="sglang"), SpecConfig(0, 0, 0), 1, 0.65, 30003)
     assert not [a for a in argv if a.startswith("--speculative")]
-    assert "--attention-backend" not in argv
+    assert flag(argv, "--attention-backend") == "flashinfer"
+
+
+def test_backend_override_and_unpinned():
+    spec = EngineSpec(kind="sglang", attention_backend="triton")
+    assert {flag(build_argv(spec, c, 4, 0.65, 1), "--attention-backend") for c in (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8))} == {"triton"}
+    assert "--attention-backend" not in build_argv(EngineSpec(kind="sglang", attention_backend=None), SpecConfig(3, 4, 8), 4, 0.65, 1)
+
+
+def test_spec_rejects_versions_outside_the_supported_range():
+    assert EngineSpec(sglang_version="0.5.14").sglang_version == "0.5.14"
+    for bad in ("0.4.9", "0.5.24", "0.6.0", "auto", "latest"):
+        with pytest.raises(UsageError, match=r"supported range 0\.5\.2 to 0\.5\.23"):
+            EngineSpec(sglang_version=bad)
 
 
 def test_twin_argv_same_flags_plus_twin_options():

@@ -43,6 +43,7 @@ def test_client_speaks_both_versions(world, tmp_path, version):
         assert models and "twin" in " ".join(models).lower() + str(c.server_info().raw).lower()
         info = c.server_info()
         assert info.raw  # the version's path answered (/get_server_info on 0.5.2, /server_info on 0.5.23)
+        assert info.version == version and info.attention_backend == "flashinfer"  # pinned by the harness
         c.flush_cache()
         chat = c.chat([{"role": "user", "content": "hi"}], max_tokens=8)
         assert chat["usage"]["completion_tokens"] == 8
@@ -53,6 +54,7 @@ def test_run_cell_measures_from_counters_and_window(world, tmp_path):
     with launcher(world, tmp_path).launch(SpecConfig(3, 4, 8), 4, 0.65) as server:
         r = run_cell(server, 4, BenchSettings(output_tokens=200), world.telemetry, world.clock)
     assert r.n_requests == 16 and r.total_output_tokens == 16 * 200
+    assert r.attention_backend == "flashinfer" and r.server_version == "0.5.2"
     assert r.speed_source == "step_time" and r.step_time_samples > 0 and r.step_time_s > 0
     assert r.accept_length_source == "server_info" and 1.5 < r.accept_length < 4
     assert r.req_accept_length_mean == pytest.approx(r.accept_length, rel=0.25)

@@ -54,6 +54,7 @@ def test_every_output_is_written(run_dir: tuple[Path, subprocess.CompletedProces
     assert manifest["status"] == "completed" and manifest["suite"] == "swebench"
     assert manifest["configs"] == {n: c.as_list() for n, c in CONFIGS.items()}
     assert manifest["server_batch_size"] == 16 and manifest["effective_concurrency"] == 1
+    assert (manifest["sglang_version"], manifest["sglang_version_requested"]) == ("0.5.2", "auto")
     assert manifest["world"]["engine"] == "twin" and manifest["hardware"].startswith("twin:")
     assert [i["instance_id"] for i in manifest["suite_meta"]["instances"]] == IDS
     for rel in ("telemetry/config_summaries.jsonl", "reports/merged.jsonl", "reports/summary.json", "dataset_rows.jsonl",
@@ -134,6 +135,7 @@ def test_rows_have_pilot_semantics_and_merge_after_the_grid(run_dir: tuple[Path,
         assert r.is_baseline is False and r.batch_size == 1 and r.repeat is None and r.step_time_s is None
         assert r.error.startswith("agentic_pilot_trace: ") and r.speed_source == "swebench_pilot"
         assert r.pilot_server_batch_size == 16 and r.window_valid is True
+        assert r.sglang_version == "0.5.2" and r.attention_backend == "flashinfer"  # auto on the twin; the pinned kernel
         assert r.gpu_temp_c_before is not None and r.gpu_temp_c is not None and r.gpu_mem_used_mb is not None
         assert r.energy_joules and r.energy_joules > 0 and r.speed_tok_s and r.speed_tok_s > 0
     grid = tmp_path / "grid.jsonl"  # a one-row grid: a measured baseline at batch 1

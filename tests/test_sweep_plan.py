@@ -62,6 +62,9 @@ def test_settle_and_grid_parsing():
         (["--engine", "vllm"], 2, "unknown --engine"),
         (["--mem-fractions", "1.5"], 2, "--mem-fractions"),
         (["--settle", "warm"], 2, "--settle"),
+        (["--engine", "sglang", "--sglang-version", "0.6.0"], 2, "outside the supported range 0.5.2 to 0.5.23"),
+        (["--engine", "twin", "--sglang-version", "0.5.14"], 2, "the twin engine emulates sglang 0.5.2 and 0.5.23"),
+        (["--engine", "sglang", "--configs", "0:0:0", "--batch-sizes", "1"], 2, "sglang is not installed for"),
         (["--engine", "twin", "--twin-gpu", "http://127.0.0.1:9", "--configs", "0:0:0", "--batch-sizes", "1"], 4, "unreachable"),
     ],
 )
@@ -70,6 +73,13 @@ def test_bad_input_is_a_clear_error(tmp_path, args, code, needle):
     assert r.returncode == code, r.stdout + r.stderr
     assert needle in r.stdout + r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_auto_version_without_sglang_writes_nothing(tmp_path):
+    """The harness's own venv has no sglang: auto-detection fails before a run folder exists."""
+    r = harness("sweep", "--engine", "sglang", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "--sglang-version X (supported 0.5.2 to 0.5.23)" in r.stdout + r.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_existing_run_is_never_overwritten_and_unwritable_out_is_refused(tmp_path):

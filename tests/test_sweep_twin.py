@@ -51,12 +51,17 @@ def test_sweep_ladder_error_row_and_recovered_row(tmp_path):
             # bs 16 at time scale 50 with short outputs may see too few full-batch step samples: wall-clock fallback
             assert row["speed_source"] == "step_time" or (row["batch_size"] == 16 and row["speed_source"] == "wall_clock")
             assert row["pre_gpu_temp_c"] is not None and row["gpu_temp_c"] is not None
+            # one pinned kernel for every config, as the server resolved it; the version auto resolved to
+            assert row["attention_backend"] == "flashinfer" and row["sglang_version"] == "0.5.2"
+            assert row["engine"]["version"] == "0.5.2" and row["extras"]["server_version"] == "0.5.2"
     assert [r["index"] for r in read_lines(run / "dataset.jsonl")] == list(range(3))
     assert all(list(rec) == list(PUBLISHED_KEYS) for rec in read_lines(run / "dataset.jsonl"))
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["launches"] == 5  # 3 cells + 2 retries
     assert manifest["git"]["commit"] and manifest["world"]["gpu"]["uuid"].startswith("GPU-twin")
     assert manifest["power_limit_w"] == 80.0 and manifest["argv"][:2] == ["harness", "sweep"]
+    assert (manifest["sglang_version"], manifest["sglang_version_requested"]) == ("0.5.2", "auto")
+    assert manifest["attention_backend"] == "flashinfer" and manifest["options"]["sglang_version"] == "0.5.2"
     assert (run / "logs" / "r0-bs16-s5k4d16.mf0.55.log").exists()
     assert "sweep summary" in r.stdout and "1 recovered" in r.stdout
     v = run_harness("dataset", "validate", str(run), "--subset")

@@ -223,6 +223,22 @@ def test_flags_per_version(gpu):
     assert r.returncode == 1 and "out of range" in r.stdout
 
 
+def test_parser_and_backend_like_real_sglang(gpu):
+    # 0.5.2's --speculative-algorithm is a case-sensitive choice (the twin used to upper-case it)
+    lower = [a if a != "EAGLE3" else "eagle3" for a in cell(1) + spec(3, 4, 8)]
+    r = run_launch(gpu.url, lower + FAST)
+    assert r.returncode == 2 and "invalid choice: 'eagle3'" in r.stderr
+    # the TensorRT-LLM backends are Blackwell-only; the default profile is an Ada GPU
+    r = run_launch(gpu.url, cell(1) + spec(3, 1, 4) + ["--attention-backend", "trtllm_mha"] + FAST)
+    assert r.returncode == 1 and "only supported on Blackwell" in r.stdout
+    # unpinned on Ada: flashinfer; 0.5.2 echoes the (absent) flag at the top level, the scheduler state has the kernel
+    with twin_engine(gpu.url, cell(1) + spec(3, 1, 4) + FAST) as e:
+        info = httpx.get(e.url + "/get_server_info").json()
+        assert info["attention_backend"] is None and info["internal_states"][0]["attention_backend"] == "flashinfer"
+    with twin_engine(gpu.url, cell(1, version="0.5.23") + ["--attention-backend", "triton"] + FAST) as e:
+        assert httpx.get(e.url + "/server_info").json()["attention_backend"] == "triton"
+
+
 def test_topk1_rewrite(gpu):
     with twin_engine(gpu.url, cell(1) + spec(3, 1, 2) + FAST) as e:
         info = httpx.get(e.url + "/get_server_info").json()

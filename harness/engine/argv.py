@@ -9,12 +9,17 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from harness.engine.version import TWIN_VERSIONS, check_supported, version_tuple
 from harness.errors import UsageError
 from harness.grid import SpecConfig
 
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
+SUPPORTED_VERSIONS: tuple[str, ...] = TWIN_VERSIONS
+"""The versions checked end to end (conformance test against the real wheels, twin emulation)."""
+DEFAULT_ATTENTION_BACKEND = "flashinfer"
+"""Pinned for every config: unpinned, sglang picks fa3 on Hopper (trtllm_mha on Blackwell) for the baseline and
+topk == 1 but flashinfer for topk > 1, so one sweep would compare kernels, not speculation."""
 DEFAULT_MODEL = "unsloth/Llama-3.2-1B-Instruct"
 DEFAULT_DRAFT = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
 ENGINE_ENV: dict[str, str] = {"SGLANG_RECORD_STEP_TIME": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
@@ -29,7 +34,10 @@ class EngineSpec(BaseModel):
     kind: Literal["sglang", "twin"] = "twin"
     model_path: str = DEFAULT_MODEL
     draft_model_path: str = DEFAULT_DRAFT
-    sglang_version: Literal["0.5.2", "0.5.23"] = "0.5.2"
+    sglang_version: str = "0.5.2"
+    """A concrete version in the supported range (``auto`` is resolved before: ``harness.engine.version``)."""
+    attention_backend: str | None = DEFAULT_ATTENTION_BACKEND
+    """``--attention-backend`` of every launch; None lets sglang choose per config (mixes kernels on Hopper)."""
     dtype: str = "float16"
     host: str = "127.0.0.1"
     twin_gpu_url: str | None = None
@@ -41,11 +49,15 @@ class EngineSpec(BaseModel):
     """Test hooks for the twin: ``NAME`` (every launch) or ``NAME@BS`` or ``NAME@BS/s:k:d`` (one cell)."""
     extra_args: tuple[str, ...] = ()
 
+    @field_validator("sglang_version")
+    @classmethod
+    def _supported(cls, v: str) -> str:
+        return check_supported(v)
+
 
 def cuda_graph_flag(version: str) -> str:
     """``--cuda-graph-max-bs`` up to 0.5.18 (an alias from 0.5.14), only ``--cuda-graph-max-bs-decode`` from 0.5.20."""
-    parts = tuple(int(p) for p in version.split(".")[:3])
-    return "--cuda-graph-max-bs-decode" if parts >= (0, 5, 20) else "--cuda-graph-max-bs"
+    return "--cuda-graph-max-bs-decode" if version_tuple(version) >= (0, 5, 20) else "--cuda-graph-max-bs"
 
 
 FAULT_FIX = "--twin-fault NAME, NAME@BS or NAME@BS/s:k:d (BS an integer or *), NAME one of: " + ", ".join(TWIN_FAULTS)
@@ -105,6 +117,8 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
         "--max-running-requests", str(batch_size),
         "--log-level", spec.log_level,
     ]
+    if spec.attention_backend:
+        flags += ["--attention-backend", spec.attention_backend]
     if not config.is_baseline:
         flags += [
             "--speculative-algorithm", "EAGLE3",
@@ -113,8 +127,6 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
             "--speculative-eagle-topk", str(config.topk),
             "--speculative-num-draft-tokens", str(config.draft_tokens),
         ]
-        if config.topk > 1:
-            flags += ["--attention-backend", "flashinfer"]
     if spec.enable_metrics:
         flags.append("--enable-metrics")
     flags += list(spec.extra_args)

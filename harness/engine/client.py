@@ -19,6 +19,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel
 
+from harness.engine.version import version_tuple
 from harness.errors import HarnessError
 
 ErrorKind = Literal["timeout", "http", "connection", "protocol"]
@@ -65,11 +66,10 @@ class ServerInfo(BaseModel):
     avg_spec_accept_length: float | None = None
     step_time_dict: dict[str, list[float]] = {}
     version: str | None = None
+    attention_backend: str | None = None
+    """The backend the server resolved: 0.5.2 reports it in ``internal_states[0]`` (the scheduler's copy, set when
+    the model runner picks a default; the top level echoes the launch flag), newer versions at the top level."""
     raw: dict[str, Any] = {}
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
 def server_info_path(version: str) -> str:
@@ -120,10 +120,12 @@ def parse_server_info(body: dict[str, Any]) -> ServerInfo:
     state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
     accept = state.get("avg_spec_accept_length", body.get("avg_spec_accept_length"))
     steps = state.get("step_time_dict", body.get("step_time_dict")) or {}
+    backend = state.get("attention_backend") or body.get("attention_backend")
     return ServerInfo(
         avg_spec_accept_length=float(accept) if accept is not None else None,
         step_time_dict={str(k): [float(x) for x in v] for k, v in steps.items()},
         version=body.get("version"),
+        attention_backend=str(backend) if backend else None,
         raw=body,
     )
 

@@ -391,14 +391,15 @@ class TwinEngine:
 
     def server_args(self) -> dict:
         a = self.args
-        d = {k: v for k, v in vars(a).items() if not k.startswith("twin") and k != "emulate_version"}
+        d = {k: v for k, v in vars(a).items()
+             if not k.startswith("twin") and k not in ("emulate_version", "resolved_attention_backend")}
         d.update({
             "speculative_num_steps": None if self.cfg.is_baseline else self.cfg.steps,
             "speculative_eagle_topk": None if self.cfg.is_baseline else self.cfg.topk,
             "speculative_num_draft_tokens": None if self.cfg.is_baseline else self.cfg.draft_tokens,
             "max_running_requests": self.max_running,
             "mem_fraction_static": self.memory.get("mem_fraction"),
-            "attention_backend": a.attention_backend or ("flashinfer" if self.cfg.topk > 1 else "fa3"),
+            "attention_backend": a.resolved_attention_backend,
             "served_model_name": self.model_id,
         })
         return d
@@ -434,6 +435,8 @@ class TwinEngine:
             "twin_seed": self.seed,
             "twin_launch_s": round(self.launch_s, 3),
         }
+        if self.version == "0.5.2":  # the top level echoes the launch flag; the scheduler's state has the resolved one
+            info["attention_backend"] = self.args.attention_backend
         if self.version == "0.5.23":
             info["launch_command"] = "harness twin engine " + " ".join(sys.argv[1:])
             info["startup_time"] = round(self.launch_s, 3)
@@ -808,6 +811,16 @@ def main(argv: list[str]) -> int:
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
         return 1
+    cc = tuple(profile.device.compute_capability)
+    if version == "0.5.2":  # 0.5.2 validates the TensorRT-LLM backends against the GPU in ServerArgs.__post_init__
+        try:
+            ea.check_backend_hardware(args.attention_backend, cc)
+        except ea.SpecRejected as exc:
+            log(f"ValueError: {exc}", "ERROR")
+            return 1
+    args.resolved_attention_backend = ea.resolved_attention_backend(args.attention_backend, cfg, cc, version)
+    log(f"Attention backend {'pinned' if args.attention_backend else 'not explicitly specified. Use'} "
+        f"{args.resolved_attention_backend}{'' if args.attention_backend else ' backend by default'}.")
 
     graph_bs = ea.cuda_graph_max_bs(args) or min(args.max_running_requests or 16, 16)
     mem_fraction = args.mem_fraction_static if args.mem_fraction_static is not None else 0.65

@@ -15,8 +15,17 @@ from harness.grid import SpecConfig
 
 VERSIONS = ("0.5.2", "0.5.23")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-ATTENTION_BACKENDS = ("triton", "torch_native", "fa3", "flashinfer", "flashmla", "trtllm_mha", "trtllm_mla", "cutlass_mla", "aiter", "wave", "ascend")
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+ATTENTION_BACKENDS: dict[str, tuple[str, ...]] = {
+    # sglang's own choices (checked against the wheels by tests/test_sglang_conformance.py)
+    "0.5.2": ("aiter", "ascend", "cutlass_mla", "dual_chunk_flash_attn", "fa3", "flashinfer", "flashmla",
+              "hybrid_linear_attn", "intel_amx", "torch_native", "triton", "trtllm_mha", "trtllm_mla", "wave"),
+    "0.5.23": ("aiter", "ascend", "compressed", "cutedsl_mla", "dsa", "dsv4", "fa3", "fa4", "flashinfer", "flashmla",
+               "flex_attention", "hpc_ops", "intel_amx", "intel_xpu", "llada2_cfg_flashinfer", "minicpm_flashattn",
+               "minicpm_flashinfer", "nsa", "qsa", "tokenspeed_mla", "torch_native", "triton", "trtllm_mha",
+               "trtllm_mla", "wave"),
+}
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+"""0.5.2's argparse choices, case-sensitive; 0.5.23 has no choices at parse time (any string; checked later)."""
 FAULTS = ("oom", "crash", "runaway", "slow-health", "http500")
 
 
@@ -39,7 +48,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--dtype", default="auto", choices=DTYPES)
     a("--mem-fraction-static", type=float, default=None)
     a("--max-running-requests", type=int, default=None)
-    a("--attention-backend", default=None, choices=ATTENTION_BACKENDS)
+    a("--attention-backend", default=None, choices=ATTENTION_BACKENDS[version])
     a("--log-level", default="info")
     a("--log-level-http", default=None)
     a("--enable-metrics", action="store_true")
@@ -53,11 +62,14 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--disable-cuda-graph", action="store_true")
     a("--decode-log-interval", type=int, default=40)
     a("--trust-remote-code", action="store_true")
-    a("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     a("--random-seed", type=int, default=None)
     a("--chunked-prefill-size", type=int, default=None)
     a("--quantization", default=None)
-    a("--speculative-algorithm", default=None, type=str.upper)
+    if version == "0.5.2":
+        a("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
+    else:  # a plain string at parse time; the twin then applies the upper-casing and rules of resolve_spec
+        a("--speculative-algorithm", default=None, type=str.upper)
     a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
     a("--speculative-num-steps", type=int, default=None)
     a("--speculative-eagle-topk", type=int, default=None)
@@ -117,6 +129,30 @@ def resolve_spec(args: argparse.Namespace) -> SpecChoice:
     if topk > 1 and args.attention_backend == "trtllm_mha":
         raise SpecRejected("trtllm_mha backend only supports topk = 1 for speculative decoding")
     return SpecChoice(SpecConfig(steps, topk, draft), warnings)
+
+
+def resolved_attention_backend(pinned: str | None, cfg: SpecConfig, compute_capability: tuple[int, int],
+                               version: str) -> str:
+    """The backend real sglang runs for a Llama (MHA) model: the pinned one, else its default for the GPU.
+
+    Hopper (sm90, CUDA >= 12.3): fa3 without speculation or with topk == 1, else flashinfer. Blackwell (sm100):
+    trtllm_mha under the same condition in 0.5.23 (0.5.2: flashinfer). Everything else: flashinfer.
+    """
+    if pinned:
+        return pinned
+    single = cfg.is_baseline or cfg.topk <= 1
+    if compute_capability[0] == 9 and single:
+        return "fa3"
+    if compute_capability[0] == 10 and single and version != "0.5.2":
+        return "trtllm_mha"
+    return "flashinfer"
+
+
+def check_backend_hardware(backend: str | None, compute_capability: tuple[int, int]) -> None:
+    """sglang 0.5.2 rejects the TensorRT-LLM backends off Blackwell (sm100) at argument validation."""
+    if backend in ("trtllm_mha", "trtllm_mla") and compute_capability[0] != 10:
+        name = "MHA" if backend == "trtllm_mha" else "MLA"
+        raise SpecRejected(f"TRTLLM {name} backend is only supported on Blackwell GPUs (SM100). Please use a different backend.")
 
 
 def oversized_tree(cfg: SpecConfig) -> bool:

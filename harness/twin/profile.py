@@ -27,6 +27,8 @@ class DeviceParams(_Strict):
 
     name: str = "NVIDIA GeForce RTX 4060 Laptop GPU (twin)"
     driver_version: str = "twin-1.0"
+    compute_capability: tuple[int, int] = Field((8, 9), description="CUDA compute capability (sm89 = Ada): decides "
+                                                "sglang's default attention backend and which backends it accepts")
     power_limit_w: float = 80.0
     power_management_limit_w: float = 80.0
     cap_overshoot_frac: float = Field(0.005, description="steady overshoot of the power-cap controller above the limit")

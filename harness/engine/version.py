@@ -1,0 +1,76 @@
+"""Which sglang the servers run: ``auto`` detection in the server's own interpreter, and the supported range.
+
+The harness knows the flags and endpoints of sglang 0.5.2 through 0.5.23 (checked against the real wheels by
+``tests/test_sglang_conformance.py``); inside that range ``harness.engine.argv`` and ``harness.engine.client`` pick the
+flag set and endpoint names by version. ``auto`` asks the interpreter that will run ``python -m sglang.launch_server``
+(``EngineSpec.python``: in the container the image's own Python), so the answer is the sglang the server really
+imports, not whatever the harness's environment has. The twin engine emulates 0.5.2 (default) and 0.5.23.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from harness.errors import UsageError
+
+SUPPORTED_RANGE: tuple[str, str] = ("0.5.2", "0.5.23")
+TWIN_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
+TWIN_DEFAULT_VERSION = "0.5.2"
+AUTO = "auto"
+_DETECT_CODE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.5.23"`` -> ``(0, 5, 23)``; suffixes such as ``.post1`` or ``rc1`` are ignored."""
+    parts: list[int] = []
+    for piece in version.strip().lstrip("v").split(".")[:3]:
+        match = re.match(r"\d+", piece)
+        if match is None:
+            break
+        parts.append(int(match.group()))
+    return tuple(parts)
+
+
+def supported_text() -> str:
+    return f"{SUPPORTED_RANGE[0]} to {SUPPORTED_RANGE[1]}"
+
+
+def check_supported(version: str, *, engine: str = "sglang") -> str:
+    """The version itself when the harness supports it for ``engine``; a ``UsageError`` naming the range otherwise."""
+    if engine == "twin":
+        if version not in TWIN_VERSIONS:
+            raise UsageError(f"the twin engine emulates sglang {' and '.join(TWIN_VERSIONS)}, not {version!r}",
+                             fix=f"pass --sglang-version {TWIN_DEFAULT_VERSION}, {TWIN_VERSIONS[-1]} or auto")
+        return version
+    vt = version_tuple(version)
+    if len(vt) < 3 or not version_tuple(SUPPORTED_RANGE[0]) <= vt <= version_tuple(SUPPORTED_RANGE[1]):
+        raise UsageError(f"sglang {version} is outside the supported range {supported_text()}",
+                         fix=f"install an sglang from {supported_text()} (e.g. SGLANG_TAG=v0.5.2-cu126 or "
+                             "v0.5.23-cu129 with docker compose), or extend harness/engine/argv.py for it")
+    return version
+
+
+def detect_installed(python: str, timeout_s: float = 120.0) -> str:
+    """The sglang version installed for interpreter ``python`` (``importlib.metadata`` run in that interpreter)."""
+    try:
+        done = subprocess.run([python, "-c", _DETECT_CODE], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise UsageError(f"cannot detect the sglang version: no interpreter {python!r}",
+                         fix="pass --sglang-version X (supported " + supported_text() + ")") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"cannot detect the sglang version: {python} did not answer within {timeout_s:g} s",
+                         fix="pass --sglang-version X (supported " + supported_text() + ")") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"sglang is not installed for {python} ({last})",
+                         fix="run the sweep in sglang's environment (the gpu image, or `pip install sglang`), "
+                             "or pass --sglang-version X (supported " + supported_text() + ")")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def resolve_version(requested: str, engine: str, python: str) -> str:
+    """``auto`` -> the installed sglang (``engine="sglang"``) or the twin's default emulation; then range-checked."""
+    if requested == AUTO:
+        requested = TWIN_DEFAULT_VERSION if engine == "twin" else detect_installed(python)
+    return check_supported(requested, engine=engine)
