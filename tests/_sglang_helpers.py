@@ -1,7 +1,8 @@
 """Real sglang wheels in cached venvs (no CUDA): build once per version, then parse argv with sglang's own parser.
 
-Each venv lives in ``<repo>/.sglang-conformance/<version>/`` (gitignored) and is reused while its requirements file
-is unchanged; a fresh clone builds it once with pip from PyPI (torch is the CPU 2.13.0 build, a local file here).
+Each venv lives in ``~/.cache/eagle-energy-harness/sglang-conformance/<version>/`` (outside the checkout, so every clone
+on a machine, CI's fresh one included, shares it) and is reused while its requirements file is unchanged; a fresh
+machine builds it once with pip from PyPI (torch is the CPU 2.13.0 build, a local file here).
 ``tests/sglang_conformance/probe.py`` runs inside the venv and is where every stub is named and explained.
 """
 
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("SGLANG_CONFORMANCE_CACHE") or REPO / ".sglang-conformance")
+CACHE = Path(os.environ.get("SGLANG_CONFORMANCE_CACHE")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle-energy-harness" / "sglang-conformance")
 """Where the venvs live; ``SGLANG_CONFORMANCE_CACHE`` moves them (e.g. to share one cache between checkouts)."""
 HERE = Path(__file__).resolve().parent / "sglang_conformance"
 PROBE = HERE / "probe.py"
@@ -45,7 +47,7 @@ def conformance_python(version: str) -> Path:
     key = hashlib.sha256(reqs.read_bytes() + version.encode()).hexdigest()[:16]
     venv = CACHE / version
     ready = venv / ".ready"
-    CACHE.mkdir(exist_ok=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions on one machine build it once
         if ready.exists() and ready.read_text().strip() == key:
