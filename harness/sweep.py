@@ -486,6 +486,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             manifest["world"] = world.identity()
             manifest["hardware"] = world.hardware
             manifest["power_limit_w"] = world.power_limit_w
+            manifest["memory_total_mb"] = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
             manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             power_cap = open_power_cap(opts, world, manifest, lambda: write_manifest(run_dir, manifest))
             runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap)
