@@ -52,7 +52,8 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: dict[str, Any]) -> N
     from rich.console import Console
 
     console = Console(highlight=False)
-    limit = manifest.get("power_limit_w")
+    # rows record the cap they ran under (several with --power-caps); the manifest's limit only stands in when none does
+    limit = None if any(getattr(r, "power_limit_w", None) for r in rows) else manifest.get("power_limit_w")
     try:
         from harness.report import final_summary_table
     except ImportError:

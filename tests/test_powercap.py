@@ -164,6 +164,21 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     assert pc["original_w"] == 70.0 and pc["restored"] is True and pc["targets_w"] == {"60": 60.0, "80": 80.0}
     assert manifest["options"]["power_caps"] == ["60", "80"]
     assert "power limit restored to 70 W" in r.stdout + r.stderr
+    assert "cap W" in r.stdout  # the end-of-sweep summary is per cap
+    # the report: tables, the recipe and speed vs utilization per cap, utilization against each row's cap
+    rep = run_harness("report", "sweep", str(run))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "recipe per power cap" in rep.stdout and "power cap 60 W, batch size 1" in rep.stdout
+    summary = json.loads((run / "reports" / "summary.json").read_text())
+    assert [c["power_limit_w"] for c in summary["caps"]] == [60.0, 80.0] and summary["power_limit_w"] is None
+    by_cell = {(x["extras"]["power_cap"]["target_w"], tuple(x[k] for k in ("steps", "topk", "num_draft_tokens"))): x for x in rows}
+    for b in summary["batch_sizes"]:
+        for c in b["cells"]:
+            x = by_cell[(b["power_limit_w"], tuple(c["config"]))]
+            assert c["utilization"] == pytest.approx(x["avg_power_watts"] / b["power_limit_w"])
+    assert set(summary["caps"][0]["recipe"]) == {"1"}
+    png = (run / "reports" / "speed_vs_utilization.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and (run / "reports" / "joules_per_token_cap60w.png").exists()
 
 
 def test_caps_outside_the_limits_are_refused_before_any_cell(tmp_path):
