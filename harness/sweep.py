@@ -293,6 +293,9 @@ class SweepRunner:
         except CellError as exc:
             self._write_error(cell, exc.message, exc.kind, attempts, t0, server)
             return False
+        if self.opts.energy_window == "steady" and result.steady is None:
+            self._write_error(cell, f"--energy-window steady: {result.steady_reason}", "steady_window", attempts, t0, server)
+            return True  # the server is fine; only this cell's energy cannot be measured as asked
         self._write(self._row(cell, result, server, attempts, t0), cell)
         return True
 
@@ -364,14 +367,21 @@ class SweepRunner:
             common["power_limit_w"] = _num(after["power_limit_w"])
         common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"),
                                 window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s)
+        energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
+        if self.opts.energy_window == "steady" and r.steady is not None:
+            energy, power, jpt = r.steady["energy_j"], r.steady["avg_power_w"], r.steady["joules_per_token"]
+        windows = {k: w for k, w in (("measured", r.measured), ("steady", r.steady)) if w is not None}
+        if r.steady is None and r.steady_reason:
+            windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
         return SweepRow(
             hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
             steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,
             is_baseline=cell.config.is_baseline, error=None,
             accept_length=r.accept_length, speed_tok_s=r.speed_tok_s, speed_source=r.speed_source,
             step_time_s=r.step_time_s, wall_clock_s=r.wall_clock_s, wall_clock_tok_s=r.wall_clock_tok_s,
-            total_output_tokens=r.total_output_tokens, energy_joules=r.energy_joules,
-            avg_power_watts=r.avg_power_watts, joules_per_token=r.joules_per_token,
+            total_output_tokens=r.total_output_tokens, energy_joules=_num(energy),
+            avg_power_watts=_num(power), joules_per_token=_num(jpt),
+            energy_window=self.opts.energy_window, window_energy=windows,
             gpu_temp_c_before=_num(pre.get("temperature_c")), gpu_temp_c=_num(after.get("temperature_c")),
             gpu_power_w=_num(after.get("power_w")), gpu_util_pct=_num(after.get("utilization_pct")),
             gpu_mem_used_mb=_num(after.get("memory_used_mb")), gpu_throttling=published_throttle,
@@ -463,6 +473,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         prepare_run_dir(run_dir, force=force)
         manifest = new_manifest(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump())
     plan_cells(opts)  # validates the plan before anything starts
+    check_energy_window(opts)
     if opts.prompts_file:
         load_prompts(opts.prompts_file)
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resume is not None}
@@ -546,6 +557,20 @@ def open_power_cap(opts: SweepOptions, world: Any, manifest: dict[str, Any],
     controller = PowerCapController(device, opts.power_cap_mode, manifest, save)
     controller.begin(list(opts.power_caps))
     return controller
+
+
+def check_energy_window(opts: SweepOptions) -> None:
+    """``--energy-window steady`` needs a non-empty steady-state window at every batch size (N > 2B requests)."""
+    if opts.energy_window != "steady":
+        return
+    from harness.telemetry.steady import min_requests
+
+    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
+    if short:
+        need = max(min_requests(bs) for bs in short)
+        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
+                         f"{', '.join(map(str, short))} would have an empty steady-state window",
+                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")
 
 
 def prepare_resume(run_dir: Path) -> None:

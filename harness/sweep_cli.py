@@ -160,6 +160,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             )
         except ValidationError as exc:
             raise UsageError(f"invalid sweep options: {exc.errors()[0]['msg']}", fix="see harness sweep --help") from None
+        from harness.sweep import check_energy_window
+
+        check_energy_window(opts)
         if twin_fault:
             from harness.engine.argv import EngineSpec, faults_for
             from harness.grid import BASELINE
