@@ -284,9 +284,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
 
     # completeness: each (repeat, batch size) has every config exactly once
     groups: dict[tuple[int, int], list[SpecConfig]] = defaultdict(list)
+    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, Any]]] = defaultdict(list)  # a config once per power cap
     for r in grid:
         if r.repeat is not None:
             groups[(r.repeat, r.batch_size)].append(r.config)
+            per_cap[(r.repeat, r.batch_size)].append((r.config, (r.extras.get("power_cap") or {}).get("label")))
     report.repeats = sorted({k[0] for k in groups})
     report.batch_sizes = sorted({k[1] for k in groups})
     report.configs_per_group = {f"r{rep}/bs{bs}": len(cfgs) for (rep, bs), cfgs in sorted(groups.items())}
@@ -294,7 +296,7 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
     expected = union if subset else set(ACTIONS)
     for (rep, bs), cfgs in sorted(groups.items()):
         where = f"repeat {rep}, batch size {bs}"
-        twice = sorted(c for c, n in Counter(cfgs).items() if n > 1)
+        twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
         if twice:
             report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}", where)
         lacking = [c for c in ACTIONS if c in expected and c not in cfgs]

@@ -59,14 +59,14 @@ class SweepOptions(BaseModel):
     hardware: str | None = None
     stream: bool | None = None
     engine_args: list[str] = Field(default_factory=list)
+    """Extra server flags appended to every launch (e.g. ``--disable-overlap-schedule``)."""
+    """Stream responses (published); None = stream on sglang, not on the twin (see ``stream_requests``)."""
     power_caps: list[str] | None = None
     """Power caps swept per pass (``harness.powercap`` labels: watts or ``N%`` of the default limit); None = none set."""
     power_cap_mode: Literal["set", "record"] = "set"
     """``set``: the harness sets each cap and restores the original limit; ``record``: only record the enforced limit."""
     energy_window: Literal["measured", "steady"] = "measured"
     """Which window feeds ``energy_joules``: today's measured window (published) or the steady-state one."""
-    """Extra server flags appended to every launch (e.g. ``--disable-overlap-schedule``)."""
-    """Stream responses (published); None = stream on sglang, not on the twin (see ``stream_requests``)."""
 
     @property
     def stream_requests(self) -> bool:
@@ -370,7 +370,7 @@ class SweepRunner:
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:
             energy, power, jpt = r.steady["energy_j"], r.steady["avg_power_w"], r.steady["joules_per_token"]
-        windows = {k: w for k, w in (("measured", r.measured), ("steady", r.steady)) if w is not None}
+        windows = {kind: v for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
         if r.steady is None and r.steady_reason:
             windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
         return SweepRow(

@@ -179,6 +179,8 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     assert set(summary["caps"][0]["recipe"]) == {"1"}
     png = (run / "reports" / "speed_vs_utilization.png").read_bytes()
     assert png.startswith(b"\x89PNG") and (run / "reports" / "joules_per_token_cap60w.png").exists()
+    v = run_harness("dataset", "validate", str(run), "--subset")  # a config once per cap is no duplicate
+    assert v.returncode == 0, v.stdout + v.stderr
 
 
 def test_caps_outside_the_limits_are_refused_before_any_cell(tmp_path):
