@@ -608,7 +608,7 @@ def _arrow_schema(columns: Sequence[str]) -> Any:
     bools = {"is_baseline", "gpu_throttling", "window_valid", "gpu_throttling_power_thermal", "pilot_success"}
     strings = {"hardware", "error", "speed_source", "run_id", "cell_id", "energy_source", "accept_length_source",
                "gpu_name", "gpu_uuid", "sglang_version", "pilot_suite", "pilot_task", "pilot_config_name",
-               "engine", "extras"}
+               "engine", "extras", "energy_window", "window_energy"}
     fields = []
     for c in columns:
         if c in ints:
@@ -637,7 +637,7 @@ def to_arrow(rows: Sequence[SweepRow], *, native: bool = False) -> Any:
         rec = to_native(r) if native else to_published(r)
         for c in columns:
             v = rec[c]
-            if c in ("engine", "extras") and v is not None:
+            if c in ("engine", "extras", "window_energy") and v is not None:
                 v = json.dumps(v, sort_keys=True) if v else None
             data[c].append(v)
     return pa.Table.from_pydict(data, schema=_arrow_schema(columns))
