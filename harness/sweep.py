@@ -541,6 +541,10 @@ def _restore_cap(power_cap: PowerCapController, console: SweepConsole, run_dir: 
         console.line(f"could not restore the power limit: {exc.message} ({exc.fix}); "
                      f"harness sweep --resume {run_dir} restores it")
         return
+    finally:
+        close = getattr(power_cap.device, "close", None)
+        if callable(close):
+            close()
     if restored is not None:
         console.line(f"power limit restored to {restored:g} W")
 
