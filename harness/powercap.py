@@ -178,10 +178,12 @@ class PowerCapController:
 
     def begin(self, caps: list[str]) -> CapLimits:
         """Read the limits, resolve every cap (refusing out-of-range ones before anything runs), and remember the
-        original limit (kept from an earlier session on resume: that is the limit before the run touched it)."""
+        original limit: the one in force now, unless an earlier session of this run set a cap and never restored
+        it (killed): then the limit that session found is kept, since the one in force now is that session's cap."""
         limits = self.device.limits()
         self.targets = {c: resolve_cap(c, limits) for c in caps}
-        self.state.setdefault("original_w", limits.current_w)
+        if self.state.get("restored", True) or self.state.get("original_w") is None:
+            self.state["original_w"] = limits.current_w
         self.state.update(limits={k: v for k, v in limits.model_dump().items() if k != "enforced_w"},
                           targets_w=dict(self.targets))
         self.save()
