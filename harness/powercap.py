@@ -181,6 +181,9 @@ class PowerCapController:
         original limit: the one in force now, unless an earlier session of this run set a cap and never restored
         it (killed): then the limit that session found is kept, since the one in force now is that session's cap."""
         limits = self.device.limits()
+        if self.mode == "set" and limits.current_w is None:
+            raise PowerCapError("the GPU does not report its current power limit, so a cap set now could not be restored",
+                                fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)")
         self.targets = {c: resolve_cap(c, limits) for c in caps}
         if self.state.get("restored", True) or self.state.get("original_w") is None:
             self.state["original_w"] = limits.current_w
@@ -191,12 +194,17 @@ class PowerCapController:
 
     def apply(self, cap: str | None) -> float | None:
         """Make ``cap`` the limit in force (``set`` mode; nothing in ``record`` mode); returns the enforced watts."""
-        if cap is not None and self.mode == "set" and cap != self.current:
+        changed = cap is not None and self.mode == "set" and cap != self.current
+        if changed:
             self.state["restored"] = False
             self.save()
             self.device.set_limit(self.targets[cap])
             self.current = cap
-        return self.device.limits().enforced_w
+        enforced = self.device.limits().enforced_w
+        if changed:
+            self.state.setdefault("enforced_w", {})[cap] = enforced  # the manifest's record of what each cap enforced
+            self.save()
+        return enforced
 
     def restore(self) -> float | None:
         """Put the original limit back (``set`` mode, once a cap was set); returns the limit now enforced."""

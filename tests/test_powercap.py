@@ -105,6 +105,10 @@ def test_nvml_setter_sets_reads_back_and_refuses(script: ShimScript):
             dev.set_limit(400)
         assert "--power-cap-mode record" in (exc.value.fix or "")
         assert dev.limits().current_w == 300.0
+        script.set({"root": 1}).fail("nvmlDeviceGetPowerManagementLimit", 3)  # NOT_SUPPORTED: no limit to restore
+        with pytest.raises(PowerCapError, match="could not be restored"):
+            PowerCapController(dev, "set", {}).begin(["250"])
+        assert dev.limits().enforced_w == 300.0
     finally:
         dev.close()
 
@@ -168,6 +172,7 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     manifest = json.loads((run / "manifest.json").read_text())
     pc = manifest["power_cap"]
     assert pc["original_w"] == 70.0 and pc["restored"] is True and pc["targets_w"] == {"60": 60.0, "80": 80.0}
+    assert pc["enforced_w"] == {"60": 60.0, "80": 80.0}
     assert manifest["options"]["power_caps"] == ["60", "80"]
     assert "power limit restored to 70 W" in r.stdout + r.stderr
     assert "cap W" in r.stdout  # the end-of-sweep summary is per cap
