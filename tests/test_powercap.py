@@ -232,14 +232,15 @@ def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -
     raise AssertionError(f"no {n} rows in time (rc {proc.poll()})")
 
 
-def test_sigterm_restores_the_original_limit(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_restore_the_original_limit(tmp_path, sig):
     run = tmp_path / "run"
     with twin_gpu() as gpu:
         TwinCapDevice(gpu.url).set_limit(70)
         proc = _start(run, gpu.url)
         try:
             _wait_rows(run, 1, proc)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             _, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
