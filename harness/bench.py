@@ -130,6 +130,11 @@ class CellResult(BaseModel):
     """The attention backend the server resolved (its server info), the kernel the cell really ran."""
     server_version: str | None = None
     """The sglang version the server reports (its server info)."""
+    measured: dict[str, Any] | None = None
+    """The measured window as a ``harness.telemetry.steady.WindowEnergy`` dict (kind ``measured``)."""
+    steady: dict[str, Any] | None = None
+    """The steady-state window (kind ``steady``), or None with ``steady_reason`` saying why it is missing."""
+    steady_reason: str | None = None
 
 
 def sample_dict(sample: Any) -> dict[str, Any] | None:
@@ -242,6 +247,46 @@ def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_
     return start, end, elapsed
 
 
+def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tuple[list[Any], str] | tuple[None, str]:
+    """Each request's (first token, finish, tokens) in wall ns: server stamps when every request has them on one
+    clock, else the client's (streaming only: its first chunk); (None, why) when neither is complete."""
+    from harness.telemetry.steady import RequestSpan
+
+    clocks = {r.server_clock for r in results}
+    if results and len(clocks) == 1 and all(r.server_first_token_ns is not None and r.server_finish_ns is not None for r in results):
+        kind = clocks.pop()
+
+        def to_wall(ns: int) -> int:
+            if kind == "twin_device":
+                return clock.anchor_wall_ns + int(round((ns - clock.anchor_wall_ns) / clock.scale))
+            return ns
+
+        return [RequestSpan(first_token_ns=to_wall(int(r.server_first_token_ns or 0)), finish_ns=to_wall(int(r.server_finish_ns or 0)),
+                            tokens=r.completion_tokens) for r in results], "server"
+    if results and all(r.ttft_s is not None and r.client_sent_wall_ns is not None for r in results):
+        return [RequestSpan(first_token_ns=int(r.client_sent_wall_ns or 0) + int((r.ttft_s or 0.0) * 1e9),
+                            finish_ns=int(r.client_sent_wall_ns or 0) + int(r.client_latency_s * 1e9),
+                            tokens=r.completion_tokens) for r in results], "client"
+    return None, "no first-token instants (server stamps or a streamed first chunk) for every request"
+
+
+def steady_window(results: Sequence[GenerateResult], batch_size: int, telemetry: Any, clock: ScaledClock) -> tuple[dict[str, Any] | None, str | None]:
+    """The steady-state ``WindowEnergy`` dict of a cell, or (None, why not)."""
+    from harness.telemetry.steady import min_requests, steady_edges, tokens_in, window_energy
+
+    spans, source = request_spans(results, clock)
+    if spans is None:
+        return None, source
+    edges = steady_edges([s.first_token_ns for s in spans], batch_size)
+    if edges is None:
+        return None, (f"empty steady-state window: {len(spans)} requests at batch size {batch_size} "
+                      f"(needs at least {min_requests(batch_size)})")
+    w = telemetry.window(*edges)
+    out = window_energy("steady", sample_dict(w) or {}, tokens_in(spans, *edges), *edges).model_dump()
+    out["source"] = source
+    return out, None
+
+
 def sample_at(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
     """The newest usable sample taken at or before ``t_ns`` among the sampler's recent ones (the nearest one when
     none is that old); ``snapshot()`` when the source cannot list samples (or lists none)."""
@@ -331,6 +376,11 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         speed = total / elapsed / batch_size if elapsed > 0 else None
         speed_src, step_time = "wall_clock", None
 
+    from harness.telemetry.steady import window_energy
+
+    steady, steady_reason = steady_window(results, batch_size, telemetry, clock)
+    measured = window_energy("measured", sample_dict(window) or {}, float(total), w0, w1).model_dump()
+    measured["source"] = source
     energy = getattr(window, "energy_j", None)
     duration = getattr(window, "duration_s", None)
     avg_power = energy / duration if energy is not None and duration else None
@@ -368,4 +418,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         req_latency_mean_s=_mean(latencies),
         req_latency_p50_s=_pct(latencies, 50),
         req_latency_p95_s=_pct(latencies, 95),
+        measured=measured,
+        steady=steady,
+        steady_reason=steady_reason,
     )

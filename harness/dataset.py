@@ -420,9 +420,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
 
     # completeness: each (repeat, batch size) has every config exactly once
     groups: dict[tuple[int, int], list[SpecConfig]] = defaultdict(list)
+    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, Any]]] = defaultdict(list)  # a config once per power cap
     for r in grid:
         if r.repeat is not None:
             groups[(r.repeat, r.batch_size)].append(r.config)
+            per_cap[(r.repeat, r.batch_size)].append((r.config, (r.extras.get("power_cap") or {}).get("label")))
     report.repeats = sorted({k[0] for k in groups})
     report.batch_sizes = sorted({k[1] for k in groups})
     report.configs_per_group = {f"r{rep}/bs{bs}": len(cfgs) for (rep, bs), cfgs in sorted(groups.items())}
@@ -432,7 +434,7 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         _check_plan_coverage(grid, plan, report)
     for (rep, bs), cfgs in sorted(groups.items()):
         where = f"repeat {rep}, batch size {bs}"
-        twice = sorted(c for c, n in Counter(cfgs).items() if n > 1)
+        twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
         if twice:
             report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}", where)
         lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
@@ -744,7 +746,7 @@ def _arrow_schema(columns: Sequence[str]) -> Any:
     bools = {"is_baseline", "gpu_throttling", "window_valid", "gpu_throttling_power_thermal", "pilot_success"}
     strings = {"hardware", "error", "speed_source", "run_id", "cell_id", "energy_source", "accept_length_source",
                "gpu_name", "gpu_uuid", "sglang_version", "attention_backend", "pilot_suite", "pilot_task", "pilot_config_name",
-               "engine", "extras"}
+               "engine", "extras", "energy_window", "window_energy"}
     fields = []
     for c in columns:
         if c in ints:
@@ -773,7 +775,7 @@ def to_arrow(rows: Sequence[SweepRow], *, native: bool = False) -> Any:
         rec = to_native(r) if native else to_published(r)
         for c in columns:
             v = rec[c]
-            if c in ("engine", "extras") and v is not None:
+            if c in ("engine", "extras", "window_energy") and v is not None:
                 v = json.dumps(v, sort_keys=True) if v else None
             data[c].append(v)
     return pa.Table.from_pydict(data, schema=_arrow_schema(columns))

@@ -1,7 +1,10 @@
 """Sweep report: per-batch-size tables (baseline, reference, best config inside the energy band), error rows, figures.
 
-Energy utilization u = avg_power_watts / power limit; the band is [0.95, 0.98] (published). Values are means over
-repeats of successful rows. matplotlib is imported lazily with the Agg backend.
+Energy utilization u = avg_power_watts / the row's enforced power cap (``power_limit_w``; rows without one, as in
+published-layout files, use the run's or the published 80 W); the band is [0.95, 0.98] (published). A sweep over
+several caps (``--power-caps``) is reported per cap: tables, a recipe (best config in the band) per cap and batch
+size, and speed vs utilization with one colour per cap. Values are means over repeats of successful rows.
+matplotlib is imported lazily with the Agg backend.
 """
 
 from __future__ import annotations
@@ -90,6 +93,21 @@ def _find_key(obj: Any, key: str) -> Any:
     return None
 
 
+CapGroup = tuple[float, list[SweepRow]]
+
+
+def cap_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float | None = None) -> list[CapGroup]:
+    """Grid rows grouped by the cap they ran under (the row's enforced limit, else ``fallback_w``), lowest first;
+    one group at ``override_w`` when given (``--power-limit``)."""
+    grid = [r for r in rows if not r.is_pilot]
+    if override_w is not None:
+        return [(float(override_w), grid)]
+    groups: dict[float, list[SweepRow]] = defaultdict(list)
+    for r in grid:
+        groups[round(float(r.power_limit_w or fallback_w), 1)].append(r)
+    return sorted(groups.items()) or [(fallback_w, [])]
+
+
 def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSummary]:
     """Per batch size: cell means, baseline, reference, the in-band configs and the fastest of them."""
     grid = [r for r in rows if not r.is_pilot]
@@ -165,8 +183,13 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
     from rich import box
 
     limit, _ = power_limit_of(rows, None, power_limit_w)
-    t = Table(title=f"sweep summary (tok/s, x baseline; u = W/{limit:g}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
+    groups = cap_groups(rows, limit, power_limit_w)
+    multi = len(groups) > 1
+    what = "u = W/row's cap" if multi else f"u = W/{groups[0][0]:g}"
+    t = Table(title=f"sweep summary (tok/s, x baseline; {what}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    if multi:
+        t.add_column("cap W", justify="right", no_wrap=True)
     for col, just in (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
                       ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right")):
         t.add_column(col, justify=just, no_wrap=True)
@@ -174,7 +197,7 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
     def speed(c: CellSummary | None, base: CellSummary | None) -> str:
         return "-" if c is None or c.speed_tok_s is None else f"{c.speed_tok_s:.1f} {_vs(c, base)}"
 
-    for s in summarize(rows, limit):
+    for cap, s in ((cap, s) for cap, group in groups for s in summarize(group, cap)):
         ref, b = s.reference, s.best_in_band
         if b is not None:
             best = [str(SpecConfig(*b.config)), speed(b, s.baseline), _fmt(b.utilization, ".2f")]
@@ -183,9 +206,37 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
             best = ["[dim]none[/]", f"[dim]~{SpecConfig(*c.config)}[/]", _fmt(c.utilization, ".2f")]
         else:
             best = ["[dim]none[/]", "-", "-"]
-        t.add_row(str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
+        t.add_row(*([f"{cap:g}"] if multi else []), str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
                   _fmt(ref.utilization if ref else None, ".2f"), *best, str(len(s.in_band)), str(s.n_error_rows))
     t.caption = "n: configs in band; ~: closest if none; err: error rows"
+    return t
+
+
+def recipes(groups: Sequence[tuple[float, Sequence[BatchSummary]]]) -> dict[str, dict[str, Any]]:
+    """Per cap (W) and batch size: the fastest config inside the band (``None`` when none is), as ``s,k,d`` lists."""
+    return {f"{cap:g}": {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
+            for cap, summaries in groups}
+
+
+def recipe_table(groups: Sequence[tuple[float, Sequence[BatchSummary]]]) -> Table:
+    """The recipe per cap: rows are batch sizes, columns caps, each cell the best config in the band (speed, u)."""
+    t = Table(title="recipe per power cap: fastest config inside the band (~: closest when none is)", title_justify="left")
+    t.add_column("bs", justify="right")
+    for cap, _ in groups:
+        t.add_column(f"{cap:g} W")
+    by = {cap: {s.batch_size: s for s in summaries} for cap, summaries in groups}
+    for bs in sorted({s.batch_size for _, summaries in groups for s in summaries}):
+        cells = []
+        for cap, _ in groups:
+            s = by[cap].get(bs)
+            c = s.best_in_band if s else None
+            if c is not None:
+                cells.append(f"{SpecConfig(*c.config)} {_fmt(c.speed_tok_s, '.1f')} tok/s u={_fmt(c.utilization, '.2f')}")
+            elif s is not None and s.closest_to_band is not None:
+                cells.append(f"[dim]~{SpecConfig(*s.closest_to_band.config)} u={_fmt(s.closest_to_band.utilization, '.2f')}[/]")
+            else:
+                cells.append("-")
+        t.add_row(str(bs), *cells)
     return t
 
 
@@ -203,6 +254,12 @@ def error_table(rows: Sequence[SweepRow]) -> Table | None:
 
 def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float) -> list[Path]:
     """speed_vs_utilization.png (band shaded, one panel per batch size) and joules_per_token.png (per config)."""
+    return write_cap_figures([(power_limit_w, summaries)], out_dir)
+
+
+def write_cap_figures(groups: Sequence[tuple[float, Sequence[BatchSummary]]], out_dir: Path) -> list[Path]:
+    """The figures of one cap (as ``write_figures``), or of several: speed_vs_utilization.png with one colour per cap
+    (utilization against each cap) and joules_per_token_cap<W>w.png per cap."""
     from harness.extras import needs
 
     with needs("writing PNG figures (--no-figures skips them)"):
@@ -212,6 +269,42 @@ def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_
         import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    if len(groups) == 1:
+        return _single_cap_figures(groups[0][1], out_dir, groups[0][0], plt)
+    written = [_speed_vs_utilization_per_cap(groups, out_dir, plt)]
+    for cap, summaries in groups:
+        written.append(_jpt_figure(summaries, out_dir / f"joules_per_token_cap{cap:g}w.png", plt, f" at {cap:g} W"))
+    return written
+
+
+def _speed_vs_utilization_per_cap(groups: Sequence[tuple[float, Sequence[BatchSummary]]], out_dir: Path, plt: Any) -> Path:
+    sizes = sorted({s.batch_size for _, summaries in groups for s in summaries})
+    fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(4.2 * max(1, len(sizes)), 3.8), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, bs in zip(axes[0], sizes):
+        ax.axvspan(*BAND, color="tab:green", alpha=0.18, label="energy band")
+        for i, (cap, summaries) in enumerate(groups):
+            s = next((x for x in summaries if x.batch_size == bs), None)
+            pts = [c for c in (s.cells if s else []) if c.utilization is not None and c.speed_tok_s is not None]
+            colour = colours[i % len(colours)]
+            ax.scatter([c.utilization for c in pts], [c.speed_tok_s for c in pts], s=18, color=colour, label=f"cap {cap:g} W")
+            if s is not None and s.best_in_band is not None:
+                b = s.best_in_band
+                ax.scatter([b.utilization], [b.speed_tok_s], s=70, facecolors="none", edgecolors=colour, linewidths=1.8)
+                ax.annotate("%d,%d,%d" % b.config, (b.utilization, b.speed_tok_s), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_title(f"batch size {bs} (circled: best in band per cap)", fontsize=8)
+        ax.set_xlabel("utilization (avg W / the row's cap)")
+        ax.set_ylabel("speed (tok/s per sequence)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    p = out_dir / "speed_vs_utilization.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p
+
+
+def _single_cap_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float, plt: Any) -> list[Path]:
     n = max(1, len(summaries))
     written: list[Path] = []
 
@@ -238,6 +331,12 @@ def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_
     plt.close(fig)
     written.append(p)
 
+    written.append(_jpt_figure(summaries, out_dir / "joules_per_token.png", plt, ""))
+    return written
+
+
+def _jpt_figure(summaries: Sequence[BatchSummary], p: Path, plt: Any, suffix: str) -> Path:
+    n = max(1, len(summaries))
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.4 * n), squeeze=False)
     for ax, s in zip(axes[:, 0], summaries):
         cells = list(s.cells)
@@ -248,14 +347,12 @@ def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_
                 ax.text(i, 0, "error", rotation=90, ha="center", va="bottom", fontsize=6, color="tab:red")
         ax.set_xticks(range(len(cells)), ["%d,%d,%d" % c.config for c in cells], rotation=60, fontsize=6)
         ax.set_ylabel("J/token")
-        ax.set_title(f"batch size {s.batch_size} (green: inside the energy band)", fontsize=8)
+        ax.set_title(f"batch size {s.batch_size}{suffix} (green: inside the energy band)", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    p = out_dir / "joules_per_token.png"
     fig.savefig(p, dpi=110)
     plt.close(fig)
-    written.append(p)
-    return written
+    return p
 
 
 def sweep_report(
@@ -282,21 +379,35 @@ def sweep_report(
     run_dir = src if src.is_dir() else src.parent
     rows = loaded.rows
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
-    summaries = summarize(rows, limit)
-    console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
-    for s in summaries:
-        console.print(batch_table(s, limit))
+    fallback = limit if limit_src != "rows" else PUBLISHED_POWER_LIMIT_W
+    groups = [(cap, summarize(g, cap)) for cap, g in cap_groups(rows, fallback, power_limit_w)]
+    multi = len(groups) > 1
+    if multi:
+        console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows at {len(groups)} power caps: "
+                      + ", ".join(f"{cap:g} W" for cap, _ in groups) + " (each row's enforced cap)")
+    else:
+        limit = groups[0][0] if limit_src == "rows" else limit
+        console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
+    for cap, summaries in groups:
+        for s in summaries:
+            t = batch_table(s, cap)
+            if multi:
+                t.title = f"power cap {cap:g} W, {t.title}"
+            console.print(t)
+    if multi:
+        console.print(recipe_table(groups))
     errs = error_table(rows)
     if errs is not None:
         console.print(errs)
     out = Path(out_dir) if out_dir is not None else run_dir / "reports"
     written: list[Path] = []
-    if figures and summaries:
-        written = write_figures(summaries, out, limit)
+    if figures and any(summaries for _, summaries in groups):
+        written = write_cap_figures(groups, out)
     summary = {
         "source": str(loaded.path), "invalid_windows": windows,
-        "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": limit, "power_limit_source": limit_src, "band": list(BAND),
-        "batch_sizes": [s.model_dump(mode="json") for s in summaries],
+        "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": None if multi else limit, "power_limit_source": limit_src, "band": list(BAND),
+        "batch_sizes": [{**s.model_dump(mode="json"), **({"power_limit_w": cap} if multi else {})} for cap, summaries in groups for s in summaries],
+        "caps": [{"power_limit_w": cap, "recipe": recipes([(cap, summaries)])[f"{cap:g}"]} for cap, summaries in groups],
         "error_rows": [{"index": r.index, "repeat": r.repeat, "batch_size": r.batch_size, "config": r.config.as_tuple(),
                         "error": r.error} for r in rows if r.is_error],
         "figures": [str(p) for p in written],

@@ -149,6 +149,9 @@ class SweepRow(BaseModel):
     req_latency_mean_s: Num | None = None
     req_latency_p50_s: Num | None = None
     req_latency_p95_s: Num | None = None
+    # energy windows: which one fed energy_joules / avg_power_watts / joules_per_token, and both of them
+    energy_window: Literal["measured", "steady"] | None = None
+    window_energy: dict[str, Any] = Field(default_factory=dict)  # kind -> harness.telemetry.steady.WindowEnergy fields
     # pilot rows only
     pilot_suite: Literal["terminalbench", "swebench"] | None = None
     pilot_task: str | None = None

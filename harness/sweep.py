@@ -35,6 +35,7 @@ from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.jsonl import write_error
 from harness.manifest import MANIFEST, read_options, new_manifest, read_manifest, write_manifest
 from harness.runlock import RunLock
+from harness.powercap import PowerCapController, cap_slug
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row, grid_index, make_cell_id, throttling_flags
 from harness.timeutil import mono_ns, wall_ns
 
@@ -72,6 +73,12 @@ class SweepOptions(BaseModel):
     engine_args: list[str] = Field(default_factory=list)
     """Extra server flags appended to every launch (e.g. ``--disable-overlap-schedule``)."""
     """Stream responses (published); None = stream on sglang, not on the twin (see ``stream_requests``)."""
+    power_caps: list[str] | None = None
+    """Power caps swept per pass (``harness.powercap`` labels: watts or ``N%`` of the default limit); None = none set."""
+    power_cap_mode: Literal["set", "record"] = "set"
+    """``set``: the harness sets each cap and restores the original limit; ``record``: only record the enforced limit."""
+    energy_window: Literal["measured", "steady"] = "measured"
+    """Which window feeds ``energy_joules``: today's measured window (published) or the steady-state one."""
 
     @property
     def stream_requests(self) -> bool:
@@ -97,21 +104,27 @@ class Cell:
     batch_size: int
     config: SpecConfig
     index: int
+    cap: str | None = None
 
     @property
     def cell_id(self) -> str:
-        return make_cell_id(self.repeat, self.batch_size, self.config)
+        base = make_cell_id(self.repeat, self.batch_size, self.config)
+        return f"{cap_slug(self.cap)}-{base}" if self.cap is not None else base
 
 
 def plan_cells(opts: SweepOptions) -> list[Cell]:
     """Every cell in execution order: one whole pass per repeat; per cell: batch size then config; per config:
     config then batch size. Indexes follow the published order (repeat, batch size, config) in both modes."""
     configs, sizes = opts.spec_configs, opts.batch_sizes
+    caps: list[str | None] = list(opts.power_caps) if opts.power_caps else [None]
+    per_pass = len(configs) * len(sizes)
     cells: list[Cell] = []
     for r in range(opts.repeats):
         pairs = ([(bs, c) for bs in sizes for c in configs] if opts.launch_per == "cell"
                  else [(bs, c) for c in configs for bs in sizes])
-        cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs)) for bs, c in pairs]
+        for i, cap in enumerate(caps):  # one pass per (repeat, cap): the cap is set once per pass
+            offset = (r * (len(caps) - 1) + i) * per_pass  # caps after the first shift the published index
+            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap) for bs, c in pairs]
     return cells
 
 
@@ -185,8 +198,10 @@ class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
     def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: dict[str, Any],
-                 console: SweepConsole, *, retry_errors: bool = False) -> None:
+                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False) -> None:
         self.opts = opts
+        self.power_cap = power_cap
+        self.enforced_w: float | None = None
         self.world = world
         self.run_dir = run_dir
         self.manifest = manifest
@@ -275,7 +290,7 @@ class SweepRunner:
     def _config_groups(self, pending: list[Cell]) -> Iterator[list[Cell]]:
         group: list[Cell] = []
         for cell in pending:
-            if group and (cell.repeat, cell.config) != (group[0].repeat, group[0].config):
+            if group and (cell.repeat, cell.cap, cell.config) != (group[0].repeat, group[0].cap, group[0].config):
                 yield group
                 group = []
             group.append(cell)
@@ -283,7 +298,16 @@ class SweepRunner:
             yield group
 
     # --- modes ----------------------------------------------------------------------------------------------------
+    def _apply_cap(self, cell: Cell) -> None:
+        """Set the cell's cap (a no-op while it is already in force) and note the enforced limit for its row."""
+        if self.power_cap is not None:
+            before = self.power_cap.current
+            self.enforced_w = self.power_cap.apply(cell.cap)
+            if cell.cap != before:
+                self.console.line(f"power cap {cell.cap}: {self.enforced_w:g} W enforced")
+
     def _run_cell_mode(self, cell: Cell) -> None:
+        self._apply_cap(cell)
         self._settle()
         self._check_world(cell)
         t0 = time.monotonic()
@@ -295,6 +319,7 @@ class SweepRunner:
         server: RunningServer | None = None
         attempts: list[LaunchAttempt] = []
         fallback = False
+        self._apply_cap(group[0])
         try:
             for i, cell in enumerate(group):
                 self._settle()
@@ -384,6 +409,9 @@ class SweepRunner:
         except CellError as exc:
             self._write_error(cell, exc.message, exc.kind, attempts, t0, server)
             return False
+        if self.opts.energy_window == "steady" and result.steady is None:
+            self._write_error(cell, f"--energy-window steady: {result.steady_reason}", "steady_window", attempts, t0, server)
+            return True  # the server is fine; only this cell's energy cannot be measured as asked
         self._write(self._row(cell, result, server, attempts, t0), cell)
         return True
 
@@ -437,26 +465,40 @@ class SweepRunner:
             engine=EngineInfo(kind=self.opts.engine, version=self.opts.sglang_version, identity=identity),
             sglang_version=self.opts.sglang_version,
             time_scale=self.world.clock.scale,
-            power_limit_w=_num(self.world.power_limit_w),
+            power_limit_w=_num(self.enforced_w if self.enforced_w is not None else self.world.power_limit_w),
             extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per,
-                    "stream": self.settings.stream},
+                    "stream": self.settings.stream, **self._cap_extras(cell)},
         )
+
+    def _cap_extras(self, cell: Cell) -> dict[str, Any]:
+        if cell.cap is None or self.power_cap is None:
+            return {}
+        return {"power_cap": {"label": cell.cap, "target_w": self.power_cap.targets.get(cell.cap), "mode": self.opts.power_cap_mode}}
 
     def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:
         pre, after, w = r.pre or {}, r.after or {}, r.window
         published_throttle, power_thermal = throttling_flags(after.get("clock_event_reasons"))
         common = self._common(cell, attempts, t0, server)
+        if self.power_cap is None and after.get("power_limit_w") is not None:  # record: the limit the device enforced
+            common["power_limit_w"] = _num(after["power_limit_w"])
         common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"),
                                 window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,
                                 server_version=r.server_version, attention_backend_flag=self.opts.attention_backend)
+        energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
+        if self.opts.energy_window == "steady" and r.steady is not None:
+            energy, power, jpt = r.steady["energy_j"], r.steady["avg_power_w"], r.steady["joules_per_token"]
+        windows = {kind: v for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
+        if r.steady is None and r.steady_reason:
+            windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
         return SweepRow(
             hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
             steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,
             is_baseline=cell.config.is_baseline, error=None,
             accept_length=r.accept_length, speed_tok_s=r.speed_tok_s, speed_source=r.speed_source,
             step_time_s=r.step_time_s, wall_clock_s=r.wall_clock_s, wall_clock_tok_s=r.wall_clock_tok_s,
-            total_output_tokens=r.total_output_tokens, energy_joules=r.energy_joules,
-            avg_power_watts=r.avg_power_watts, joules_per_token=r.joules_per_token,
+            total_output_tokens=r.total_output_tokens, energy_joules=_num(energy),
+            avg_power_watts=_num(power), joules_per_token=_num(jpt),
+            energy_window=self.opts.energy_window, window_energy=windows,
             gpu_temp_c_before=_num(pre.get("temperature_c")), gpu_temp_c=_num(after.get("temperature_c")),
             gpu_power_w=_num(after.get("power_w")), gpu_util_pct=_num(after.get("utilization_pct")),
             gpu_mem_used_mb=_num(after.get("memory_used_mb")), gpu_throttling=published_throttle,
@@ -627,8 +669,10 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
             manifest["world"] = world.identity()
             manifest["hardware"] = world.hardware
             manifest["power_limit_w"] = world.power_limit_w
+            manifest["memory_total_mb"] = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
             manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
-            runner = SweepRunner(opts, world, run_dir, manifest, console, retry_errors=retry_errors)
+            power_cap = open_power_cap(opts, world, manifest, lambda: write_manifest(run_dir, manifest))
+            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors)
             try:
                 rows = runner.run()
                 manifest["status"] = "complete"
@@ -636,6 +680,8 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
                 manifest["status"] = "interrupted"
                 raise
             finally:
+                if power_cap is not None:
+                    _restore_cap(power_cap, console, run_dir)
                 session["launches"] = runner.launches
                 session["sampler_restarts"] = world.sampler_restarts
                 session["wall_s"] = (mono_ns() - t0) / 1e9
@@ -714,6 +760,53 @@ def check_options(opts: SweepOptions) -> None:
 
         for item in opts.twin_faults:
             parse_twin_fault(item)
+    check_energy_window(opts)
+
+
+def _restore_cap(power_cap: PowerCapController, console: SweepConsole, run_dir: Path) -> None:
+    """Restore the original limit; a failure is reported (and kept in the manifest) without hiding the run's own."""
+    try:
+        restored = power_cap.restore()
+    except HarnessError as exc:
+        power_cap.state["restore_error"] = exc.message
+        power_cap.save()
+        console.line(f"could not restore the power limit: {exc.message} ({exc.fix}); "
+                     f"harness sweep --resume {run_dir} restores it")
+        return
+    finally:
+        close = getattr(power_cap.device, "close", None)
+        if callable(close):
+            close()
+    if restored is not None:
+        console.line(f"power limit restored to {restored:g} W")
+
+
+def open_power_cap(opts: SweepOptions, world: Any, manifest: dict[str, Any],
+                   save: Any) -> PowerCapController | None:
+    """The cap controller of a sweep with ``--power-caps`` (None without); every cap is checked against the GPU's
+    limits before the first cell, and the original limit is saved in the manifest before the first set."""
+    if not opts.power_caps:
+        return None
+    from harness.powercap import NvmlCapDevice, TwinCapDevice
+
+    device: Any = TwinCapDevice(world.twin_gpu_url) if opts.engine == "twin" else NvmlCapDevice(0)
+    controller = PowerCapController(device, opts.power_cap_mode, manifest, save)
+    controller.begin(list(opts.power_caps))
+    return controller
+
+
+def check_energy_window(opts: SweepOptions) -> None:
+    """``--energy-window steady`` needs a non-empty steady-state window at every batch size (N > 2B requests)."""
+    if opts.energy_window != "steady":
+        return
+    from harness.telemetry.steady import min_requests
+
+    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
+    if short:
+        need = max(min_requests(bs) for bs in short)
+        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
+                         f"{', '.join(map(str, short))} would have an empty steady-state window",
+                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")
 
 
 def prepare_resume(run_dir: Path) -> None:

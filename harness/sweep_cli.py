@@ -58,7 +58,8 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: dict[str, Any]) -> N
     from rich.console import Console
 
     console = Console(highlight=False)
-    limit = manifest.get("power_limit_w")
+    # rows record the cap they ran under (several with --power-caps); the manifest's limit only stands in when none does
+    limit = None if any(getattr(r, "power_limit_w", None) for r in rows) else manifest.get("power_limit_w")
     try:
         from harness.report import final_summary_table
     except ImportError:
@@ -107,6 +108,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         plain: bool = typer.Option(False, "--plain", help="plain progress lines even on a terminal"),
         stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="stream responses (default: on for sglang, off for the twin)"),
         engine_arg: list[str] = typer.Option([], "--engine-arg", help="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule"),
+        power_caps: Optional[str] = typer.Option(None, "--power-caps", help="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"),
+        power_cap_mode: str = typer.Option("set", "--power-cap-mode", help="set (needs root on NVML; the original limit is restored) or record (only record the enforced limit)"),
+        energy_window: str = typer.Option("measured", "--energy-window", help="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)"),
     ) -> None:
         """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
         import sys
@@ -130,7 +134,18 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UsageError("--resume cannot be combined with --out or --force", fix="--resume RUN_DIR continues that folder")
         if engine == "sglang" and (twin_gpu or twin_fault):
             raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
+        if power_cap_mode not in ("set", "record"):
+            raise UsageError(f"unknown --power-cap-mode {power_cap_mode!r}", fix="use --power-cap-mode set or record")
+        if power_cap_mode == "record" and power_caps:
+            raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
+                             fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as root with --power-cap-mode set")
+        if energy_window not in ("measured", "steady"):
+            raise UsageError(f"unknown --energy-window {energy_window!r}", fix="use --energy-window measured or steady")
         base: dict[str, Any] = dict(QUICK) if quick else {}
+        if power_caps:
+            from harness.powercap import parse_power_caps
+
+            base["power_caps"] = parse_power_caps(power_caps)
         grid_given = any(v is not None for v in (configs, steps, topk, draft_tokens))
         if grid_given or not quick:
             base["configs"] = build_grid(configs, steps, topk, draft_tokens)
@@ -154,12 +169,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 prompts_file=str(prompts) if prompts else None, request_timeout_s=request_timeout,
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
-                stream=stream, engine_args=list(engine_arg), **base,
+                stream=stream, engine_args=list(engine_arg), power_cap_mode=power_cap_mode, energy_window=energy_window, **base,
             )
         except ValidationError as exc:
             err = exc.errors()[0]
             flag = OPTION_FLAGS.get(str(err["loc"][0]), "--" + str(err["loc"][0]).replace("_", "-")) if err["loc"] else "an option"
             raise UsageError(f"{flag}: {err['msg']} (got {err.get('input')!r})", fix=f"see harness sweep --help for {flag}") from None
+        from harness.sweep import check_energy_window
+
+        check_energy_window(opts)
         if twin_fault:
             from harness.engine.argv import EngineSpec, faults_for
             from harness.grid import BASELINE

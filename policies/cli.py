@@ -18,16 +18,19 @@ PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pi
                   "from folders you trust (artifacts are read only from MODELS/<algo>/).")
 
 
-def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float):  # noqa: ANN202
+def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float,  # noqa: ANN202
+                    limit_source: str = "row", memory_term: str = "published", memory_total_mb: float | None = None):
     from policies.contract import RewardOptions
 
     try:
         lo, hi = (float(x) for x in band.split(","))
-        return RewardOptions(power_limit_w=power_limit, band=(lo, hi), baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight)
+        return RewardOptions(power_limit_w=power_limit, band=(lo, hi), baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight,
+                             limit_source=limit_source, memory_term=memory_term, memory_total_mb=memory_total_mb)
     except ValueError as exc:
         errors = getattr(exc, "errors", None)
         detail = "; ".join(e["msg"] for e in errors()) if callable(errors) else str(exc)
-        raise UsageError(f"bad reward option: {detail}", fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal") from None
+        raise UsageError(f"bad reward option: {detail}", fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal, "
+                                                             "--limit-source row|fixed, --memory-term published|total") from None
 
 
 def _check_state(state: str) -> str:
@@ -45,7 +48,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         seed: Annotated[int, typer.Option(help="seed for every algorithm")] = 0,
         state: Annotated[str, typer.Option(help="hindsight (published) or pre (pre-decision snapshot)")] = "hindsight",
         tune: Annotated[bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")] = False,
-        power_limit: Annotated[float, typer.Option(help="watts; utilization = avg power / limit")] = 80.0,
+        power_limit: Annotated[float, typer.Option(help="watts; the cap of rows that record none (published files: 80)")] = 80.0,
+        limit_source: Annotated[str, typer.Option(help="row (each row's enforced cap) or fixed (--power-limit for every row)")] = "row",
+        memory_term: Annotated[str, typer.Option(help="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)")] = "published",
+        memory_total_mb: Annotated[Optional[float], typer.Option(help="GPU total memory for --memory-term total (default: the manifest's)")] = None,
         band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
         baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
         throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
@@ -66,7 +72,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         extra = sorted(set(params) - set(names))
         if extra:
             raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
-        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight),  # type: ignore[arg-type]
+        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight,  # type: ignore[arg-type]
+                                                                                           limit_source, memory_term, memory_total_mb),
                             windows=invalid_windows)
         if tune:
             from harness.jsonl import write_json_atomic

@@ -41,7 +41,15 @@ class RewardOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    power_limit_w: float = Field(80.0, gt=0, description="utilization = avg_power_watts / power_limit_w")
+    power_limit_w: float = Field(80.0, gt=0, description="the cap for rows that record none (published files: 80 W); "
+                                 "with limit_source fixed, the cap for every row")
+    limit_source: Literal["row", "fixed"] = "row"
+    """``row``: utilization = avg power / the row's enforced cap (``power_limit_w`` of native rows), else the fallback
+    above; ``fixed``: always the fallback (the published constant)."""
+    memory_term: Literal["published", "total"] = "published"
+    """State feature 3: ``published`` = mem / 8192 MB (as published); ``total`` = mem / ``memory_total_mb`` (the GPU's
+    total, from the run's manifest). A state option, kept here so train.json and evaluation.json record it."""
+    memory_total_mb: float | None = Field(None, gt=0)
     band: tuple[float, float] = (0.95, 0.98)
     energy_weight: float = Field(0.5, ge=0, le=1, description="w in band^w * throughput^(1-w)")
     baseline_rule: Literal["last", "per_repeat"] = "last"
@@ -54,12 +62,29 @@ class RewardOptions(BaseModel):
             raise ValueError(f"band must satisfy 0 < low <= high, got {self.band}")
         return self
 
+    @property
+    def memory_normaliser_mb(self) -> float:
+        """The divisor of the memory feature: 8192 (published) or the GPU's total."""
+        if self.memory_term == "total":
+            if self.memory_total_mb is None:
+                raise DataError("--memory-term total needs the GPU's total memory, which the run does not record",
+                                fix="pass --memory-total-mb MB, or train on a run folder whose manifest.json records memory_total_mb")
+            return float(self.memory_total_mb)
+        return MEM_NORMALISER_MB
 
-def state_vector(row: SweepRow | dict, kind: StateKind = "hindsight") -> list[float]:
-    """``[bs/8, (temp or 40)/100, (mem or 0)/8192, (util or 0)/100]`` from the published or the pre-decision fields."""
+    def limit_of(self, row: SweepRow) -> float:
+        """The cap a row's utilization is measured against (its enforced limit, else the fallback)."""
+        if self.limit_source == "row" and row.power_limit_w:
+            return float(row.power_limit_w)
+        return self.power_limit_w
+
+
+def state_vector(row: SweepRow | dict, kind: StateKind = "hindsight", mem_normaliser_mb: float = MEM_NORMALISER_MB) -> list[float]:
+    """``[bs/8, (temp or 40)/100, (mem or 0)/mem_normaliser_mb, (util or 0)/100]`` from the published or the
+    pre-decision fields; the normaliser is 8192 as published, or the GPU's total (``RewardOptions.memory_term``)."""
     get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
     t, m, u = _STATE_FIELDS[kind]
-    return [get("batch_size") / 8.0, (get(t) or 40) / 100.0, (get(m) or 0) / MEM_NORMALISER_MB, (get(u) or 0) / 100.0]
+    return [get("batch_size") / 8.0, (get(t) or 40) / 100.0, (get(m) or 0) / mem_normaliser_mb, (get(u) or 0) / 100.0]
 
 
 def band_score(u: float, band: tuple[float, float] = (0.95, 0.98)) -> float:
@@ -97,10 +122,11 @@ def _throttled(row: SweepRow, rule: str) -> tuple[bool, bool]:
 
 
 def row_reward(row: SweepRow, baseline_speed: float, options: RewardOptions = RewardOptions()) -> float:
-    """The published reward of one row in [0, 1]; an errored row scores 0."""
+    """The published reward of one row in [0, 1], utilization against the row's enforced cap (``limit_of``); an
+    errored row scores 0."""
     if row.error:
         return 0.0
-    u = row.avg_power_watts / options.power_limit_w
+    u = row.avg_power_watts / options.limit_of(row)
     w = options.energy_weight
     combined = band_score(u, options.band) ** w * throughput_score(row.speed_tok_s, baseline_speed) ** (1.0 - w)
     throttled, _ = _throttled(row, options.throttle)
@@ -209,6 +235,7 @@ def dataset_from_rows(
                 f"{source}: --state pre needs the pre-decision fields (pre_gpu_temp_c ...), which no row carries",
                 fix="train on the native rows.jsonl (or the run folder), or use --state hindsight for a published dataset.jsonl",
             )
+    mem_norm = reward.memory_normaliser_mb
     cols: dict[str, list] = {k: [] for k in ("states", "actions", "rewards", "bs", "rep", "speed", "util")}
     fallbacks = 0
     for row in usable:
@@ -220,13 +247,13 @@ def dataset_from_rows(
             what = f"batch size {row.batch_size}" + (f", repeat {row.repeat}" if reward.baseline_rule == "per_repeat" else "")
             raise DataError(f"{source}: no baseline row for {what}", fix="every batch size (and repeat, with per_repeat) needs a (0,0,0) row")
         cols["actions"].append(_action_of(row, where))
-        cols["states"].append(state_vector(row, state))
+        cols["states"].append(state_vector(row, state, mem_norm))
         cols["rewards"].append(row_reward(row, baselines[key], reward))
         fallbacks += _throttled(row, reward.throttle)[1]
         cols["bs"].append(row.batch_size)
         cols["rep"].append(-1 if row.repeat is None else row.repeat)
         cols["speed"].append(float(row.speed_tok_s))
-        cols["util"].append(row.avg_power_watts / reward.power_limit_w)
+        cols["util"].append(row.avg_power_watts / reward.limit_of(row))
     return PolicyDataset(
         states=np.asarray(cols["states"], dtype=np.float64),
         actions=np.asarray(cols["actions"], dtype=np.int64),
@@ -249,13 +276,35 @@ def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: Re
     """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset.
 
     Rows come from the one loader (``harness.dataset.load``, validate's checks): a torn line, NaN/inf or duplicate
-    cells stop training; invalid-window rows are excluded unless ``windows="keep"`` (``"fail"`` refuses them).
+    cells stop training; invalid-window rows are excluded unless ``windows="keep"`` (``"fail"`` refuses them). With
+    ``memory_term="total"`` and no ``memory_total_mb``, the total comes from the run's manifest.json.
     """
     from harness.dataset import load, print_notes
 
+    if reward.memory_term == "total" and reward.memory_total_mb is None:
+        total = manifest_memory_total_mb(path)
+        if total is not None:
+            reward = reward.model_copy(update={"memory_total_mb": total})
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
     return dataset_from_rows(loaded.rows, state=state, reward=reward, source=str(path))
+
+
+def manifest_memory_total_mb(path: str | Path) -> float | None:
+    """``memory_total_mb`` recorded in the manifest.json of a run folder (or of the folder holding a rows file)."""
+    import json
+
+    p = Path(path)
+    manifest = (p if p.is_dir() else p.parent) / "manifest.json"
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    for where in (data.get("world", {}).get("gpu", {}), data.get("world", {}).get("gpu", {}).get("sampler", {}), data):
+        v = where.get("memory_total_mb") if isinstance(where, dict) else None
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return None
 
 
 def batch_sizes_of(states: np.ndarray) -> np.ndarray:

@@ -55,6 +55,11 @@ class GenerateResult(BaseModel):
     """When the server received the request, in ns of ``server_clock`` (None when the server does not say)."""
     server_finish_ns: int | None = None
     """When the server finished the request, same clock."""
+    server_first_token_ns: int | None = None
+    """When the server emitted the request's first token, same clock (twin: ``twin_first_token_ns``; sglang:
+    ``request_received_ts + first_token_latency`` with ``--enable-metrics`` on 0.5.23)."""
+    client_sent_wall_ns: int | None = None
+    """UTC epoch ns when the harness sent the request (its first-token and finish instants: + ``ttft_s`` / latency)."""
     server_clock: str | None = None
     """``twin_device`` (the twin's scaled device clock: ``twin_received_ns``/``twin_finish_ns``) or ``wall`` (UTC
     epoch: sglang's ``request_received_ts``/``request_finished_ts`` with ``--enable-metrics``)."""
@@ -89,6 +94,7 @@ def parse_meta_info(meta: dict[str, Any]) -> dict[str, Any]:
     latency = meta.get("e2e_latency")
     received, finished, server_clock = _server_stamps(meta)
     return {
+        "server_first_token_ns": _first_token_stamp(meta, received, server_clock),
         "prompt_tokens": meta.get("prompt_tokens"),
         "completion_tokens": completion,
         "e2e_latency_s": float(latency) if latency is not None else None,
@@ -112,6 +118,18 @@ def _server_stamps(meta: dict[str, Any]) -> tuple[int | None, int | None, str | 
     except (TypeError, ValueError):
         pass
     return None, None, None
+
+
+def _first_token_stamp(meta: dict[str, Any], received: int | None, server_clock: str | None) -> int | None:
+    """The first-token instant on the server's clock: the twin's stamp, else sglang's receive + first-token latency."""
+    try:
+        if server_clock == "twin_device" and meta.get("twin_first_token_ns") is not None:
+            return int(meta["twin_first_token_ns"])
+        if server_clock == "wall" and received is not None and meta.get("first_token_latency") is not None:
+            return received + int(float(meta["first_token_latency"]) * 1e9)
+    except (TypeError, ValueError):
+        pass
+    return None
 
 
 def parse_server_info(body: dict[str, Any]) -> ServerInfo:
@@ -227,6 +245,7 @@ class EngineClient:
         if rid is not None:
             payload["rid"] = rid
         limit = float(timeout or self.request_timeout)
+        sent_wall = time.time_ns()
         t0 = time.monotonic()
         timed_out = threading.Event()
         try:
@@ -267,6 +286,7 @@ class EngineClient:
                 raise EngineRequestError(f"unreadable /generate answer: {exc!r}", "protocol") from None
             raise
         out.client_latency_s = time.monotonic() - t0
+        out.client_sent_wall_ns = sent_wall
         return out
 
     def _read_stream(self, resp: httpx.Response, t0: float, limit: float) -> GenerateResult:

@@ -83,6 +83,7 @@ class TwinGpu:
         self.seg_e: list[float] = [0.0]
         self.seg_p: list[float] = [self.power_w]
         self.faults: dict = {}
+        self.limit_w = float(self.p.power_management_limit_w)  # the set (management) limit; enforced = this
         self.launch_seq = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -128,7 +129,7 @@ class TwinGpu:
         thermal = 1.0
         if self.temp_c > p.slowdown_temp_c:
             thermal = max(p.min_clock_factor, 1.0 - p.slowdown_per_c * (self.temp_c - p.slowdown_temp_c))
-        cap_w = p.power_limit_w * (1.0 + p.cap_overshoot_frac)
+        cap_w = self.limit_w * (1.0 + p.cap_overshoot_frac)
         f = cap_clock_factor(base, dyn, cap_w, p.dvfs_exponent, thermal)
         self.capped = self.busy and f < thermal - 1e-9
         self.clock_factor = max(p.min_clock_factor, f)
@@ -287,8 +288,8 @@ class TwinGpu:
                 "memory_reserved_mb": self.p.memory_reserved_mb,
                 "memory_used_mb": int(round(self.memory_used_mb())),
                 "memory_free_mb": int(round(self.memory_free_mb())),
-                "power_limit_w": self.p.power_limit_w,
-                "power_management_limit_w": self.p.power_management_limit_w,
+                "power_limit_w": self.limit_w,
+                "power_management_limit_w": self.limit_w,
                 "clock_event_reasons": bits,
                 "engines": len(self.engines),
             }
@@ -299,7 +300,8 @@ class TwinGpu:
             "profile": self.profile.name,
             "hardware": self.profile.hardware,
             "twin": True,
-            "power_limit_w": self.p.power_limit_w,
+            "power_limit_w": self.limit_w,
+            **self.power_limits(),
             "memory_total_mb": self.p.memory_total_mb,
             "time_scale": self.clock.scale,
             "seed": self.seed,
@@ -308,6 +310,24 @@ class TwinGpu:
     def clock_info(self) -> dict:
         m, w = mono_ns(), wall_ns()
         return {**self.clock.to_dict(), "wall_ns": w, "mono_ns": m, "device_ns": self.clock.from_mono(m)}
+
+    # ---- power limit (nvmlDeviceSetPowerManagementLimit) ------------------------------------------------------
+    def power_limits(self) -> dict:
+        """The limit in force and the board's constraints, like NVML's limit getters."""
+        return {"power_limit_w": self.limit_w, "power_limit_min_w": self.p.power_limit_min_w,
+                "power_limit_max_w": self.p.power_limit_max_w, "power_limit_default_w": self.p.power_management_limit_w}
+
+    def set_power_limit(self, watts: float) -> dict:
+        """Set the limit (as root does with NVML); a value outside [min, max] raises ValueError, like
+        NVML_ERROR_INVALID_ARGUMENT. Power from now on is capped at the new limit."""
+        lo, hi = self.p.power_limit_min_w, self.p.power_limit_max_w
+        if not (lo <= watts <= hi):
+            raise ValueError(f"power limit {watts:g} W is outside this GPU's constraints [{lo:g}, {hi:g}] W")
+        with self.lock:
+            self._advance(self.now_ns())
+            self.limit_w = float(watts)
+            self._recompute(jitter=False)
+        return self.power_limits()
 
     def apply_faults(self, body: dict) -> dict:
         with self.lock:
@@ -399,6 +419,20 @@ def build_router(gpu: TwinGpu):
     r.add("DELETE", "/v1/engines", release_pid)
     r.add("GET", "/truth/energy", truth)
     r.add("POST", "/v1/faults", lambda req: gpu.apply_faults(req.json() or {}))
+
+    def power_limit(req):
+        body = req.json() or {}
+        try:
+            watts = float(body["power_limit_w"])
+        except (KeyError, TypeError, ValueError):
+            return Response(400, {"error": {"message": "power_limit_w (watts, a number) is required"}})
+        try:
+            return gpu.set_power_limit(watts)
+        except ValueError as exc:
+            return Response(400, {"error": {"message": str(exc), "code": "invalid_argument", **gpu.power_limits()}})
+
+    r.add("GET", "/v1/power_limit", lambda req: gpu.power_limits())
+    r.add("POST", "/v1/power_limit", power_limit)
     return r
 
 

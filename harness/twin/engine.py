@@ -366,6 +366,7 @@ class TwinEngine:
                 meta["e2e_latency"] = (sim.finish_ns - req.received_ns) / 1e9
                 # twin extras: device-clock ns of receipt and finish (wall = anchor + (ns - anchor) / scale)
                 meta["twin_received_ns"], meta["twin_finish_ns"] = req.received_ns, sim.finish_ns
+                meta["twin_first_token_ns"] = sim.first_token_ns  # for steady-state windows (harness.telemetry.steady)
             if not self.cfg.is_baseline:
                 if self.version == "0.5.2":
                     meta["spec_verify_ct"] = sim.verify_ct

@@ -31,6 +31,8 @@ class DeviceParams(_Strict):
                                                 "sglang's default attention backend and which backends it accepts")
     power_limit_w: float = 80.0
     power_management_limit_w: float = 80.0
+    power_limit_min_w: float = Field(35.0, description="lowest limit the board accepts (NVML constraints min)")
+    power_limit_max_w: float = Field(80.0, description="highest limit the board accepts (NVML constraints max)")
     cap_overshoot_frac: float = Field(0.005, description="steady overshoot of the power-cap controller above the limit")
     memory_total_mb: int = 8192
     memory_reserved_mb: int = 160

@@ -13,6 +13,11 @@
  *       a new counter_epoch restarts it at 0, as a driver reload or GPU reset does)
  *   temperature_c sm_clock_mhz mem_clock_mhz util_gpu util_mem mem_total mem_reserved mem_used (bytes)
  *   limit_enforced_mw limit_mgmt_mw limit_default_mw clock_events (nvmlClocksEventReasons bit mask)
+ *   limit_min_mw limit_max_mw (nvmlDeviceGetPowerManagementLimitConstraints)
+ *   root (0: nvmlDeviceSetPowerManagementLimit answers NVML_ERROR_NO_PERMISSION, as for a non-root user; default 1)
+ *   A limit set with nvmlDeviceSetPowerManagementLimit persists, as the driver's does, across processes: it is
+ *   written to the file "<NVML_SHIM_SCRIPT>.limit" and then answers both limit getters (management and enforced)
+ *   until that file is removed (the tests' stand-in for a driver reload).
  *   init_ret (nvmlInit's return code) gpu_lost (1: every device call returns NVML_ERROR_GPU_IS_LOST)
  *   delay_ms (every device call takes this long: a slow driver)
  *   fail.<function> = code (that entry point returns code)   field.<id> = code (that field's nvmlReturn)
@@ -34,7 +39,7 @@
 
 typedef int nvmlReturn_t;
 enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
-       NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15,
+       NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15,
        NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25, NVML_ERROR_UNKNOWN = 999 };
 enum { FI_POWER_AVERAGE = 185, FI_POWER_INSTANT = 186, FI_ENERGY = 191, SCOPE_GPU = 0 };
 enum { VT_UNSIGNED_INT = 1, VT_UNSIGNED_LONG_LONG = 3 };
@@ -54,7 +59,8 @@ typedef struct { char key[96]; long code; } override_t;
 typedef struct {
     char name[96], uuid[96], driver_version[80], nvml_version[80];
     long device_count, init_ret, gpu_lost, delay_ms, counter_epoch, energy_update_ms, temperature_c, sm_clock_mhz, mem_clock_mhz,
-        util_gpu, util_mem, limit_enforced_mw, limit_mgmt_mw, limit_default_mw, power_mw, power_avg_mw, power_usage_mw;
+        util_gpu, util_mem, limit_enforced_mw, limit_mgmt_mw, limit_default_mw, power_mw, power_avg_mw, power_usage_mw,
+        limit_min_mw, limit_max_mw, root;
     unsigned long long energy_start_mj, mem_total, mem_reserved, mem_used, clock_events;
     override_t over[MAX_OVERRIDES];  /* "fail.<fn>" and "field.<id>" */
     int n_over;
@@ -81,6 +87,7 @@ static void defaults(script_t *s) {
     s->energy_start_mj = 1000000; s->temperature_c = 45; s->sm_clock_mhz = 1980; s->mem_clock_mhz = 2619;
     s->util_gpu = 0; s->util_mem = 0; s->mem_total = 8ULL << 30; s->mem_reserved = 256ULL << 20; s->mem_used = 1ULL << 30;
     s->limit_enforced_mw = s->limit_mgmt_mw = s->limit_default_mw = 700000;
+    s->limit_min_mw = 100000; s->limit_max_mw = 700000; s->root = 1;
 }
 
 static char *trim(char *t) {
@@ -99,7 +106,7 @@ static void set_key(script_t *s, const char *k, const char *v) {
     STR(name) STR(uuid) STR(driver_version) STR(nvml_version)
     NUM(device_count) NUM(init_ret) NUM(gpu_lost) NUM(delay_ms) NUM(counter_epoch) NUM(energy_update_ms) NUM(temperature_c)
     NUM(sm_clock_mhz) NUM(mem_clock_mhz) NUM(util_gpu) NUM(util_mem) NUM(limit_enforced_mw) NUM(limit_mgmt_mw)
-    NUM(limit_default_mw) NUM(power_mw) NUM(power_avg_mw) NUM(power_usage_mw)
+    NUM(limit_default_mw) NUM(power_mw) NUM(power_avg_mw) NUM(power_usage_mw) NUM(limit_min_mw) NUM(limit_max_mw) NUM(root)
     U64(energy_start_mj) U64(mem_total) U64(mem_reserved) U64(mem_used) U64(clock_events)
     if ((!strncmp(k, "fail.", 5) || !strncmp(k, "field.", 6)) && s->n_over < MAX_OVERRIDES) {
         snprintf(s->over[s->n_over].key, sizeof s->over[0].key, "%s", k);
@@ -232,6 +239,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -286,8 +294,44 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
     LEAVE(NVML_SUCCESS);
 }
 #endif
-nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) { ENTER(d); CHECK_PTR(mw); *mw = (unsigned int)S.limit_enforced_mw; LEAVE(NVML_SUCCESS); }
-nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *mw) { ENTER(d); CHECK_PTR(mw); *mw = (unsigned int)S.limit_mgmt_mw; LEAVE(NVML_SUCCESS); }
+/* The limit persisted by nvmlDeviceSetPowerManagementLimit ("<script>.limit"), or -1 when none was set. */
+static long set_limit_mw(void) {
+    char p[4200];
+    const char *script = getenv("NVML_SHIM_SCRIPT");
+    if (!script) return -1;
+    snprintf(p, sizeof p, "%s.limit", script);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    long v = -1;
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
+    ENTER(d); CHECK_PTR(mw); long v = set_limit_mw(); *mw = (unsigned int)(v >= 0 ? v : S.limit_enforced_mw); LEAVE(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *mw) {
+    ENTER(d); CHECK_PTR(mw); long v = set_limit_mw(); *mw = (unsigned int)(v >= 0 ? v : S.limit_mgmt_mw); LEAVE(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t d, unsigned int *min_mw, unsigned int *max_mw) {
+    ENTER(d); CHECK_PTR(min_mw); CHECK_PTR(max_mw);
+    *min_mw = (unsigned int)S.limit_min_mw; *max_mw = (unsigned int)S.limit_max_mw; LEAVE(NVML_SUCCESS);
+}
+/* Root only (NVML_ERROR_NO_PERMISSION otherwise); a value outside the constraints is NVML_ERROR_INVALID_ARGUMENT. */
+nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t d, unsigned int mw) {
+    ENTER(d);
+    if (!S.root) LEAVE(NVML_ERROR_NO_PERMISSION);
+    if ((long)mw < S.limit_min_mw || (long)mw > S.limit_max_mw) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    char p[4200], tmp[4210];
+    snprintf(p, sizeof p, "%s.limit", getenv("NVML_SHIM_SCRIPT"));
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) LEAVE(NVML_ERROR_UNKNOWN);
+    fprintf(f, "%u\n", mw);
+    fclose(f);
+    if (rename(tmp, p) != 0) LEAVE(NVML_ERROR_UNKNOWN);
+    LEAVE(NVML_SUCCESS);
+}
 nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t d, unsigned int *mw) { ENTER(d); CHECK_PTR(mw); *mw = (unsigned int)S.limit_default_mw; LEAVE(NVML_SUCCESS); }
 
 /* ---- thermals, clocks, utilization, memory ----------------------------------------------------------------- */

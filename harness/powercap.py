@@ -1,0 +1,218 @@
+"""The GPU power cap as a sweep dimension: parse ``--power-caps``, set the limit per pass, restore it on exit.
+
+A cap is watts (``60``) or a share of the board's default limit (``75%``). ``PowerCapController`` in ``set`` mode
+sets each pass's cap through the device (NVML ``nvmlDeviceSetPowerManagementLimit``, root only, or the twin GPU's
+``POST /v1/power_limit``), reads back the enforced limit, and restores the limit it found before the run's first set
+on exit. That original limit is saved in the manifest before anything is changed, so a run killed with SIGKILL (no
+cleanup) is restored by ``--resume`` at its end. ``record`` mode never sets anything: rows only record the enforced
+limit the device reports (the fallback when the harness is not root).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Literal, Protocol
+
+import httpx
+from pydantic import BaseModel
+
+from harness.errors import HarnessError, ServiceUnavailableError, UsageError
+
+PowerCapMode = Literal["set", "record"]
+
+
+class PowerCapError(HarnessError):
+    """The power limit could not be set (permission, range or device error)."""
+
+    exit_code = 9
+
+
+class CapLimits(BaseModel):
+    """A device's limits in watts: the set (management) limit, the enforced one, the constraints and the default."""
+
+    current_w: float | None = None
+    enforced_w: float | None = None
+    min_w: float | None = None
+    max_w: float | None = None
+    default_w: float | None = None
+
+
+class CapDevice(Protocol):
+    """What the controller needs from a GPU: read its limits, set the management limit."""
+
+    def limits(self) -> CapLimits: ...
+
+    def set_limit(self, watts: float) -> None: ...
+
+
+_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|w)?\s*$", re.IGNORECASE)
+
+
+def parse_power_caps(text: str) -> list[str]:
+    """``"60,80"`` -> ``["60", "80"]``; ``"75%,100%"`` -> ``["75%", "100%"]`` (normalised labels, order kept)."""
+    out: list[str] = []
+    for part in [p for p in text.split(",") if p.strip()]:
+        m = _CAP.match(part)
+        if not m or float(m.group(1)) <= 0:
+            raise UsageError(f"cannot parse power cap {part.strip()!r} in --power-caps {text!r}",
+                             fix="give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%")
+        label = f"{float(m.group(1)):g}" + ("%" if m.group(2) == "%" else "")
+        if label in out:
+            raise UsageError(f"power cap {label} is listed twice in --power-caps", fix="list each cap once")
+        out.append(label)
+    if not out:
+        raise UsageError("--power-caps is empty", fix="e.g. --power-caps 60,80")
+    return out
+
+
+def cap_slug(label: str) -> str:
+    """Filesystem-safe form of a cap label for cell ids: ``60`` -> ``cap60w``, ``75%`` -> ``cap75pct``."""
+    return "cap" + label.replace("%", "pct").replace(".", "p") + ("" if label.endswith("%") else "w")
+
+
+def resolve_cap(label: str, limits: CapLimits) -> float:
+    """Watts of a cap label against the device's limits; refuses values outside its constraints (as NVML does)."""
+    if label.endswith("%"):
+        if not limits.default_w:
+            raise PowerCapError(f"power cap {label} needs the GPU's default limit, which it does not report",
+                                fix="give the cap in watts, e.g. --power-caps 250")
+        watts = round(limits.default_w * float(label[:-1]) / 100.0, 3)
+    else:
+        watts = float(label)
+    lo, hi = limits.min_w, limits.max_w
+    if (lo is not None and watts < lo) or (hi is not None and watts > hi):
+        raise PowerCapError(f"power cap {label} ({watts:g} W) is outside this GPU's limits [{lo:g}, {hi:g}] W",
+                            fix=f"choose caps between {lo:g} and {hi:g} W (nvidia-smi -q -d POWER shows the limits)")
+    return watts
+
+
+class TwinCapDevice:
+    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            with httpx.Client(timeout=10.0, trust_env=False) as http:
+                resp = http.request(method, f"{self.url}/v1/power_limit", json=body)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
+                                          fix="start it or fix --twin-gpu") from None
+        data = resp.json()
+        if resp.status_code >= 400:
+            msg = (data.get("error") or {}).get("message", resp.text)
+            raise PowerCapError(f"the twin GPU refused the power limit: {msg}", fix="choose a cap within the GPU's limits")
+        return data
+
+    def limits(self) -> CapLimits:
+        d = self._call("GET")
+        return CapLimits(current_w=d.get("power_limit_w"), enforced_w=d.get("power_limit_w"), min_w=d.get("power_limit_min_w"),
+                         max_w=d.get("power_limit_max_w"), default_w=d.get("power_limit_default_w"))
+
+    def set_limit(self, watts: float) -> None:
+        self._call("POST", {"power_limit_w": watts})
+
+
+class NvmlCapDevice:
+    """NVML through nvidia-ml-py: the limit getters, the constraints, and the (root-only) setter."""
+
+    def __init__(self, gpu_index: int = 0) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise PowerCapError("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
+        self.nv = pynvml
+        try:
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        except pynvml.NVMLError as exc:
+            raise PowerCapError(f"NVML is unavailable for the power cap: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
+
+    def _w(self, fn: Callable[..., Any]) -> float | None:
+        try:
+            return fn(self.handle) / 1000.0
+        except self.nv.NVMLError:
+            return None
+
+    def limits(self) -> CapLimits:
+        nv = self.nv
+        try:
+            lo, hi = (x / 1000.0 for x in nv.nvmlDeviceGetPowerManagementLimitConstraints(self.handle))
+        except nv.NVMLError:
+            lo = hi = None
+        return CapLimits(current_w=self._w(nv.nvmlDeviceGetPowerManagementLimit), enforced_w=self._w(nv.nvmlDeviceGetEnforcedPowerLimit),
+                         min_w=lo, max_w=hi, default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit))
+
+    def set_limit(self, watts: float) -> None:
+        nv = self.nv
+        try:
+            nv.nvmlDeviceSetPowerManagementLimit(self.handle, int(round(watts * 1000)))
+        except nv.NVMLError_NoPermission:
+            raise PowerCapError(f"setting the power limit to {watts:g} W needs root (NVML: No Permission)",
+                                fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
+                                    "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)") from None
+        except nv.NVMLError as exc:
+            raise PowerCapError(f"NVML refused the power limit {watts:g} W: {exc}",
+                                fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints") from None
+
+    def close(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+
+class PowerCapController:
+    """Applies caps for a run and restores the original limit; its state lives in ``manifest["power_cap"]``."""
+
+    def __init__(self, device: CapDevice, mode: PowerCapMode, manifest: dict[str, Any],
+                 save: Callable[[], None] = lambda: None) -> None:
+        self.device = device
+        self.mode = mode
+        self.state: dict[str, Any] = manifest.setdefault("power_cap", {})
+        self.state["mode"] = mode
+        self.save = save
+        self.current: str | None = None
+        self.targets: dict[str, float] = {}
+
+    def begin(self, caps: list[str]) -> CapLimits:
+        """Read the limits, resolve every cap (refusing out-of-range ones before anything runs), and remember the
+        original limit: the one in force now, unless an earlier session of this run set a cap and never restored
+        it (killed): then the limit that session found is kept, since the one in force now is that session's cap."""
+        limits = self.device.limits()
+        if self.mode == "set" and limits.current_w is None:
+            raise PowerCapError("the GPU does not report its current power limit, so a cap set now could not be restored",
+                                fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)")
+        self.targets = {c: resolve_cap(c, limits) for c in caps}
+        if self.state.get("restored", True) or self.state.get("original_w") is None:
+            self.state["original_w"] = limits.current_w
+        self.state.update(limits={k: v for k, v in limits.model_dump().items() if k != "enforced_w"},
+                          targets_w=dict(self.targets))
+        self.save()
+        return limits
+
+    def apply(self, cap: str | None) -> float | None:
+        """Make ``cap`` the limit in force (``set`` mode; nothing in ``record`` mode); returns the enforced watts."""
+        changed = cap is not None and self.mode == "set" and cap != self.current
+        if changed:
+            self.state["restored"] = False
+            self.save()
+            self.device.set_limit(self.targets[cap])
+            self.current = cap
+        enforced = self.device.limits().enforced_w
+        if changed:
+            self.state.setdefault("enforced_w", {})[cap] = enforced  # the manifest's record of what each cap enforced
+            self.save()
+        return enforced
+
+    def restore(self) -> float | None:
+        """Put the original limit back (``set`` mode, once a cap was set); returns the limit now enforced."""
+        original = self.state.get("original_w")
+        if self.mode != "set" or original is None or self.state.get("restored", True):
+            return None
+        self.device.set_limit(float(original))
+        self.current = None
+        self.state["restored"] = True
+        self.save()
+        return self.device.limits().enforced_w

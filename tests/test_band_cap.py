@@ -1,0 +1,60 @@
+"""The band against the row's enforced cap: reward, utilization, in-band flags and the memory term of the state;
+published-layout rows (no cap) keep the published 80 W and mem/8192."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import DataError
+from harness.jsonl import write_json_atomic, write_jsonl_atomic
+from harness.rows import from_native, to_published
+from policies.contract import RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, throughput_score
+from policies.synthetic import synthetic_records
+from _policies_helpers import harness
+
+
+def _row(**kw):
+    base = dict(hardware="t", index=0, repeat=0, batch_size=1, steps=3, topk=4, num_draft_tokens=8, is_baseline=False,
+                speed_tok_s=150.0, avg_power_watts=57.6, gpu_temp_c=60.0, gpu_throttling=False)  # fmt: skip
+    return from_native({**base, **kw})
+
+
+def test_reward_uses_the_rows_enforced_cap():
+    capped = _row(power_limit_w=60.0)  # 57.6 W of a 60 W cap: u = 0.96, inside the band
+    uncapped = _row()  # a published-layout row records no cap: 57.6 / 80 = 0.72
+    tp = throughput_score(150.0, 100.0) ** 0.5
+    assert row_reward(capped, 100.0) == pytest.approx(1.0 * tp)
+    assert row_reward(uncapped, 100.0) == pytest.approx(band_score(0.72) ** 0.5 * tp)
+    assert row_reward(capped, 100.0, RewardOptions(limit_source="fixed")) == row_reward(uncapped, 100.0)
+    d = dataset_from_rows([_row(is_baseline=True, steps=0, topk=0, num_draft_tokens=0, speed_tok_s=100.0, power_limit_w=60.0),
+                           capped, _row(index=2, power_limit_w=80.0)])
+    assert list(d.utilization) == pytest.approx([57.6 / 60, 0.96, 0.72])
+
+
+def test_memory_term_published_or_total(tmp_path):
+    recs = synthetic_records(seed=0)
+    write_jsonl_atomic(tmp_path / "rows.jsonl", recs)
+    pub = load_dataset(tmp_path / "rows.jsonl")
+    assert pub.reward_options.memory_term == "published"
+    mem = next(r.gpu_mem_used_mb for r in pub.rows)
+    assert pub.states[0][2] == pytest.approx(mem / 8192)
+    with pytest.raises(DataError, match="--memory-total-mb"):
+        load_dataset(tmp_path / "rows.jsonl", reward=RewardOptions(memory_term="total"))
+    write_json_atomic(tmp_path / "manifest.json", {"run_id": "x", "memory_total_mb": 143771})
+    tot = load_dataset(tmp_path / "rows.jsonl", reward=RewardOptions(memory_term="total"))
+    assert tot.reward_options.memory_total_mb == 143771 and tot.states[0][2] == pytest.approx(mem / 143771)
+
+
+def test_train_records_the_cap_source_and_memory_term_in_its_artifacts(tmp_path):
+    recs = synthetic_records(seed=0, power_limit_w=60.0)
+    write_jsonl_atomic(tmp_path / "rows.jsonl", recs)
+    write_jsonl_atomic(tmp_path / "dataset.jsonl", [to_published(from_native(r)) for r in recs])
+    r = harness("train", "--dataset", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "m"), "--algos", "lookup_table",
+                "--memory-term", "total", "--memory-total-mb", "16384")
+    assert r.returncode == 0, r.stderr + r.stdout
+    meta = json.loads((tmp_path / "m" / "train.json").read_text())["reward_options"]
+    assert meta["limit_source"] == "row" and meta["memory_term"] == "total" and meta["memory_total_mb"] == 16384
+    bad = harness("train", "--dataset", str(tmp_path / "dataset.jsonl"), "--out", str(tmp_path / "m2"), "--memory-term", "total")
+    assert bad.returncode == 3 and "--memory-total-mb" in bad.stderr + bad.stdout
