@@ -657,7 +657,7 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
         spec_update["model_path"] = opts.model_path
     if opts.draft_model_path:
         spec_update["draft_model_path"] = opts.draft_model_path
-    spec = spec.model_copy(update=spec_update)
+    spec = EngineSpec(kind=opts.engine).model_copy(update=spec_update)
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = mono_ns()
     try:
