@@ -28,10 +28,12 @@ from harness.timeutil import ScaledClock
 from harness.twin import engine_args as ea
 from harness.twin.httpd import Request, Response, Router, Stream, make_server
 from harness.twin.model import (
+    CLIENT_TURNAROUND_MS,
     Decoder,
     Iteration,
     SimRequest,
     context_quality,
+    device_power,
     launch_seconds,
     memory_footprint_mb,
     prompt_quality,
@@ -45,6 +47,9 @@ SAMPLING_KEYS_0523 = frozenset({
     "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
     "custom_params", "stream_interval", "logit_bias", "sampling_seed",
 })
+LEAD_MS = 1000.0
+"""How far (wall ms) the engine's timeline may run ahead of the device clock (env ``TWIN_LEAD_MS``): the slack within
+which host delays (a late scheduler thread, a slow activity report, a client's round trip) leave twin time untouched."""
 KV_BYTES_PER_TOKEN = 32 * 1024  # Llama-3.2-1B: 16 layers x 8 KV heads x 64 dims x (K, V) x 2 bytes
 
 
@@ -69,6 +74,7 @@ class EngineRequest:
     stop_matched: str | None = None
     event: threading.Event = field(default_factory=threading.Event)
     received_ns: int = 0
+    loop: "LoopHint | None" = None
 
     _ids: list[int] = field(default_factory=list)
     _text: list[str] = field(default_factory=list)
@@ -101,16 +107,81 @@ class EngineRequest:
         return t
 
 
+LOOP_HEADER = "X-Twin-Loop"
+AFTER_HEADER = "X-Twin-After"
+NEXT_HEADER = "X-Twin-Next"
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """One closed-loop batch of a client: SESSION sends TOTAL requests at CONCURRENCY."""
+
+    session: str
+    total: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class LoopHint:
+    """A closed-loop client's declaration, from the headers ``X-Twin-Loop: SESSION TOTAL CONCURRENCY`` (this batch),
+    ``X-Twin-After: RID`` (the response this request follows) and ``X-Twin-Next: SESSION TOTAL CONCURRENCY`` (the
+    batch the client starts right after this one ends, e.g. the measured requests after the warm-up)."""
+
+    loop: LoopSpec
+    after: str | None = None
+    next: LoopSpec | None = None
+
+
+@dataclass
+class LoopSession:
+    """The engine's view of one closed-loop batch: whom it still expects, and at which device instant."""
+
+    total: int
+    wave: int  # first-wave requests still expected
+    wave_ns: int  # their common receipt instant (device ns)
+    issued: int  # requests received or expected so far
+    done: int = 0
+    next: LoopSpec | None = None
+    expect: dict[str, int] = field(default_factory=dict)  # predecessor rid -> successor's receipt instant
+
+
+def _loop_spec(header: str, value: str) -> LoopSpec:
+    parts = value.split()
+    try:
+        if len(parts) != 3 or int(parts[1]) < 1 or int(parts[2]) < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{header} must be 'SESSION TOTAL CONCURRENCY' (positive integers), got {value!r}") from None
+    return LoopSpec(parts[0], int(parts[1]), int(parts[2]))
+
+
+def parse_loop_hint(headers) -> LoopHint | None:
+    """The closed-loop hint of a request's headers (None without ``X-Twin-Loop``); ValueError names a bad header."""
+    loop = headers.get(LOOP_HEADER)
+    if not loop:
+        return None
+    nxt = headers.get(NEXT_HEADER)
+    return LoopHint(_loop_spec(LOOP_HEADER, loop), headers.get(AFTER_HEADER) or None,
+                    _loop_spec(NEXT_HEADER, nxt) if nxt else None)
+
+
 class DeviceLink:
-    """HTTP to the twin GPU: clock, profile, memory lease, activity reports (a background reporter thread)."""
+    """HTTP to the twin GPU: clock, profile, memory lease, and the engine's load as timed events in device time.
+
+    ``post(at_ns, busy, dyn_w, util)`` queues a load change that takes effect on the device at ``at_ns`` (device ns);
+    a background thread sends the queue in order (one request for all that accumulated) and a 1 s heartbeat that
+    renews the lease. Since the engine runs ahead of the device clock (``TwinEngine.lead_ns``), the device receives
+    each change before its instant and integrates power exactly, however late the host runs this thread.
+    """
 
     def __init__(self, url: str, engine_id: str) -> None:
         self.url = url.rstrip("/")
         self.engine_id = engine_id
         self.http = httpx.Client(base_url=self.url, timeout=5.0, trust_env=False)
         self.clock_factor = 1.0
-        self._desired = (False, 0.0, 0.0)
-        self._sent: tuple | None = None
+        self.thermal_factor = 1.0
+        self._last: tuple | None = (False, 0.0, 0.0)  # a new lease starts idle
+        self._queue: list[dict] = []
         self._cv = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -130,11 +201,15 @@ class DeviceLink:
         except httpx.HTTPError:
             pass
 
-    def set_activity(self, busy: bool, dyn_w: float, util: float) -> None:
+    def post(self, at_ns: int, busy: bool, dyn_w: float, util: float) -> None:
+        """Queue a load change at device time ``at_ns`` (dropped when it equals the last one queued)."""
+        key = (bool(busy), round(dyn_w, 3), round(util, 3))
         with self._cv:
-            self._desired = (busy, round(dyn_w, 3), round(util, 3))
-            if self._desired != self._sent:
-                self._cv.notify()
+            if key == self._last:
+                return
+            self._last = key
+            self._queue.append({"at_ns": int(at_ns), "busy": key[0], "dynamic_power_w": key[1], "util": key[2]})
+            self._cv.notify()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="device-reporter", daemon=True)
@@ -149,22 +224,26 @@ class DeviceLink:
         last = 0.0
         while True:
             with self._cv:
-                if self._desired == self._sent:
+                if not self._queue:
                     self._cv.wait(timeout=max(0.0, 1.0 - (time.monotonic() - last)))
                 if self._stop:
                     return
-                desired = self._desired
+                events, self._queue = self._queue, []
             try:
-                r = self.http.post(f"/v1/engines/{self.engine_id}/activity",
-                                   json={"busy": desired[0], "dynamic_power_w": desired[1], "util": desired[2]}, timeout=2.0)
+                r = self.http.post(f"/v1/engines/{self.engine_id}/activity", json={"events": events}, timeout=2.0)
                 if r.status_code == 200:
-                    self.clock_factor = float(r.json().get("clock_factor", 1.0))
-                    self._sent = desired
+                    body = r.json()
+                    self.clock_factor = float(body.get("clock_factor", 1.0))
+                    self.thermal_factor = float(body.get("thermal_factor", 1.0))
+                    events = []
                 else:
                     log(f"twin GPU refused the activity report ({r.status_code}): {r.text[:200]}", "WARNING")
-                    time.sleep(0.2)
+                    events = []  # no lease (expired or released): nothing to resend
             except httpx.HTTPError as exc:
                 log(f"twin GPU unreachable: {exc}", "WARNING")
+            if events:  # not delivered: keep them, in order, ahead of newer ones
+                with self._cv:
+                    self._queue[:0] = events
                 time.sleep(0.2)
             last = time.monotonic()
 
@@ -207,6 +286,11 @@ class TwinEngine:
         self.memory: dict = {}
         self.launch_s = 0.0
         self.start_wall = time.time()
+        self.lead_ns = int(float(os.environ.get("TWIN_LEAD_MS", str(LEAD_MS))) * 1e6 * clock.scale)
+        self.turnaround_ns = int(CLIENT_TURNAROUND_MS * 1e6)
+        self.arrival_delay_ns = int(profile.perf.request_overhead_ms * 0.75e6)
+        self.sessions: dict[str, LoopSession] = {}
+        self.late_loop_requests = 0
 
     # ---- model name / info ---------------------------------------------------------------------------------
     @property
@@ -222,35 +306,135 @@ class TwinEngine:
         self.wake.set()
 
     def run_scheduler(self) -> None:
+        """Run iterations on the engine's own timeline (device ns) up to ``lead_ns`` ahead of the device clock."""
         while not self.stop_event.is_set():
             with self.lock:
-                self._advance(self.clock.now_ns())
-                nxt = self.pending.end_ns if self.pending is not None else self.decoder.next_start_ns()
-            if nxt is not None:
-                wait = (nxt - self.clock.now_ns()) / self.clock.scale / 1e9
+                now = self.clock.now_ns()
+                self._advance(now)
+                due = self._next_due_ns(now)
+            if due is not None:
+                wait = (due - self.clock.now_ns()) / self.clock.scale / 1e9
                 self.wake.wait(min(max(wait, 0.0002), 0.005))
-                self.wake.clear()
             else:
                 self.wake.wait(0.05)
-                self.wake.clear()
+            self.wake.clear()
+
+    def _next_due_ns(self, now: int) -> int | None:
+        """The device instant of the scheduler's next possible action (None: wait for a request)."""
+        cands = []
+        lead = self.lead_ns if self.sessions else 0
+        if self.pending is not None:
+            cands.append(self.pending.end_ns - lead)
+        else:
+            start = self.decoder.next_start_ns()
+            if start is not None:
+                cands.append(start - lead)
+        hold = self._hold_ns()
+        if hold is not None:
+            cands.append(hold)
+        return min(cands) if cands else None
 
     def _advance(self, now: int) -> None:
+        """Publish and run iterations whose instants lie within ``lead_ns`` of the device clock ``now``.
+
+        Step start and end instants come from the model (the decoder's virtual clock), never from when this thread
+        wakes; each iteration's load is posted to the device at its start instant. An iteration never starts at or
+        past the arrival of a request a closed-loop client has announced and not yet sent (a hold), so that request
+        joins the batch it would join on a GPU; a hold the device clock reaches unmet lapses (the request is late).
+        """
+        horizon = now + (self.lead_ns if self.sessions else 0)  # run ahead only for announced closed-loop clients
+        self._lapse_holds(now)
         while True:
             if self.pending is not None:
-                if self.pending.end_ns > now:
+                if self.pending.end_ns > horizon:
                     return
                 self._publish(self.pending)
                 self.pending = None
             start = self.decoder.next_start_ns()
-            if start is None or start > now:
-                if self.decoder.idle():
-                    self.link.set_activity(False, 0.0, 0.0)
+            if start is None or start > self.decoder.now_ns:
+                self.link.post(self.decoder.now_ns, False, 0.0, 0.0)  # idle from the last iteration's end
+            hold = self._hold_ns()
+            if start is None or start > horizon or (hold is not None and start >= hold):
                 return
-            it = self.decoder.run_iteration(self.link.clock_factor)
+            it = self.decoder.run_iteration(self._clock_factor(len(self.decoder.running)))
             self.pending = it
-            self.link.set_activity(True, it.dyn_w, it.util)
+            self.link.post(it.start_ns, True, it.dyn_w, it.util)
             if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
                 self._log_decode(it)
+
+    def _clock_factor(self, batch: int) -> float:
+        """The clock factor of the next iteration, from the model's power cap (and the device's thermal ceiling):
+        computed, not read back from the device, so it does not depend on when the device's answer arrived."""
+        dyn = self.decoder.demand(batch)[0] if batch else 0.0
+        return device_power(self.profile, dyn, ceiling=self.link.thermal_factor)[1]
+
+    # ---- closed-loop clients -----------------------------------------------------------------------------------
+    def _hold_ns(self) -> int | None:
+        """The earliest arrival (device ns) of an announced request that has not come in yet."""
+        holds = [s.wave_ns for s in self.sessions.values() if s.wave > 0]
+        holds += [t for s in self.sessions.values() for t in s.expect.values()]
+        return min(holds) + self.arrival_delay_ns if holds else None
+
+    def _lapse_holds(self, now: int) -> None:
+        for s in self.sessions.values():
+            if s.wave > 0 and s.wave_ns + self.arrival_delay_ns <= now:
+                log(f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
+                    f"(host too slow for the {self.lead_ns / self.clock.scale / 1e6:.0f} ms lead)", "WARNING")
+                s.wave = 0
+            for rid in [r for r, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
+                log(f"closed-loop request after {rid} late (host too slow for the lead)", "WARNING")
+                del s.expect[rid]
+
+    def receipt_ns(self, hint: LoopHint | None) -> int:
+        """Device instant at which a request counts as received.
+
+        A plain request: the device clock now. A closed-loop request: its batch's first wave all at one instant
+        (``lead_ns`` after the first member came in, or, for a batch announced by ``X-Twin-Next``, the previous
+        batch's last finish + the client's modelled turnaround ``CLIENT_TURNAROUND_MS``); a next request at its
+        predecessor's finish + that turnaround, however long the host took to deliver it.
+        """
+        now = self.clock.now_ns()
+        if hint is None:
+            return now
+        spec = hint.loop
+        with self.lock:
+            s = self.sessions.get(spec.session)
+            if s is None:
+                first = min(spec.total, spec.concurrency)
+                s = self.sessions[spec.session] = LoopSession(spec.total, first, now + self.lead_ns, first)
+            if hint.next is not None:
+                s.next = hint.next
+            at: int | None = None
+            if hint.after is None:
+                if s.wave > 0:
+                    s.wave -= 1
+                    at = s.wave_ns
+            elif s.expect:
+                key = hint.after if hint.after in s.expect else min(s.expect, key=s.expect.__getitem__)
+                at = s.expect.pop(key)
+            if at is None or at + self.arrival_delay_ns <= now:
+                self.late_loop_requests += 1
+                at = now + self.lead_ns
+        self.wake.set()
+        return at
+
+    def _loop_done(self, req: EngineRequest) -> None:
+        """A closed-loop request finished: its client refills the slot right away while it has requests left, and
+        starts the announced next batch right after the last one."""
+        spec = req.loop.loop if req.loop is not None else None
+        s = self.sessions.get(spec.session) if spec is not None else None
+        if s is None or req.sim.finish_ns is None:
+            return
+        s.done += 1
+        if s.issued < s.total:
+            s.expect[req.sim.rid] = req.sim.finish_ns + self.turnaround_ns
+            s.issued += 1
+        if s.done >= s.total:
+            del self.sessions[spec.session]
+            nxt = s.next
+            if nxt is not None and nxt.session not in self.sessions:
+                first = min(nxt.total, nxt.concurrency)
+                self.sessions[nxt.session] = LoopSession(nxt.total, first, req.sim.finish_ns + self.turnaround_ns, first)
 
     def _log_decode(self, it: Iteration) -> None:
         t0, g0 = self._tp_mark
@@ -303,13 +487,15 @@ class TwinEngine:
 
     def _finish(self, req: EngineRequest) -> None:
         req.done = True
+        self._loop_done(req)
         self.generation_tokens_total += req.visible
         if req.sim.finish_ns is not None:
             self.e2e_sum += (req.sim.finish_ns - req.received_ns) / 1e9
             self.e2e_count += 1
 
     # ---- requests ------------------------------------------------------------------------------------------
-    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict, rid: str | None = None) -> EngineRequest:
+    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict, rid: str | None = None,
+                    hint: LoopHint | None = None) -> EngineRequest:
         perf = self.profile.perf
         with self.lock:
             self.counter += 1
@@ -331,17 +517,22 @@ class TwinEngine:
             self.runaway_armed = False
             never = True
             log("twin fault runaway: this request will never finish", "WARNING")
-        now = self.clock.now_ns()
+        if hint is not None and not rid:
+            hint = None  # a closed-loop request must name itself (its rid) to be followed
+        now = self.receipt_ns(hint)
+        # a closed-loop request is seeded by its client-given id, not by the order in which the host delivered it
+        req_seed = stable_hash(self.seed, "req", rid, key_text) if hint is not None else stable_hash(self.seed, "req", n, key_text)
         sim = SimRequest(
             rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
-            arrival_ns=now + int(perf.request_overhead_ms * 0.75e6), seed=stable_hash(self.seed, "req", n, key_text),
+            arrival_ns=now + self.arrival_delay_ns, seed=req_seed,
             ctx=ctx, ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
         )
         stops = sp.get("stop") or []
         if isinstance(stops, str):
             stops = [stops]
         return EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
-                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")), received_ns=now)
+                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")), received_ns=now,
+                             loop=hint)
 
     def context_length(self) -> int:
         return self.args.context_length or 131072
@@ -432,6 +623,8 @@ class TwinEngine:
             "hardware": self.profile.hardware,
             "twin_seed": self.seed,
             "twin_launch_s": round(self.launch_s, 3),
+            "twin_lead_ms": round(self.lead_ns / self.clock.scale / 1e6, 3),
+            "twin_late_requests": self.late_loop_requests,
         }
         if self.version == "0.5.23":
             info["launch_command"] = "harness twin engine " + " ".join(sys.argv[1:])
@@ -526,6 +719,10 @@ def build_router(eng: TwinEngine) -> Router:
             if unknown:
                 return _err(400, f"unknown field `{unknown[0]}` in sampling_params, expected one of "
                                  + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)))
+        try:
+            hint = parse_loop_hint(req.handler.headers)
+        except ValueError as exc:
+            return _err(400, str(exc))
         text, ids = body.get("text"), body.get("input_ids")
         if text is None and ids is None:
             return _err(400, "Either text or input_ids should be provided.")
@@ -537,10 +734,11 @@ def build_router(eng: TwinEngine) -> Router:
         for i, item in enumerate(items):
             rid = body.get("rid")
             rid = (rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid))
+            one_hint = None if batch else hint  # a closed loop is one request per call
             if isinstance(item, str):
-                reqs.append(eng.new_request(item, None, sp, rid))
+                reqs.append(eng.new_request(item, None, sp, rid, one_hint))
             else:
-                reqs.append(eng.new_request(None, list(item), sp, rid))
+                reqs.append(eng.new_request(None, list(item), sp, rid, one_hint))
         if body.get("stream") and not batch:
             reqs[0].streaming = True
         for q in reqs:
