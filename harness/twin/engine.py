@@ -11,6 +11,7 @@ to the device, which answers with the clock factor that stretches the next itera
 from __future__ import annotations
 
 import bisect
+from collections import deque
 import json
 import os
 import signal
@@ -47,9 +48,15 @@ SAMPLING_KEYS_0523 = frozenset({
     "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
     "custom_params", "stream_interval", "logit_bias", "sampling_seed",
 })
-LEAD_MS = 1000.0
+LEAD_MS = 3000.0
 """How far (wall ms) the engine's timeline may run ahead of the device clock (env ``TWIN_LEAD_MS``): the slack within
 which host delays (a late scheduler thread, a slow activity report, a client's round trip) leave twin time untouched."""
+FRESH_MS = 1000.0
+"""Wall ms between a complete unannounced first wave and its receipt (time for its load report to reach the device)."""
+UNPLACED_NS = 1 << 62
+"""Arrival of a request whose receipt is not placed yet (a member of an incomplete first wave): never admitted."""
+WAVE_WAIT_S = 30.0
+"""Wall seconds an incomplete first wave waits for its missing members before it starts without them."""
 KV_BYTES_PER_TOKEN = 32 * 1024  # Llama-3.2-1B: 16 layers x 8 KV heads x 64 dims x (K, V) x 2 bytes
 
 
@@ -75,6 +82,8 @@ class EngineRequest:
     event: threading.Event = field(default_factory=threading.Event)
     received_ns: int = 0
     loop: "LoopHint | None" = None
+    computed: int = 0  # tokens computed so far (published: ``visible``)
+    computed_cap: int | None = None  # where a stop token / string cut the output
 
     _ids: list[int] = field(default_factory=list)
     _text: list[str] = field(default_factory=list)
@@ -138,9 +147,11 @@ class LoopSession:
 
     total: int
     wave: int  # first-wave requests still expected
-    wave_ns: int  # their common receipt instant (device ns)
+    wave_ns: int | None  # their common receipt instant (device ns); None until an unannounced wave is complete
     issued: int  # requests received or expected so far
+    first_ns: int = 0  # device instant the wave's first member came in (or was expected)
     done: int = 0
+    members: list = field(default_factory=list)  # requests of an unplaced first wave
     next: LoopSpec | None = None
     expect: dict[str, int] = field(default_factory=dict)  # predecessor rid -> successor's receipt instant
 
@@ -163,6 +174,15 @@ def parse_loop_hint(headers) -> LoopHint | None:
     nxt = headers.get(NEXT_HEADER)
     return LoopHint(_loop_spec(LOOP_HEADER, loop), headers.get(AFTER_HEADER) or None,
                     _loop_spec(NEXT_HEADER, nxt) if nxt else None)
+
+
+@dataclass
+class Computed:
+    """An iteration computed ahead of the device clock, waiting to be published: per request (tokens, finished)."""
+
+    it: Iteration
+    counts: dict[str, tuple[int, bool]]
+    early: bool  # a client waits on it (a closed-loop finish): publish up to the lead before its end
 
 
 class DeviceLink:
@@ -268,7 +288,7 @@ class TwinEngine:
         self.decoder = Decoder(profile, cfg, self.max_running, seed, start_ns=clock.now_ns(), log_interval=args.decode_log_interval)
         self.requests: dict[str, EngineRequest] = {}
         self.counter = 0
-        self.pending: Iteration | None = None
+        self.computed: deque[Computed] = deque()  # computed iterations not yet published, in order
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.record_step_time = os.environ.get("SGLANG_RECORD_STEP_TIME", "").lower() in ("1", "true", "yes")
@@ -287,6 +307,7 @@ class TwinEngine:
         self.launch_s = 0.0
         self.start_wall = time.time()
         self.lead_ns = int(float(os.environ.get("TWIN_LEAD_MS", str(LEAD_MS))) * 1e6 * clock.scale)
+        self.fresh_ns = int(FRESH_MS * 1e6 * clock.scale)
         self.turnaround_ns = int(CLIENT_TURNAROUND_MS * 1e6)
         self.arrival_delay_ns = int(profile.perf.request_overhead_ms * 0.75e6)
         self.sessions: dict[str, LoopSession] = {}
@@ -306,7 +327,7 @@ class TwinEngine:
         self.wake.set()
 
     def run_scheduler(self) -> None:
-        """Run iterations on the engine's own timeline (device ns) up to ``lead_ns`` ahead of the device clock."""
+        """Compute iterations on the engine's own timeline (device ns) and publish them (see ``_advance``)."""
         while not self.stop_event.is_set():
             with self.lock:
                 now = self.clock.now_ns()
@@ -319,48 +340,78 @@ class TwinEngine:
                 self.wake.wait(0.05)
             self.wake.clear()
 
+    def _lead(self) -> int:
+        return self.lead_ns if self.sessions else 0  # run ahead only while a closed-loop client is announced
+
     def _next_due_ns(self, now: int) -> int | None:
         """The device instant of the scheduler's next possible action (None: wait for a request)."""
         cands = []
-        lead = self.lead_ns if self.sessions else 0
-        if self.pending is not None:
-            cands.append(self.pending.end_ns - lead)
-        else:
-            start = self.decoder.next_start_ns()
-            if start is not None:
-                cands.append(start - lead)
+        start = self.decoder.next_start_ns()
+        if start is not None:
+            cands.append(start - self._lead())
+        if self.computed:
+            head = self.computed[0]
+            cands.append(head.it.end_ns - (self.lead_ns if self._early_upto() >= 0 else 0))
         hold = self._hold_ns()
-        if hold is not None:
+        if hold is not None and hold > now:  # (an unplaced wave's hold is in the past: it waits for its members)
             cands.append(hold)
         return min(cands) if cands else None
 
     def _advance(self, now: int) -> None:
-        """Publish and run iterations whose instants lie within ``lead_ns`` of the device clock ``now``.
+        """Compute iterations up to the lead ahead of the device clock ``now``; publish those whose end it reached.
 
         Step start and end instants come from the model (the decoder's virtual clock), never from when this thread
-        wakes; each iteration's load is posted to the device at its start instant. An iteration never starts at or
-        past the arrival of a request a closed-loop client has announced and not yet sent (a hold), so that request
-        joins the batch it would join on a GPU; a hold the device clock reaches unmet lapses (the request is late).
+        wakes; each iteration's load is posted to the device at its start instant, ahead of the device clock. An
+        iteration never starts at or past the arrival of a request a closed-loop client has announced and not yet
+        sent (a hold), so that request joins the batch it would join on a GPU; a hold the device clock reaches unmet
+        lapses (the request is late). Results go out when the device clock reaches their end, or up to the lead
+        before it when a client waits on them to send its next request (``Computed.early``).
         """
-        horizon = now + (self.lead_ns if self.sessions else 0)  # run ahead only for announced closed-loop clients
         self._lapse_holds(now)
         while True:
-            if self.pending is not None:
-                if self.pending.end_ns > horizon:
-                    return
-                self._publish(self.pending)
-                self.pending = None
             start = self.decoder.next_start_ns()
             if start is None or start > self.decoder.now_ns:
                 self.link.post(self.decoder.now_ns, False, 0.0, 0.0)  # idle from the last iteration's end
             hold = self._hold_ns()
-            if start is None or start > horizon or (hold is not None and start >= hold):
-                return
-            it = self.decoder.run_iteration(self._clock_factor(len(self.decoder.running)))
-            self.pending = it
-            self.link.post(it.start_ns, True, it.dyn_w, it.util)
-            if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
-                self._log_decode(it)
+            if start is None or start > now + self._lead() or (hold is not None and start >= hold):
+                break
+            self._compute()
+        upto = self._early_upto()
+        k = 0
+        while self.computed:
+            c = self.computed[0]
+            if c.it.end_ns > now + (self.lead_ns if k <= upto else 0):
+                break
+            self.computed.popleft()
+            self._publish(c)
+            k += 1
+
+    def _early_upto(self) -> int:
+        """Index of the last computed iteration a client waits on (-1: none)."""
+        for i in range(len(self.computed) - 1, -1, -1):
+            if self.computed[i].early:
+                return i
+        return -1
+
+    def _compute(self) -> None:
+        """Run the decoder's next iteration: stops, closed-loop expectations and the device load at its start."""
+        it = self.decoder.run_iteration(self._clock_factor(len(self.decoder.running)))
+        counts: dict[str, tuple[int, bool]] = {}
+        early = False
+        for sim in it.touched:
+            req = self.requests.get(sim.rid)
+            if req is None:
+                continue
+            if (req.stops or req.stop_ids) and not sim.finished and sim.generated > req.computed:
+                self._check_stops(req, req.computed, sim.generated, it.end_ns)
+            req.computed = min(sim.generated, req.computed_cap or sim.generated)
+            counts[sim.rid] = (req.computed, sim.finished)
+            if sim.finished:
+                early = self._loop_done(req) or early
+        self.computed.append(Computed(it, counts, early))
+        self.link.post(it.start_ns, True, it.dyn_w, it.util)
+        if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
+            self._log_decode(it)
 
     def _clock_factor(self, batch: int) -> float:
         """The clock factor of the next iteration, from the model's power cap (and the device's thermal ceiling):
@@ -371,70 +422,107 @@ class TwinEngine:
     # ---- closed-loop clients -----------------------------------------------------------------------------------
     def _hold_ns(self) -> int | None:
         """The earliest arrival (device ns) of an announced request that has not come in yet."""
-        holds = [s.wave_ns for s in self.sessions.values() if s.wave > 0]
-        holds += [t for s in self.sessions.values() for t in s.expect.values()]
-        return min(holds) + self.arrival_delay_ns if holds else None
+        holds = [s.first_ns if s.wave_ns is None else s.wave_ns + self.arrival_delay_ns
+                 for s in self.sessions.values() if s.wave > 0]
+        holds += [t + self.arrival_delay_ns for s in self.sessions.values() for t in s.expect.values()]
+        return min(holds) if holds else None
 
     def _lapse_holds(self, now: int) -> None:
         for s in self.sessions.values():
-            if s.wave > 0 and s.wave_ns + self.arrival_delay_ns <= now:
-                log(f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
-                    f"(host too slow for the {self.lead_ns / self.clock.scale / 1e6:.0f} ms lead)", "WARNING")
+            if s.wave > 0 and s.wave_ns is None and now - s.first_ns > WAVE_WAIT_S * 1e9 * self.clock.scale:
+                log(f"closed-loop first wave incomplete after {WAVE_WAIT_S:g} s: {s.wave} request(s) missing; "
+                    "starting without them", "WARNING")
                 s.wave = 0
+                self._place_wave(s, now)
+            elif s.wave > 0 and s.wave_ns is not None and s.wave_ns + self.arrival_delay_ns <= now:
+                # an announced wave the host did not deliver in time: placed when complete, like an unannounced one
+                # (the engine has run nothing since, so only the idle gap before the wave grows)
+                log(f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
+                    f"(host slower than the lead); placing the wave when it is complete", "WARNING")
+                self.late_loop_requests += 1
+                s.wave_ns, s.first_ns = None, now
+                for m in s.members:
+                    self._set_receipt(m, UNPLACED_NS - self.arrival_delay_ns)
             for rid in [r for r, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
                 log(f"closed-loop request after {rid} late (host too slow for the lead)", "WARNING")
                 del s.expect[rid]
 
-    def receipt_ns(self, hint: LoopHint | None) -> int:
-        """Device instant at which a request counts as received.
+    def _place_wave(self, s: LoopSession, now: int) -> None:
+        """Fix the receipt of an unannounced first wave once it is complete: a short while after the device clock
+        ``now`` (so its load reaches the device in time); its members' stagger on a busy host falls before it."""
+        s.wave_ns = now + self.fresh_ns
+        for m in s.members:
+            self._set_receipt(m, s.wave_ns)
+        s.members.clear()
+        self.wake.set()
+
+    def stamp(self, req: EngineRequest) -> None:
+        """Set the device instant at which a request counts as received (and its arrival at the scheduler).
 
         A plain request: the device clock now. A closed-loop request: its batch's first wave all at one instant
-        (``lead_ns`` after the first member came in, or, for a batch announced by ``X-Twin-Next``, the previous
+        (``fresh_ns`` after its last member came in, or, for a batch announced by ``X-Twin-Next``, the previous
         batch's last finish + the client's modelled turnaround ``CLIENT_TURNAROUND_MS``); a next request at its
         predecessor's finish + that turnaround, however long the host took to deliver it.
         """
         now = self.clock.now_ns()
+        hint = req.loop
         if hint is None:
-            return now
-        spec = hint.loop
+            self._set_receipt(req, now)
+            return
         with self.lock:
+            spec = hint.loop
             s = self.sessions.get(spec.session)
             if s is None:
                 first = min(spec.total, spec.concurrency)
-                s = self.sessions[spec.session] = LoopSession(spec.total, first, now + self.lead_ns, first)
+                s = self.sessions[spec.session] = LoopSession(spec.total, first, None, first, first_ns=now)
             if hint.next is not None:
                 s.next = hint.next
             at: int | None = None
-            if hint.after is None:
-                if s.wave > 0:
-                    s.wave -= 1
-                    at = s.wave_ns
-            elif s.expect:
+            if hint.after is None and s.wave > 0:
+                s.wave -= 1
+                s.members.append(req)
+                if s.wave_ns is None:  # an unannounced wave is placed when complete
+                    if s.wave == 0:
+                        self._place_wave(s, now)
+                    return
+                at = s.wave_ns
+                if s.wave == 0:
+                    s.members.clear()
+            elif hint.after is not None and s.expect:
                 key = hint.after if hint.after in s.expect else min(s.expect, key=s.expect.__getitem__)
                 at = s.expect.pop(key)
             if at is None or at + self.arrival_delay_ns <= now:
                 self.late_loop_requests += 1
-                at = now + self.lead_ns
+                at = now + self.fresh_ns
+            self._set_receipt(req, at)
         self.wake.set()
-        return at
 
-    def _loop_done(self, req: EngineRequest) -> None:
-        """A closed-loop request finished: its client refills the slot right away while it has requests left, and
-        starts the announced next batch right after the last one."""
+    def _set_receipt(self, req: EngineRequest, at: int) -> None:
+        req.received_ns = at
+        req.sim.arrival_ns = at + self.arrival_delay_ns
+
+    def _loop_done(self, req: EngineRequest) -> bool:
+        """A closed-loop request finished (computed): its client refills the slot right away while it has requests
+        left, and starts the announced next batch right after the last one; True when the client waits on it."""
         spec = req.loop.loop if req.loop is not None else None
         s = self.sessions.get(spec.session) if spec is not None else None
         if s is None or req.sim.finish_ns is None:
-            return
+            return False
         s.done += 1
+        waits = False
         if s.issued < s.total:
             s.expect[req.sim.rid] = req.sim.finish_ns + self.turnaround_ns
             s.issued += 1
+            waits = True
         if s.done >= s.total:
             del self.sessions[spec.session]
             nxt = s.next
             if nxt is not None and nxt.session not in self.sessions:
                 first = min(nxt.total, nxt.concurrency)
-                self.sessions[nxt.session] = LoopSession(nxt.total, first, req.sim.finish_ns + self.turnaround_ns, first)
+                t = req.sim.finish_ns + self.turnaround_ns
+                self.sessions[nxt.session] = LoopSession(nxt.total, first, t, first, first_ns=t)
+                waits = True
+        return waits
 
     def _log_decode(self, it: Iteration) -> None:
         t0, g0 = self._tp_mark
@@ -443,43 +531,43 @@ class TwinEngine:
             self.last_gen_throughput = (self.decoder.total_generated - g0) / dt
         self._tp_mark = (it.end_ns, self.decoder.total_generated)
 
-    def _publish(self, it: Iteration) -> None:
+    def _publish(self, c: "Computed") -> None:
+        """Hand a computed iteration's tokens to the clients."""
         if "crash" in self.faults and self.warmup_iters is not None and self.decoder.forward_ct - self.warmup_iters >= self.crash_after:
             log("Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered "
                 "(twin fault: crash)", "ERROR")
             self.link.release()
             os._exit(1)
-        for sim in it.touched:
-            req = self.requests.get(sim.rid)
+        for rid, (count, finished) in c.counts.items():
+            req = self.requests.get(rid)
             if req is None:
                 continue
             prev = req.visible
-            req.visible = sim.generated
-            if (req.stops or req.stop_ids) and not sim.finished and req.visible > prev:
-                self._check_stops(req, prev, it.end_ns)
+            req.visible = count
             if req.visible > prev:
                 req.snapshots.append(req.visible)
-            if sim.finished and not req.done:
+            if finished and not req.done:
                 self._finish(req)
             if req.done or req.streaming:
                 req.event.set()
 
-    def _check_stops(self, req: EngineRequest, prev: int, end_ns: int) -> None:
-        ids = req.ids()
+    def _check_stops(self, req: EngineRequest, prev: int, n: int, end_ns: int) -> None:
+        """Stop tokens / strings among tokens [prev, n) (checked when computed): finish there, cap the count."""
+        ids = req.ids(n)
         for i in range(prev, len(ids)):
             if ids[i] in req.stop_ids:
-                req.visible = i + 1
+                req.computed_cap = i + 1
                 self.decoder.finish_now(req.sim, {"type": "stop", "matched": ids[i]})
                 req.sim.finish_ns = end_ns
                 return
         if req.stops:
-            text = req.raw_text()
+            text = req.raw_text(n)
             start = max(0, req._ends[prev - 1] - max(len(x) for x in req.stops)) if prev > 0 else 0
             for s in req.stops:
                 pos = text.find(s, start)
                 if pos >= 0:
-                    n = bisect.bisect_left(req._ends, pos + len(s))  # the token that completes the match
-                    req.visible = min(len(ids), n + 1)
+                    k = bisect.bisect_left(req._ends, pos + len(s))  # the token that completes the match
+                    req.computed_cap = min(len(ids), k + 1)
                     req.stop_matched = s
                     self.decoder.finish_now(req.sim, {"type": "stop", "matched": s})
                     req.sim.finish_ns = end_ns
@@ -487,7 +575,6 @@ class TwinEngine:
 
     def _finish(self, req: EngineRequest) -> None:
         req.done = True
-        self._loop_done(req)
         self.generation_tokens_total += req.visible
         if req.sim.finish_ns is not None:
             self.e2e_sum += (req.sim.finish_ns - req.received_ns) / 1e9
@@ -519,20 +606,21 @@ class TwinEngine:
             log("twin fault runaway: this request will never finish", "WARNING")
         if hint is not None and not rid:
             hint = None  # a closed-loop request must name itself (its rid) to be followed
-        now = self.receipt_ns(hint)
         # a closed-loop request is seeded by its client-given id, not by the order in which the host delivered it
         req_seed = stable_hash(self.seed, "req", rid, key_text) if hint is not None else stable_hash(self.seed, "req", n, key_text)
         sim = SimRequest(
             rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
-            arrival_ns=now + self.arrival_delay_ns, seed=req_seed,
+            arrival_ns=UNPLACED_NS, seed=req_seed,
             ctx=ctx, ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
         )
         stops = sp.get("stop") or []
         if isinstance(stops, str):
             stops = [stops]
-        return EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
-                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")), received_ns=now,
+        req = EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
+                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")),
                              loop=hint)
+        self.stamp(req)
+        return req
 
     def context_length(self) -> int:
         return self.args.context_length or 131072
@@ -638,7 +726,7 @@ class TwinEngine:
 
     def flush_cache(self) -> tuple[bool, str]:
         with self.lock:
-            if self.decoder.running or self.decoder.waiting or self.pending is not None:
+            if self.decoder.running or self.decoder.waiting or self.computed:
                 return False, "Cache not flushed because there are pending requests. (twin)"
             self.decoder.reset_accept()
             return True, ("Cache flushed.\nPlease check backend logs for more details. "
