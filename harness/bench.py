@@ -139,16 +139,15 @@ def sample_dict(sample: Any) -> dict[str, Any] | None:
     return dump() if callable(dump) else dict(vars(sample))
 
 
-def closed_loop_headers(session: str, total: int, concurrency: int, after: str | None = None,
+def closed_loop_headers(session: str, total: int, concurrency: int, seq: int,
                         next_batch: tuple[str, int, int] | None = None) -> dict[str, str]:
-    """The twin's closed-loop hints: this client sends ``total`` requests at ``concurrency`` (``session``), each next
-    one right after a response (``after``: the rid of that response), and starts ``next_batch`` (session, total,
-    concurrency) right after this one. The twin engine then stamps a request's receipt at the previous finish + the
-    modelled client turnaround instead of when the busy host delivered it, and holds its batch for it
-    (docs/twin.md, "Load immunity"). Real sglang ignores unknown headers."""
-    headers = {"X-Twin-Loop": f"{session} {total} {concurrency}"}
-    if after:
-        headers["X-Twin-After"] = after
+    """The twin's closed-loop hints: this client sends ``total`` requests at ``concurrency`` (``session``), this one
+    being the ``seq``-th (0-based; each after the first wave goes out when a slot frees), and starts ``next_batch``
+    (session, total, concurrency) right after this one. The twin engine then gives the k-th request after the first
+    wave the k-th slot freed in twin time (finish + the modelled client turnaround) instead of whenever and in whatever
+    order the busy host delivered it, and holds its batch for it (docs/twin.md, "Load immunity"). Real sglang ignores
+    unknown headers."""
+    headers = {"X-Twin-Loop": f"{session} {total} {concurrency}", "X-Twin-Seq": str(seq)}
     if next_batch is not None:
         headers["X-Twin-Next"] = " ".join(str(x) for x in next_batch)
     return headers
@@ -173,7 +172,6 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
     armed = threading.Semaphore(0)
     errors: list[EngineRequestError] = []
     session = session or new_session(tag)
-    last = threading.local()  # the rid this worker thread finished last: the response its next request follows
 
     def one(i: int) -> GenerateResult | None:
         if i < concurrency:
@@ -182,13 +180,11 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
         if stop.is_set():
             return None
         rid = f"{tag}-{i}"
-        headers = closed_loop_headers(session, n, concurrency, getattr(last, "rid", None), next_batch)
+        headers = closed_loop_headers(session, n, concurrency, i, next_batch)
         try:
-            out = client.generate(prompts[i % len(prompts)], max_new_tokens=settings.output_tokens,
-                                  temperature=settings.temperature, ignore_eos=settings.ignore_eos,
-                                  stream=settings.stream, rid=rid, timeout=settings.request_timeout_s, headers=headers)
-            last.rid = rid
-            return out
+            return client.generate(prompts[i % len(prompts)], max_new_tokens=settings.output_tokens,
+                                   temperature=settings.temperature, ignore_eos=settings.ignore_eos,
+                                   stream=settings.stream, rid=rid, timeout=settings.request_timeout_s, headers=headers)
         except EngineRequestError as exc:
             errors.append(exc)
             stop.set()

@@ -117,7 +117,7 @@ class EngineRequest:
 
 
 LOOP_HEADER = "X-Twin-Loop"
-AFTER_HEADER = "X-Twin-After"
+SEQ_HEADER = "X-Twin-Seq"
 NEXT_HEADER = "X-Twin-Next"
 
 
@@ -133,11 +133,13 @@ class LoopSpec:
 @dataclass(frozen=True)
 class LoopHint:
     """A closed-loop client's declaration, from the headers ``X-Twin-Loop: SESSION TOTAL CONCURRENCY`` (this batch),
-    ``X-Twin-After: RID`` (the response this request follows) and ``X-Twin-Next: SESSION TOTAL CONCURRENCY`` (the
-    batch the client starts right after this one ends, e.g. the measured requests after the warm-up)."""
+    ``X-Twin-Seq: I`` (this request is the batch's I-th, 0-based: the first CONCURRENCY go out together, request I
+    after that goes out when the (I - CONCURRENCY + 1)-th request of the batch finishes) and ``X-Twin-Next: SESSION
+    TOTAL CONCURRENCY`` (the batch the client starts right after this one ends, e.g. the measured requests after the
+    warm-up)."""
 
     loop: LoopSpec
-    after: str | None = None
+    seq: int
     next: LoopSpec | None = None
 
 
@@ -150,10 +152,12 @@ class LoopSession:
     wave_ns: int | None  # their common receipt instant (device ns); None until an unannounced wave is complete
     issued: int  # requests received or expected so far
     first_ns: int = 0  # device instant the wave's first member came in (or was expected)
+    size: int = 0  # requests in the first wave
     done: int = 0
     members: list = field(default_factory=list)  # requests of an unplaced first wave
     next: LoopSpec | None = None
-    expect: dict[str, int] = field(default_factory=dict)  # predecessor rid -> successor's receipt instant
+    expect: dict[int, int] = field(default_factory=dict)  # successor k (0-based) -> its receipt instant
+    early: dict[int, "EngineRequest"] = field(default_factory=dict)  # successors that came before their slot freed
 
 
 def _loop_spec(header: str, value: str) -> LoopSpec:
@@ -171,9 +175,17 @@ def parse_loop_hint(headers) -> LoopHint | None:
     loop = headers.get(LOOP_HEADER)
     if not loop:
         return None
+    seq = headers.get(SEQ_HEADER)
+    try:
+        if seq is None or int(seq) < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, got {seq!r}") from None
+    spec = _loop_spec(LOOP_HEADER, loop)
+    if int(seq) >= spec.total:
+        raise ValueError(f"{SEQ_HEADER} {seq} is not below the batch's TOTAL {spec.total}")
     nxt = headers.get(NEXT_HEADER)
-    return LoopHint(_loop_spec(LOOP_HEADER, loop), headers.get(AFTER_HEADER) or None,
-                    _loop_spec(NEXT_HEADER, nxt) if nxt else None)
+    return LoopHint(spec, int(seq), _loop_spec(NEXT_HEADER, nxt) if nxt else None)
 
 
 @dataclass
@@ -443,9 +455,10 @@ class TwinEngine:
                 s.wave_ns, s.first_ns = None, now
                 for m in s.members:
                     self._set_receipt(m, UNPLACED_NS - self.arrival_delay_ns)
-            for rid in [r for r, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
-                log(f"closed-loop request after {rid} late (host too slow for the lead)", "WARNING")
-                del s.expect[rid]
+            for k in [k for k, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
+                log(f"closed-loop request {k} after the first wave late (host too slow for the "
+                    "lead)", "WARNING")
+                del s.expect[k]
 
     def _place_wave(self, s: LoopSession, now: int) -> None:
         """Fix the receipt of an unannounced first wave once it is complete: a short while after the device clock
@@ -474,11 +487,12 @@ class TwinEngine:
             s = self.sessions.get(spec.session)
             if s is None:
                 first = min(spec.total, spec.concurrency)
-                s = self.sessions[spec.session] = LoopSession(spec.total, first, None, first, first_ns=now)
+                s = self.sessions[spec.session] = LoopSession(spec.total, first, None, first, first_ns=now, size=first)
             if hint.next is not None:
                 s.next = hint.next
             at: int | None = None
-            if hint.after is None and s.wave > 0:
+            first = s.size
+            if hint.seq < first and s.wave > 0:
                 s.wave -= 1
                 s.members.append(req)
                 if s.wave_ns is None:  # an unannounced wave is placed when complete
@@ -488,9 +502,13 @@ class TwinEngine:
                 at = s.wave_ns
                 if s.wave == 0:
                     s.members.clear()
-            elif hint.after is not None and s.expect:
-                key = hint.after if hint.after in s.expect else min(s.expect, key=s.expect.__getitem__)
-                at = s.expect.pop(key)
+            elif hint.seq >= first:
+                k = hint.seq - first
+                if k in s.expect:
+                    at = s.expect.pop(k)
+                elif k >= s.issued - first:  # its slot has not freed yet (the client raced ahead): placed then
+                    s.early[k] = req
+                    return
             if at is None or at + self.arrival_delay_ns <= now:
                 self.late_loop_requests += 1
                 at = now + self.fresh_ns
@@ -510,17 +528,23 @@ class TwinEngine:
             return False
         s.done += 1
         waits = False
-        if s.issued < s.total:
-            s.expect[req.sim.rid] = req.sim.finish_ns + self.turnaround_ns
+        if s.issued < s.total:  # successor k takes the k-th slot freed (in twin time, whatever the host's order)
+            k = s.issued - s.size
+            t = req.sim.finish_ns + self.turnaround_ns
             s.issued += 1
             waits = True
+            came = s.early.pop(k, None)
+            if came is not None:
+                self._set_receipt(came, t)
+            else:
+                s.expect[k] = t
         if s.done >= s.total:
             del self.sessions[spec.session]
             nxt = s.next
             if nxt is not None and nxt.session not in self.sessions:
                 first = min(nxt.total, nxt.concurrency)
                 t = req.sim.finish_ns + self.turnaround_ns
-                self.sessions[nxt.session] = LoopSession(nxt.total, first, t, first, first_ns=t)
+                self.sessions[nxt.session] = LoopSession(nxt.total, first, t, first, first_ns=t, size=first)
                 waits = True
         return waits
 
