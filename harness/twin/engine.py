@@ -510,6 +510,8 @@ class TwinEngine:
                     s.early[k] = req
                     return
             if at is None or at + self.arrival_delay_ns <= now:
+                log(f"closed-loop request {hint.seq} of {spec.session} came after its instant (host too slow for the "
+                    "lead); counted from now", "WARNING")
                 self.late_loop_requests += 1
                 at = now + self.fresh_ns
             self._set_receipt(req, at)
