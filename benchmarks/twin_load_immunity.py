@@ -139,9 +139,10 @@ def main() -> int:
     console.print(f"worst of speed, J/token, accept length, utilization (avg power / limit): {worst * 100:.3f} % "
                   f"(goal <= {GOAL * 100:.0f} %); NVML utilization sample: max {util_pts:g} point(s) apart")
     if args.json:
-        args.json.write_text(json.dumps({"metrics": result, "nvml_util_max_points": util_pts, "wall_idle_s": wall_idle, "wall_loaded_s": wall_loaded,
-                                         "wall_ratio": ratio, "worst_gated": worst, "args": {k: str(v) for k, v in vars(args).items()}},
-                                        indent=2))
+        out = {"metrics": result, "nvml_util_max_points": util_pts, "wall_idle_s": wall_idle,
+               "wall_loaded_s": wall_loaded, "wall_ratio": ratio, "worst_gated": worst,
+               "args": {k: str(v) for k, v in vars(args).items()}}
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
 
 

@@ -180,7 +180,8 @@ def parse_loop_hint(headers) -> LoopHint | None:
         if seq is None or int(seq) < 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, got {seq!r}") from None
+        raise ValueError(f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, "
+                         f"got {seq!r}") from None
     spec = _loop_spec(LOOP_HEADER, loop)
     if int(seq) >= spec.total:
         raise ValueError(f"{SEQ_HEADER} {seq} is not below the batch's TOTAL {spec.total}")
@@ -633,7 +634,7 @@ class TwinEngine:
         if hint is not None and not rid:
             hint = None  # a closed-loop request must name itself (its rid) to be followed
         # a closed-loop request is seeded by its client-given id, not by the order in which the host delivered it
-        req_seed = stable_hash(self.seed, "req", rid, key_text) if hint is not None else stable_hash(self.seed, "req", n, key_text)
+        req_seed = stable_hash(self.seed, "req", rid if hint is not None else n, key_text)
         sim = SimRequest(
             rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
             arrival_ns=UNPLACED_NS, seed=req_seed,
