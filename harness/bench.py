@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -147,17 +148,39 @@ def sample_dict(sample: Any) -> dict[str, Any] | None:
     return dump() if callable(dump) else dict(vars(sample))
 
 
+def closed_loop_headers(session: str, total: int, concurrency: int, seq: int,
+                        next_batch: tuple[str, int, int] | None = None) -> dict[str, str]:
+    """The twin's closed-loop hints: this client sends ``total`` requests at ``concurrency`` (``session``), this one
+    being the ``seq``-th (0-based; each after the first wave goes out when a slot frees), and starts ``next_batch``
+    (session, total, concurrency) right after this one. The twin engine then gives the k-th request after the first
+    wave the k-th slot freed in twin time (finish + the modelled client turnaround) instead of whenever and in whatever
+    order the busy host delivered it, and holds its batch for it (docs/twin.md, "Load immunity"). Real sglang ignores
+    unknown headers."""
+    headers = {"X-Twin-Loop": f"{session} {total} {concurrency}", "X-Twin-Seq": str(seq)}
+    if next_batch is not None:
+        headers["X-Twin-Next"] = " ".join(str(x) for x in next_batch)
+    return headers
+
+
+def new_session(tag: str) -> str:
+    """A unique closed-loop session id for one call of ``run_requests``."""
+    return f"{tag}-{uuid.uuid4().hex[:8]}"
+
+
 def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurrency: int, settings: BenchSettings,
-                 tag: str, on_start: Callable[[], None] | None = None) -> list[GenerateResult]:
+                 tag: str, on_start: Callable[[], None] | None = None, session: str | None = None,
+                 next_batch: tuple[str, int, int] | None = None) -> list[GenerateResult]:
     """``n`` requests cycling ``prompts`` at ``concurrency``; the first failure stops new ones and is raised.
 
     The first ``concurrency`` workers are started and parked at a gate before ``on_start`` runs (it marks the
-    window start), so thread start-up is not inside the measured window.
+    window start), so thread start-up is not inside the measured window. Every request carries the closed-loop
+    hints (``closed_loop_headers``) that let the twin engine place it in twin time regardless of host delays.
     """
     stop = threading.Event()
     gate = threading.Event()
     armed = threading.Semaphore(0)
     errors: list[EngineRequestError] = []
+    session = session or new_session(tag)
 
     def one(i: int) -> GenerateResult | None:
         if i < concurrency:
@@ -165,10 +188,12 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
         gate.wait()
         if stop.is_set():
             return None
+        rid = f"{tag}-{i}"
+        headers = closed_loop_headers(session, n, concurrency, i, next_batch)
         try:
             return client.generate(prompts[i % len(prompts)], max_new_tokens=settings.output_tokens,
                                    temperature=settings.temperature, ignore_eos=settings.ignore_eos,
-                                   stream=settings.stream, rid=f"{tag}-{i}", timeout=settings.request_timeout_s)
+                                   stream=settings.stream, rid=rid, timeout=settings.request_timeout_s, headers=headers)
         except EngineRequestError as exc:
             errors.append(exc)
             stop.set()
@@ -210,8 +235,9 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(xs)) if len(xs) else None
 
 
-SERVER_EDGE_TOLERANCE_NS = 250_000_000
-"""How far (wall ns) server edges may lie outside the client's window before they are distrusted (clock mismatch)."""
+SERVER_EDGE_TOLERANCE_NS = 2_000_000_000
+"""How far (wall ns) server edges may lie outside the client's window before they are distrusted (clock mismatch).
+The twin engine may answer a closed-loop client before its device clock reaches the finish (docs/twin.md)."""
 
 
 def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_start_ns: int,
@@ -341,16 +367,19 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
               clock: ScaledClock) -> CellResult:
     key = str(batch_size)
     info0 = client.server_info()
-    if settings.warmup:
-        run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}")
-    pre = sample_dict(telemetry.snapshot())
     n = settings.n_requests(batch_size)
+    measured = new_session(f"bench-bs{batch_size}")
+    if settings.warmup:  # the measured batch follows the warm-up (announced, so the twin needs no host timing)
+        run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}",
+                     next_batch=(measured, n, batch_size))
+    pre = sample_dict(telemetry.snapshot())
     start: dict[str, int] = {}
 
     def mark_start() -> None:
         start["wall"], start["mono"] = wall_ns(), mono_ns()
 
-    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start)
+    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start,
+                           session=measured)
     m1, w1 = mono_ns(), wall_ns()
     client_elapsed = clock.elapsed_s(start["mono"], m1)
     edges = server_window(results, clock, start["wall"], w1)
@@ -359,6 +388,9 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         source = "server"
     else:
         w0, elapsed, source = start["wall"], client_elapsed, "client"
+    ahead_s = (w1 - wall_ns()) / 1e9
+    if 0 < ahead_s <= SERVER_EDGE_TOLERANCE_NS / 1e9:  # a twin answered before its device clock got there
+        time.sleep(ahead_s)
     window = telemetry.window(w0, w1)
     after = sample_dict(sample_at(telemetry, w1))
     info1 = client.server_info()

@@ -232,8 +232,9 @@ class EngineClient:
 
     def generate(self, text: str | None = None, *, input_ids: list[int] | None = None, max_new_tokens: int = 512,
                  temperature: float = 0.0, ignore_eos: bool = True, stream: bool = True, rid: str | None = None,
-                 timeout: float | None = None) -> GenerateResult:
-        """One ``/generate`` request; raises ``EngineRequestError`` (timeout, HTTP status, connection, protocol)."""
+                 timeout: float | None = None, headers: dict[str, str] | None = None) -> GenerateResult:
+        """One ``/generate`` request; raises ``EngineRequestError`` (timeout, HTTP status, connection, protocol).
+        ``headers``: extra HTTP headers (the bench's closed-loop hints for the twin; sglang ignores them)."""
         payload: dict[str, Any] = {
             "sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos},
             "stream": stream,
@@ -249,7 +250,7 @@ class EngineClient:
         t0 = time.monotonic()
         timed_out = threading.Event()
         try:
-            with self._http.stream("POST", "/generate", json=payload,
+            with self._http.stream("POST", "/generate", json=payload, headers=headers,
                                    timeout=httpx.Timeout(limit, connect=self.connect_timeout)) as resp:
                 watchdog = threading.Timer(limit, lambda: (timed_out.set(), resp.close()))
                 watchdog.daemon = True

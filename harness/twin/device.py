@@ -12,11 +12,16 @@ Physics (all on the twin clock, ``ScaledClock`` anchored at device start):
 - The idle reason (0x1) is set only after the GPU has had no load for ``idle_after_s`` twin seconds.
 - Memory: engines lease MB; a lease not renewed (any activity report renews it) within ``lease_s`` WALL seconds
   expires (leases are about process liveness, not physics, so they do not scale with the twin clock).
+- Load immunity: engines post their activity as timed events (``at_ns``, device time, ahead of the device clock);
+  the device applies each one exactly at its instant, and the power jitter is a seeded function of device time
+  (one value per ``tick_ms x time_scale`` of twin time). So the power/energy timeline depends on device time only,
+  not on when the HTTP reports or the physics ticks happen to run on a busy host (docs/twin.md, "Load immunity").
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import random
 import threading
@@ -85,6 +90,12 @@ class TwinGpu:
         self.faults: dict = {}
         self.limit_w = float(self.p.power_management_limit_w)  # the set (management) limit; enforced = this
         self.launch_seq = 0
+        self.events: list[tuple[int, int, str, bool, float, float]] = []  # (at_ns, seq, engine, busy, dyn W, util)
+        self._event_seq = 0
+        self.late_events = 0
+        self.max_late_ns = 0
+        self.noise_period_ns = max(1, int(self.p.tick_ms * 1e6 * self.clock.scale))
+        self._noise_k = self._noise_index(now)
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -97,7 +108,39 @@ class TwinGpu:
         return self.clock.anchor_wall_ns + int((wall - self.clock.anchor_wall_ns) * self.clock.scale)
 
     # ---- physics -----------------------------------------------------------------------------------------
+    def _noise_index(self, t: int) -> int:
+        return (t - self.clock.anchor_wall_ns) // self.noise_period_ns
+
+    def _noise(self, k: int) -> float:
+        """The seeded power jitter of noise period ``k`` (a function of device time, not of the tick thread)."""
+        sd = self.p.power_noise_w
+        if sd <= 0:
+            return 0.0
+        return max(-3 * sd, min(3 * sd, random.Random(f"{self.seed}-noise-{k}").gauss(0.0, sd)))
+
     def _advance(self, now: int) -> None:
+        """Integrate up to ``now``, applying posted activity events and jitter changes exactly at their instants."""
+        while True:
+            t_event = self.events[0][0] if self.events else now
+            t_noise = self.clock.anchor_wall_ns + (self._noise_k + 1) * self.noise_period_ns
+            t = min(now, t_event, t_noise)
+            self._integrate(t)
+            if t >= now and t < t_event and t < t_noise:
+                return
+            changed = False
+            while self.events and self.events[0][0] <= t:
+                _, _, eid, busy, dyn, util = heapq.heappop(self.events)
+                changed = self._set_load(eid, busy, dyn, util) or changed
+            if t >= t_noise:
+                self._noise_k = self._noise_index(t)
+                self.noise_w = self._noise(self._noise_k)
+                changed = True
+            if changed:
+                self._recompute()
+            if t >= now:
+                return
+
+    def _integrate(self, now: int) -> None:
         dt = (now - self.t_ns) / 1e9
         if dt <= 0:
             return
@@ -111,12 +154,30 @@ class TwinGpu:
         if self.busy:
             self.last_busy_ns = now
 
+    def _set_load(self, engine_id: str, busy: bool, dynamic_power_w: float, util: float) -> bool:
+        """Set one engine's load; whether it changed (False for an engine without a lease)."""
+        lease = self.engines.get(engine_id)
+        if lease is None:
+            return False
+        new = (bool(busy), max(0.0, float(dynamic_power_w)), min(1.0, max(0.0, float(util))))
+        if (lease.busy, lease.dynamic_power_w, lease.util) == new:
+            return False
+        lease.busy, lease.dynamic_power_w, lease.util = new
+        return True
+
     def _expire(self) -> None:
         m = mono_ns()
         for eid in [e for e, lease in self.engines.items() if lease.expires_mono_ns < m]:
             del self.engines[eid]
 
-    def _recompute(self, jitter: bool) -> None:
+    def thermal_factor(self) -> float:
+        """The clock ceiling of thermal slowdown (1.0 below ``slowdown_temp_c``)."""
+        p = self.p
+        if self.temp_c > p.slowdown_temp_c:
+            return max(p.min_clock_factor, 1.0 - p.slowdown_per_c * (self.temp_c - p.slowdown_temp_c))
+        return 1.0
+
+    def _recompute(self) -> None:
         p = self.p
         busy = [e for e in self.engines.values() if e.busy]
         dyn = sum(e.dynamic_power_w for e in busy)
@@ -126,15 +187,11 @@ class TwinGpu:
         if was_busy and not self.busy:
             self.last_busy_ns = self.t_ns
         base = p.idle_power_w + (p.engine_loaded_power_w if self.engines else 0.0)
-        thermal = 1.0
-        if self.temp_c > p.slowdown_temp_c:
-            thermal = max(p.min_clock_factor, 1.0 - p.slowdown_per_c * (self.temp_c - p.slowdown_temp_c))
+        thermal = self.thermal_factor()
         cap_w = self.limit_w * (1.0 + p.cap_overshoot_frac)
         f = cap_clock_factor(base, dyn, cap_w, p.dvfs_exponent, thermal)
         self.capped = self.busy and f < thermal - 1e-9
         self.clock_factor = max(p.min_clock_factor, f)
-        if jitter and p.power_noise_w > 0:
-            self.noise_w = max(-3 * p.power_noise_w, min(3 * p.power_noise_w, self.rng.gauss(0.0, p.power_noise_w)))
         power = max(0.5, self._ideal_power(base, dyn) + self.noise_w)
         if power != self.power_w:
             self.power_w = power
@@ -145,11 +202,11 @@ class TwinGpu:
     def _ideal_power(self, base: float, dyn: float) -> float:
         return base + dyn * self.clock_factor**self.p.dvfs_exponent
 
-    def tick(self, jitter: bool = True) -> None:
+    def tick(self) -> None:
         with self.lock:
             self._advance(self.now_ns())
             self._expire()
-            self._recompute(jitter)
+            self._recompute()
 
     def start(self) -> None:
         def loop() -> None:
@@ -183,11 +240,17 @@ class TwinGpu:
                 return False, free
             self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9), pid=pid)
             self.launch_seq += 1
-            self._recompute(jitter=False)
+            self._recompute()
             return True, self.memory_free_mb()
 
-    def activity(self, engine_id: str, busy: bool, dynamic_power_w: float, util: float) -> tuple[float, int] | None:
-        """Record an engine's demand (at full clocks); returns (clock_factor, device_ns) or None if no lease."""
+    def activity(self, engine_id: str, busy: bool, dynamic_power_w: float, util: float,
+                 at_ns: int | None = None) -> tuple[float, int] | None:
+        """Record an engine's demand (at full clocks) from device time ``at_ns`` (default: now; a past instant is
+        applied now and counted as late); returns (clock_factor, device_ns) or None if no lease."""
+        return self.post_events(engine_id, [(at_ns, busy, dynamic_power_w, util)])
+
+    def post_events(self, engine_id: str, events: list[tuple[int | None, bool, float, float]]) -> tuple[float, int] | None:
+        """Timed load changes of one engine, in order (see ``activity``); also renews the lease."""
         with self.lock:
             now = self.now_ns()
             self._advance(now)
@@ -196,17 +259,27 @@ class TwinGpu:
             if lease is None:
                 return None
             lease.expires_mono_ns = mono_ns() + int(lease.lease_s * 1e9)
-            changed = (lease.busy, lease.dynamic_power_w, lease.util) != (busy, dynamic_power_w, util)
-            lease.busy, lease.dynamic_power_w, lease.util = bool(busy), max(0.0, float(dynamic_power_w)), min(1.0, max(0.0, float(util)))
+            changed = False
+            for at_ns, busy, dyn, util in events:
+                if at_ns is not None and at_ns > now:
+                    self._event_seq += 1
+                    heapq.heappush(self.events, (int(at_ns), self._event_seq, engine_id, bool(busy), float(dyn), float(util)))
+                    continue
+                if at_ns is not None and at_ns < now:
+                    self.late_events += 1
+                    self.max_late_ns = max(self.max_late_ns, now - int(at_ns))
+                changed = self._set_load(engine_id, busy, dyn, util) or changed
             if changed:
-                self._recompute(jitter=False)
+                self._recompute()
             return (self.clock_factor if self.busy else 1.0), now
 
     def release(self, engine_id: str) -> bool:
         with self.lock:
             self._advance(self.now_ns())
             found = self.engines.pop(engine_id, None) is not None
-            self._recompute(jitter=False)
+            self.events = [e for e in self.events if e[2] != engine_id]
+            heapq.heapify(self.events)
+            self._recompute()
             return found
 
     def release_pid(self, pid: int) -> list[str]:
@@ -217,7 +290,9 @@ class TwinGpu:
             for eid in ids:
                 del self.engines[eid]
             if ids:
-                self._recompute(jitter=False)
+                self.events = [e for e in self.events if e[2] not in ids]
+                heapq.heapify(self.events)
+                self._recompute()
             return ids
 
     # ---- readings ----------------------------------------------------------------------------------------
@@ -263,7 +338,7 @@ class TwinGpu:
             now = self.clock.from_mono(m)
             self._advance(now)
             self._expire()
-            self._recompute(jitter=False)
+            self._recompute()
             bits = self.reasons()
             idle = bool(bits & IDLE)
             e_now = self.energy_at(now)
@@ -292,6 +367,8 @@ class TwinGpu:
                 "power_management_limit_w": self.limit_w,
                 "clock_event_reasons": bits,
                 "engines": len(self.engines),
+                "late_events": self.late_events,
+                "max_late_ms": round(self.max_late_ns / 1e6, 3),
             }
 
     def info(self) -> dict:
@@ -387,10 +464,18 @@ def build_router(gpu: TwinGpu):
 
     def activity(req):
         body = req.json()
-        out = gpu.activity(req.params["eid"], bool(body.get("busy")), float(body.get("dynamic_power_w", 0.0)), float(body.get("util", 0.0)))
+        try:
+            raw = body["events"] if "events" in body else [body]
+            events = [(None if e.get("at_ns") is None else int(e["at_ns"]), bool(e.get("busy")),
+                       float(e.get("dynamic_power_w", 0.0)), float(e.get("util", 0.0))) for e in raw]
+        except (TypeError, ValueError, AttributeError, KeyError):
+            return Response(400, {"error": {"message": "activity: busy, dynamic_power_w, util (numbers) and optional "
+                                            "at_ns (device ns), or {\"events\": [...]} of those"}})
+        out = gpu.post_events(req.params["eid"], events)
         if out is None:
             return Response(404, {"error": {"message": f"no lease for engine {req.params['eid']} (expired or released)"}})
-        return {"clock_factor": out[0], "device_ns": out[1]}
+        return {"clock_factor": out[0], "device_ns": out[1], "thermal_factor": gpu.thermal_factor(),
+                "power_limit_w": gpu.limit_w}
 
     def release(req):
         found = gpu.release(req.params["eid"])

@@ -11,6 +11,7 @@ to the device, which answers with the clock factor that stretches the next itera
 from __future__ import annotations
 
 import bisect
+from collections import deque
 import json
 import os
 import signal
@@ -28,10 +29,12 @@ from harness.timeutil import ScaledClock
 from harness.twin import engine_args as ea
 from harness.twin.httpd import Request, Response, Router, Stream, make_server
 from harness.twin.model import (
+    CLIENT_TURNAROUND_MS,
     Decoder,
     Iteration,
     SimRequest,
     context_quality,
+    device_power,
     launch_seconds,
     memory_footprint_mb,
     prompt_quality,
@@ -45,6 +48,15 @@ SAMPLING_KEYS_0523 = frozenset({
     "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
     "custom_params", "stream_interval", "logit_bias", "sampling_seed",
 })
+LEAD_MS = 3000.0
+"""How far (wall ms) the engine's timeline may run ahead of the device clock (env ``TWIN_LEAD_MS``): the slack within
+which host delays (a late scheduler thread, a slow activity report, a client's round trip) leave twin time untouched."""
+FRESH_MS = 1000.0
+"""Wall ms between a complete unannounced first wave and its receipt (time for its load report to reach the device)."""
+UNPLACED_NS = 1 << 62
+"""Arrival of a request whose receipt is not placed yet (a member of an incomplete first wave): never admitted."""
+WAVE_WAIT_S = 30.0
+"""Wall seconds an incomplete first wave waits for its missing members before it starts without them."""
 KV_BYTES_PER_TOKEN = 32 * 1024  # Llama-3.2-1B: 16 layers x 8 KV heads x 64 dims x (K, V) x 2 bytes
 
 
@@ -69,6 +81,9 @@ class EngineRequest:
     stop_matched: str | None = None
     event: threading.Event = field(default_factory=threading.Event)
     received_ns: int = 0
+    loop: "LoopHint | None" = None
+    computed: int = 0  # tokens computed so far (published: ``visible``)
+    computed_cap: int | None = None  # where a stop token / string cut the output
 
     _ids: list[int] = field(default_factory=list)
     _text: list[str] = field(default_factory=list)
@@ -101,16 +116,106 @@ class EngineRequest:
         return t
 
 
+LOOP_HEADER = "X-Twin-Loop"
+SEQ_HEADER = "X-Twin-Seq"
+NEXT_HEADER = "X-Twin-Next"
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """One closed-loop batch of a client: SESSION sends TOTAL requests at CONCURRENCY."""
+
+    session: str
+    total: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class LoopHint:
+    """A closed-loop client's declaration, from the headers ``X-Twin-Loop: SESSION TOTAL CONCURRENCY`` (this batch),
+    ``X-Twin-Seq: I`` (this request is the batch's I-th, 0-based: the first CONCURRENCY go out together, request I
+    after that goes out when the (I - CONCURRENCY + 1)-th request of the batch finishes) and ``X-Twin-Next: SESSION
+    TOTAL CONCURRENCY`` (the batch the client starts right after this one ends, e.g. the measured requests after the
+    warm-up)."""
+
+    loop: LoopSpec
+    seq: int
+    next: LoopSpec | None = None
+
+
+@dataclass
+class LoopSession:
+    """The engine's view of one closed-loop batch: whom it still expects, and at which device instant."""
+
+    total: int
+    wave: int  # first-wave requests still expected
+    wave_ns: int | None  # their common receipt instant (device ns); None until an unannounced wave is complete
+    issued: int  # requests received or expected so far
+    first_ns: int = 0  # device instant the wave's first member came in (or was expected)
+    size: int = 0  # requests in the first wave
+    done: int = 0
+    members: list = field(default_factory=list)  # requests of an unplaced first wave
+    next: LoopSpec | None = None
+    expect: dict[int, int] = field(default_factory=dict)  # successor k (0-based) -> its receipt instant
+    early: dict[int, "EngineRequest"] = field(default_factory=dict)  # successors that came before their slot freed
+
+
+def _loop_spec(header: str, value: str) -> LoopSpec:
+    parts = value.split()
+    try:
+        if len(parts) != 3 or int(parts[1]) < 1 or int(parts[2]) < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{header} must be 'SESSION TOTAL CONCURRENCY' (positive integers), got {value!r}") from None
+    return LoopSpec(parts[0], int(parts[1]), int(parts[2]))
+
+
+def parse_loop_hint(headers) -> LoopHint | None:
+    """The closed-loop hint of a request's headers (None without ``X-Twin-Loop``); ValueError names a bad header."""
+    loop = headers.get(LOOP_HEADER)
+    if not loop:
+        return None
+    seq = headers.get(SEQ_HEADER)
+    try:
+        if seq is None or int(seq) < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, "
+                         f"got {seq!r}") from None
+    spec = _loop_spec(LOOP_HEADER, loop)
+    if int(seq) >= spec.total:
+        raise ValueError(f"{SEQ_HEADER} {seq} is not below the batch's TOTAL {spec.total}")
+    nxt = headers.get(NEXT_HEADER)
+    return LoopHint(spec, int(seq), _loop_spec(NEXT_HEADER, nxt) if nxt else None)
+
+
+@dataclass
+class Computed:
+    """An iteration computed ahead of the device clock, waiting to be published: per request (tokens, finished)."""
+
+    it: Iteration
+    counts: dict[str, tuple[int, bool]]
+    early: bool  # a client waits on it (a closed-loop finish): publish up to the lead before its end
+
+
 class DeviceLink:
-    """HTTP to the twin GPU: clock, profile, memory lease, activity reports (a background reporter thread)."""
+    """HTTP to the twin GPU: clock, profile, memory lease, and the engine's load as timed events in device time.
+
+    ``post(at_ns, busy, dyn_w, util)`` queues a load change that takes effect on the device at ``at_ns`` (device ns);
+    a background thread sends the queue in order (one request for all that accumulated) and a 1 s heartbeat that
+    renews the lease. Since the engine runs ahead of the device clock (``TwinEngine.lead_ns``), the device receives
+    each change before its instant and integrates power exactly, however late the host runs this thread.
+    """
 
     def __init__(self, url: str, engine_id: str) -> None:
         self.url = url.rstrip("/")
         self.engine_id = engine_id
         self.http = httpx.Client(base_url=self.url, timeout=5.0, trust_env=False)
         self.clock_factor = 1.0
-        self._desired = (False, 0.0, 0.0)
-        self._sent: tuple | None = None
+        self.thermal_factor = 1.0
+        self.power_limit_w: float | None = None  # the device's limit in force (a set power cap), from /v1/info and replies
+        self._last: tuple | None = (False, 0.0, 0.0)  # a new lease starts idle
+        self._queue: list[dict] = []
         self._cv = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -131,11 +236,15 @@ class DeviceLink:
         except httpx.HTTPError:
             pass
 
-    def set_activity(self, busy: bool, dyn_w: float, util: float) -> None:
+    def post(self, at_ns: int, busy: bool, dyn_w: float, util: float) -> None:
+        """Queue a load change at device time ``at_ns`` (dropped when it equals the last one queued)."""
+        key = (bool(busy), round(dyn_w, 3), round(util, 3))
         with self._cv:
-            self._desired = (busy, round(dyn_w, 3), round(util, 3))
-            if self._desired != self._sent:
-                self._cv.notify()
+            if key == self._last:
+                return
+            self._last = key
+            self._queue.append({"at_ns": int(at_ns), "busy": key[0], "dynamic_power_w": key[1], "util": key[2]})
+            self._cv.notify()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="device-reporter", daemon=True)
@@ -150,22 +259,28 @@ class DeviceLink:
         last = 0.0
         while True:
             with self._cv:
-                if self._desired == self._sent:
+                if not self._queue:
                     self._cv.wait(timeout=max(0.0, 1.0 - (time.monotonic() - last)))
                 if self._stop:
                     return
-                desired = self._desired
+                events, self._queue = self._queue, []
             try:
-                r = self.http.post(f"/v1/engines/{self.engine_id}/activity",
-                                   json={"busy": desired[0], "dynamic_power_w": desired[1], "util": desired[2]}, timeout=2.0)
+                r = self.http.post(f"/v1/engines/{self.engine_id}/activity", json={"events": events}, timeout=2.0)
                 if r.status_code == 200:
-                    self.clock_factor = float(r.json().get("clock_factor", 1.0))
-                    self._sent = desired
+                    body = r.json()
+                    self.clock_factor = float(body.get("clock_factor", 1.0))
+                    self.thermal_factor = float(body.get("thermal_factor", 1.0))
+                    if body.get("power_limit_w") is not None:
+                        self.power_limit_w = float(body["power_limit_w"])
+                    events = []
                 else:
                     log(f"twin GPU refused the activity report ({r.status_code}): {r.text[:200]}", "WARNING")
-                    time.sleep(0.2)
+                    events = []  # no lease (expired or released): nothing to resend
             except httpx.HTTPError as exc:
                 log(f"twin GPU unreachable: {exc}", "WARNING")
+            if events:  # not delivered: keep them, in order, ahead of newer ones
+                with self._cv:
+                    self._queue[:0] = events
                 time.sleep(0.2)
             last = time.monotonic()
 
@@ -190,7 +305,7 @@ class TwinEngine:
         self.decoder = Decoder(profile, cfg, self.max_running, seed, start_ns=clock.now_ns(), log_interval=args.decode_log_interval)
         self.requests: dict[str, EngineRequest] = {}
         self.counter = 0
-        self.pending: Iteration | None = None
+        self.computed: deque[Computed] = deque()  # computed iterations not yet published, in order
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.record_step_time = os.environ.get("SGLANG_RECORD_STEP_TIME", "").lower() in ("1", "true", "yes")
@@ -208,6 +323,12 @@ class TwinEngine:
         self.memory: dict = {}
         self.launch_s = 0.0
         self.start_wall = time.time()
+        self.lead_ns = int(float(os.environ.get("TWIN_LEAD_MS", str(LEAD_MS))) * 1e6 * clock.scale)
+        self.fresh_ns = int(FRESH_MS * 1e6 * clock.scale)
+        self.turnaround_ns = int(CLIENT_TURNAROUND_MS * 1e6)
+        self.arrival_delay_ns = int(profile.perf.request_overhead_ms * 0.75e6)
+        self.sessions: dict[str, LoopSession] = {}
+        self.late_loop_requests = 0
 
     # ---- model name / info ---------------------------------------------------------------------------------
     @property
@@ -223,35 +344,216 @@ class TwinEngine:
         self.wake.set()
 
     def run_scheduler(self) -> None:
+        """Compute iterations on the engine's own timeline (device ns) and publish them (see ``_advance``)."""
         while not self.stop_event.is_set():
             with self.lock:
-                self._advance(self.clock.now_ns())
-                nxt = self.pending.end_ns if self.pending is not None else self.decoder.next_start_ns()
-            if nxt is not None:
-                wait = (nxt - self.clock.now_ns()) / self.clock.scale / 1e9
+                now = self.clock.now_ns()
+                self._advance(now)
+                due = self._next_due_ns(now)
+            if due is not None:
+                wait = (due - self.clock.now_ns()) / self.clock.scale / 1e9
                 self.wake.wait(min(max(wait, 0.0002), 0.005))
-                self.wake.clear()
             else:
                 self.wake.wait(0.05)
-                self.wake.clear()
+            self.wake.clear()
+
+    def _lead(self) -> int:
+        return self.lead_ns if self.sessions else 0  # run ahead only while a closed-loop client is announced
+
+    def _next_due_ns(self, now: int) -> int | None:
+        """The device instant of the scheduler's next possible action (None: wait for a request)."""
+        cands = []
+        start = self.decoder.next_start_ns()
+        if start is not None:
+            cands.append(start - self._lead())
+        if self.computed:
+            head = self.computed[0]
+            cands.append(head.it.end_ns - (self.lead_ns if self._early_upto() >= 0 else 0))
+        hold = self._hold_ns()
+        if hold is not None and hold > now:  # (an unplaced wave's hold is in the past: it waits for its members)
+            cands.append(hold)
+        return min(cands) if cands else None
 
     def _advance(self, now: int) -> None:
+        """Compute iterations up to the lead ahead of the device clock ``now``; publish those whose end it reached.
+
+        Step start and end instants come from the model (the decoder's virtual clock), never from when this thread
+        wakes; each iteration's load is posted to the device at its start instant, ahead of the device clock. An
+        iteration never starts at or past the arrival of a request a closed-loop client has announced and not yet
+        sent (a hold), so that request joins the batch it would join on a GPU; a hold the device clock reaches unmet
+        lapses (the request is late). Results go out when the device clock reaches their end, or up to the lead
+        before it when a client waits on them to send its next request (``Computed.early``).
+        """
+        self._lapse_holds(now)
         while True:
-            if self.pending is not None:
-                if self.pending.end_ns > now:
-                    return
-                self._publish(self.pending)
-                self.pending = None
             start = self.decoder.next_start_ns()
-            if start is None or start > now:
-                if self.decoder.idle():
-                    self.link.set_activity(False, 0.0, 0.0)
-                return
-            it = self.decoder.run_iteration(self.link.clock_factor)
-            self.pending = it
-            self.link.set_activity(True, it.dyn_w, it.util)
-            if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
-                self._log_decode(it)
+            if start is None or start > self.decoder.now_ns:
+                self.link.post(self.decoder.now_ns, False, 0.0, 0.0)  # idle from the last iteration's end
+            hold = self._hold_ns()
+            if start is None or start > now + self._lead() or (hold is not None and start >= hold):
+                break
+            self._compute()
+        upto = self._early_upto()
+        k = 0
+        while self.computed:
+            c = self.computed[0]
+            if c.it.end_ns > now + (self.lead_ns if k <= upto else 0):
+                break
+            self.computed.popleft()
+            self._publish(c)
+            k += 1
+
+    def _early_upto(self) -> int:
+        """Index of the last computed iteration a client waits on (-1: none)."""
+        for i in range(len(self.computed) - 1, -1, -1):
+            if self.computed[i].early:
+                return i
+        return -1
+
+    def _compute(self) -> None:
+        """Run the decoder's next iteration: stops, closed-loop expectations and the device load at its start."""
+        it = self.decoder.run_iteration(self._clock_factor(len(self.decoder.running)))
+        counts: dict[str, tuple[int, bool]] = {}
+        early = False
+        for sim in it.touched:
+            req = self.requests.get(sim.rid)
+            if req is None:
+                continue
+            if (req.stops or req.stop_ids) and not sim.finished and sim.generated > req.computed:
+                self._check_stops(req, req.computed, sim.generated, it.end_ns)
+            req.computed = min(sim.generated, req.computed_cap or sim.generated)
+            counts[sim.rid] = (req.computed, sim.finished)
+            if sim.finished:
+                early = self._loop_done(req) or early
+        self.computed.append(Computed(it, counts, early))
+        self.link.post(it.start_ns, True, it.dyn_w, it.util)
+        if it.decode and self.decoder.forward_ct % self.decoder.log_interval == 0:
+            self._log_decode(it)
+
+    def _clock_factor(self, batch: int) -> float:
+        """The clock factor of the next iteration, from the model's power cap (and the device's thermal ceiling):
+        computed, not read back from the device, so it does not depend on when the device's answer arrived."""
+        dyn = self.decoder.demand(batch)[0] if batch else 0.0
+        return device_power(self.profile, dyn, ceiling=self.link.thermal_factor, limit_w=self.link.power_limit_w)[1]
+
+    # ---- closed-loop clients -----------------------------------------------------------------------------------
+    def _hold_ns(self) -> int | None:
+        """The earliest arrival (device ns) of an announced request that has not come in yet."""
+        holds = [s.first_ns if s.wave_ns is None else s.wave_ns + self.arrival_delay_ns
+                 for s in self.sessions.values() if s.wave > 0]
+        holds += [t + self.arrival_delay_ns for s in self.sessions.values() for t in s.expect.values()]
+        return min(holds) if holds else None
+
+    def _lapse_holds(self, now: int) -> None:
+        for s in self.sessions.values():
+            if s.wave > 0 and s.wave_ns is None and now - s.first_ns > WAVE_WAIT_S * 1e9 * self.clock.scale:
+                log(f"closed-loop first wave incomplete after {WAVE_WAIT_S:g} s: {s.wave} request(s) missing; "
+                    "starting without them", "WARNING")
+                s.wave = 0
+                self._place_wave(s, now)
+            elif s.wave > 0 and s.wave_ns is not None and s.wave_ns + self.arrival_delay_ns <= now:
+                # an announced wave the host did not deliver in time: placed when complete, like an unannounced one
+                # (the engine has run nothing since, so only the idle gap before the wave grows)
+                log(f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
+                    f"(host slower than the lead); placing the wave when it is complete", "WARNING")
+                self.late_loop_requests += 1
+                s.wave_ns, s.first_ns = None, now
+                for m in s.members:
+                    self._set_receipt(m, UNPLACED_NS - self.arrival_delay_ns)
+            for k in [k for k, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
+                log(f"closed-loop request {k} after the first wave late (host too slow for the "
+                    "lead)", "WARNING")
+                del s.expect[k]
+
+    def _place_wave(self, s: LoopSession, now: int) -> None:
+        """Fix the receipt of an unannounced first wave once it is complete: a short while after the device clock
+        ``now`` (so its load reaches the device in time); its members' stagger on a busy host falls before it."""
+        s.wave_ns = now + self.fresh_ns
+        for m in s.members:
+            self._set_receipt(m, s.wave_ns)
+        s.members.clear()
+        self.wake.set()
+
+    def stamp(self, req: EngineRequest) -> None:
+        """Set the device instant at which a request counts as received (and its arrival at the scheduler).
+
+        A plain request: the device clock now. A closed-loop request: its batch's first wave all at one instant
+        (``fresh_ns`` after its last member came in, or, for a batch announced by ``X-Twin-Next``, the previous
+        batch's last finish + the client's modelled turnaround ``CLIENT_TURNAROUND_MS``); a next request at its
+        predecessor's finish + that turnaround, however long the host took to deliver it.
+        """
+        now = self.clock.now_ns()
+        hint = req.loop
+        if hint is None:
+            self._set_receipt(req, now)
+            return
+        with self.lock:
+            spec = hint.loop
+            s = self.sessions.get(spec.session)
+            if s is None:
+                first = min(spec.total, spec.concurrency)
+                s = self.sessions[spec.session] = LoopSession(spec.total, first, None, first, first_ns=now, size=first)
+            if hint.next is not None:
+                s.next = hint.next
+            at: int | None = None
+            first = s.size
+            if hint.seq < first and s.wave > 0:
+                s.wave -= 1
+                s.members.append(req)
+                if s.wave_ns is None:  # an unannounced wave is placed when complete
+                    if s.wave == 0:
+                        self._place_wave(s, now)
+                    return
+                at = s.wave_ns
+                if s.wave == 0:
+                    s.members.clear()
+            elif hint.seq >= first:
+                k = hint.seq - first
+                if k in s.expect:
+                    at = s.expect.pop(k)
+                elif k >= s.issued - first:  # its slot has not freed yet (the client raced ahead): placed then
+                    s.early[k] = req
+                    return
+            if at is None or at + self.arrival_delay_ns <= now:
+                log(f"closed-loop request {hint.seq} of {spec.session} came after its instant (host too slow for the "
+                    "lead); counted from now", "WARNING")
+                self.late_loop_requests += 1
+                at = now + self.fresh_ns
+            self._set_receipt(req, at)
+        self.wake.set()
+
+    def _set_receipt(self, req: EngineRequest, at: int) -> None:
+        req.received_ns = at
+        req.sim.arrival_ns = at + self.arrival_delay_ns
+
+    def _loop_done(self, req: EngineRequest) -> bool:
+        """A closed-loop request finished (computed): its client refills the slot right away while it has requests
+        left, and starts the announced next batch right after the last one; True when the client waits on it."""
+        spec = req.loop.loop if req.loop is not None else None
+        s = self.sessions.get(spec.session) if spec is not None else None
+        if s is None or req.sim.finish_ns is None:
+            return False
+        s.done += 1
+        waits = False
+        if s.issued < s.total:  # successor k takes the k-th slot freed (in twin time, whatever the host's order)
+            k = s.issued - s.size
+            t = req.sim.finish_ns + self.turnaround_ns
+            s.issued += 1
+            waits = True
+            came = s.early.pop(k, None)
+            if came is not None:
+                self._set_receipt(came, t)
+            else:
+                s.expect[k] = t
+        if s.done >= s.total:
+            del self.sessions[spec.session]
+            nxt = s.next
+            if nxt is not None and nxt.session not in self.sessions:
+                first = min(nxt.total, nxt.concurrency)
+                t = req.sim.finish_ns + self.turnaround_ns
+                self.sessions[nxt.session] = LoopSession(nxt.total, first, t, first, first_ns=t, size=first)
+                waits = True
+        return waits
 
     def _log_decode(self, it: Iteration) -> None:
         t0, g0 = self._tp_mark
@@ -260,43 +562,43 @@ class TwinEngine:
             self.last_gen_throughput = (self.decoder.total_generated - g0) / dt
         self._tp_mark = (it.end_ns, self.decoder.total_generated)
 
-    def _publish(self, it: Iteration) -> None:
+    def _publish(self, c: "Computed") -> None:
+        """Hand a computed iteration's tokens to the clients."""
         if "crash" in self.faults and self.warmup_iters is not None and self.decoder.forward_ct - self.warmup_iters >= self.crash_after:
             log("Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered "
                 "(twin fault: crash)", "ERROR")
             self.link.release()
             os._exit(1)
-        for sim in it.touched:
-            req = self.requests.get(sim.rid)
+        for rid, (count, finished) in c.counts.items():
+            req = self.requests.get(rid)
             if req is None:
                 continue
             prev = req.visible
-            req.visible = sim.generated
-            if (req.stops or req.stop_ids) and not sim.finished and req.visible > prev:
-                self._check_stops(req, prev, it.end_ns)
+            req.visible = count
             if req.visible > prev:
                 req.snapshots.append(req.visible)
-            if sim.finished and not req.done:
+            if finished and not req.done:
                 self._finish(req)
             if req.done or req.streaming:
                 req.event.set()
 
-    def _check_stops(self, req: EngineRequest, prev: int, end_ns: int) -> None:
-        ids = req.ids()
+    def _check_stops(self, req: EngineRequest, prev: int, n: int, end_ns: int) -> None:
+        """Stop tokens / strings among tokens [prev, n) (checked when computed): finish there, cap the count."""
+        ids = req.ids(n)
         for i in range(prev, len(ids)):
             if ids[i] in req.stop_ids:
-                req.visible = i + 1
+                req.computed_cap = i + 1
                 self.decoder.finish_now(req.sim, {"type": "stop", "matched": ids[i]})
                 req.sim.finish_ns = end_ns
                 return
         if req.stops:
-            text = req.raw_text()
+            text = req.raw_text(n)
             start = max(0, req._ends[prev - 1] - max(len(x) for x in req.stops)) if prev > 0 else 0
             for s in req.stops:
                 pos = text.find(s, start)
                 if pos >= 0:
-                    n = bisect.bisect_left(req._ends, pos + len(s))  # the token that completes the match
-                    req.visible = min(len(ids), n + 1)
+                    k = bisect.bisect_left(req._ends, pos + len(s))  # the token that completes the match
+                    req.computed_cap = min(len(ids), k + 1)
                     req.stop_matched = s
                     self.decoder.finish_now(req.sim, {"type": "stop", "matched": s})
                     req.sim.finish_ns = end_ns
@@ -310,7 +612,8 @@ class TwinEngine:
             self.e2e_count += 1
 
     # ---- requests ------------------------------------------------------------------------------------------
-    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict, rid: str | None = None) -> EngineRequest:
+    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict, rid: str | None = None,
+                    hint: LoopHint | None = None) -> EngineRequest:
         perf = self.profile.perf
         with self.lock:
             self.counter += 1
@@ -332,17 +635,23 @@ class TwinEngine:
             self.runaway_armed = False
             never = True
             log("twin fault runaway: this request will never finish", "WARNING")
-        now = self.clock.now_ns()
+        if hint is not None and not rid:
+            hint = None  # a closed-loop request must name itself (its rid) to be followed
+        # a closed-loop request is seeded by its client-given id, not by the order in which the host delivered it
+        req_seed = stable_hash(self.seed, "req", rid if hint is not None else n, key_text)
         sim = SimRequest(
             rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
-            arrival_ns=now + int(perf.request_overhead_ms * 0.75e6), seed=stable_hash(self.seed, "req", n, key_text),
+            arrival_ns=UNPLACED_NS, seed=req_seed,
             ctx=ctx, ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
         )
         stops = sp.get("stop") or []
         if isinstance(stops, str):
             stops = [stops]
-        return EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
-                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")), received_ns=now)
+        req = EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
+                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")),
+                             loop=hint)
+        self.stamp(req)
+        return req
 
     def context_length(self) -> int:
         return self.args.context_length or 131072
@@ -435,6 +744,8 @@ class TwinEngine:
             "hardware": self.profile.hardware,
             "twin_seed": self.seed,
             "twin_launch_s": round(self.launch_s, 3),
+            "twin_lead_ms": round(self.lead_ns / self.clock.scale / 1e6, 3),
+            "twin_late_requests": self.late_loop_requests,
         }
         if self.version == "0.5.2":  # the top level echoes the launch flag; the scheduler's state has the resolved one
             info["attention_backend"] = self.args.attention_backend
@@ -450,7 +761,7 @@ class TwinEngine:
 
     def flush_cache(self) -> tuple[bool, str]:
         with self.lock:
-            if self.decoder.running or self.decoder.waiting or self.pending is not None:
+            if self.decoder.running or self.decoder.waiting or self.computed:
                 return False, "Cache not flushed because there are pending requests. (twin)"
             self.decoder.reset_accept()
             return True, ("Cache flushed.\nPlease check backend logs for more details. "
@@ -531,6 +842,10 @@ def build_router(eng: TwinEngine) -> Router:
             if unknown:
                 return _err(400, f"unknown field `{unknown[0]}` in sampling_params, expected one of "
                                  + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)))
+        try:
+            hint = parse_loop_hint(req.handler.headers)
+        except ValueError as exc:
+            return _err(400, str(exc))
         text, ids = body.get("text"), body.get("input_ids")
         if text is None and ids is None:
             return _err(400, "Either text or input_ids should be provided.")
@@ -542,10 +857,11 @@ def build_router(eng: TwinEngine) -> Router:
         for i, item in enumerate(items):
             rid = body.get("rid")
             rid = (rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid))
+            one_hint = None if batch else hint  # a closed loop is one request per call
             if isinstance(item, str):
-                reqs.append(eng.new_request(item, None, sp, rid))
+                reqs.append(eng.new_request(item, None, sp, rid, one_hint))
             else:
-                reqs.append(eng.new_request(None, list(item), sp, rid))
+                reqs.append(eng.new_request(None, list(item), sp, rid, one_hint))
         if body.get("stream") and not batch:
             reqs[0].streaming = True
         for q in reqs:
@@ -809,6 +1125,8 @@ def main(argv: list[str]) -> int:
         clock = ScaledClock.from_dict(link.get("/v1/clock"))
         profile = profile_from_dict(link.get("/v1/profile"))
         dev_info = link.get("/v1/info")
+        if dev_info.get("power_limit_w") is not None:  # a power cap set on the device (harness sweep --power-caps)
+            link.power_limit_w = float(dev_info["power_limit_w"])
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
         return 1

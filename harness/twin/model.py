@@ -183,11 +183,14 @@ def base_power_w(profile: TwinProfile) -> float:
     return profile.device.idle_power_w + profile.device.engine_loaded_power_w
 
 
-def device_power(profile: TwinProfile, dyn_w: float, base_w: float | None = None) -> tuple[float, float]:
-    """(power W, clock factor) the device settles at for a dynamic demand (no thermal slowdown)."""
+def device_power(profile: TwinProfile, dyn_w: float, base_w: float | None = None, ceiling: float = 1.0,
+                 limit_w: float | None = None) -> tuple[float, float]:
+    """(power W, clock factor) the device settles at for a dynamic demand (``ceiling``: thermal slowdown, 1 = none;
+    ``limit_w``: the power limit in force, default the profile's)."""
     d = profile.device
     base = base_power_w(profile) if base_w is None else base_w
-    f = max(d.min_clock_factor, cap_clock_factor(base, dyn_w, d.power_limit_w * (1 + d.cap_overshoot_frac), d.dvfs_exponent))
+    cap_w = (d.power_limit_w if limit_w is None else limit_w) * (1 + d.cap_overshoot_frac)
+    f = max(d.min_clock_factor, cap_clock_factor(base, dyn_w, cap_w, d.dvfs_exponent, ceiling))
     return base + dyn_w * f ** d.dvfs_exponent, f
 
 
