@@ -145,8 +145,9 @@ def derive_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
 
 
-class Interrupted(Exception):
-    """SIGTERM received: stop cleanly, keep every written row."""
+class Interrupted(BaseException):
+    """SIGTERM received: stop cleanly, keep every written row. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way (a probe read, an HTTP retry) can swallow it and let the run finish "complete"."""
 
 
 class SweepInterrupted(HarnessError):
