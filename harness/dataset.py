@@ -298,6 +298,7 @@ class Plan(BaseModel):
     batch_sizes: list[int]
     repeats: int
     indexes: dict[str, int]  # cell id -> planned index
+    cells: dict[str, tuple[int, int, SpecConfig]] = Field(default_factory=dict)  # cell id -> (repeat, bs, config)
 
     model_config = {"arbitrary_types_allowed": True}
 
@@ -316,7 +317,8 @@ def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
         return None
     cells = plan_cells(opts)
     return Plan(configs=opts.spec_configs, batch_sizes=list(opts.batch_sizes), repeats=opts.repeats,
-                indexes={c.cell_id: c.index for c in cells})
+                indexes={c.cell_id: c.index for c in cells},
+                cells={c.cell_id: (c.repeat, c.batch_size, c.config) for c in cells})
 
 
 def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: ValidationReport) -> None:
@@ -345,6 +347,16 @@ def _check_plan_coverage(grid: Sequence[SweepRow], plan: Plan, report: Validatio
     if empty:
         shown = ", ".join(f"repeat {rep} bs {bs}" for rep, bs in empty[:6]) + (" ..." if len(empty) > 6 else "")
         report.error("unplanned_missing", f"{len(empty)} planned (repeat, batch size) groups have no row: {shown}")
+    # per cell: a config present in its group under another power cap still leaves this cap's cell missing
+    ids = {r.cell_id for r in grid if r.cell_id}
+    present = {(r.repeat, r.batch_size, r.config) for r in grid}
+    lacking = [cid for cid, key in plan.cells.items() if cid not in ids and key in present]
+    if lacking:
+        shown = ", ".join(lacking[:6]) + (" ..." if len(lacking) > 6 else "")
+        report.error("config_missing", f"{len(lacking)} planned cells have no row: {shown}")
+    stray = sorted({r.cell_id for r in grid if r.cell_id and plan.cells and r.cell_id not in plan.cells})
+    if stray:
+        report.error("unplanned_cell", f"rows for cells the run did not plan: {', '.join(stray[:6])}")
 
 
 def _native_order_problem(rec: dict[str, Any]) -> str | None:
@@ -436,7 +448,9 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         where = f"repeat {rep}, batch size {bs}"
         twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
         if twice:
-            report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}", where)
+            hint = ("" if any(cap for _c, cap in per_cap[(rep, bs)]) else
+                    " (a sweep over several power caps? The published layout has no cap column: load the run folder or its rows.jsonl)")
+            report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}{hint}", where)
         lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
         if lacking:
             report.error("config_missing", f"{len(set(cfgs))} of {len(expected)} configs; missing {', '.join(map(str, lacking))}", where)

@@ -71,7 +71,8 @@ def _period_s(telemetry: Any) -> float:
 
 
 def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
-    """The newest sample is missing, stale, or carries no reading (errors), still after ``PROBE_RECHECK_S``."""
+    """The newest sample is missing, stale, or carries no reading (neither energy nor power, with errors), still after
+    ``PROBE_RECHECK_S``."""
     deadline = time.monotonic() + PROBE_RECHECK_S
     while True:
         sample = telemetry.snapshot()
@@ -83,7 +84,7 @@ def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
             if age_s > max(STALE_SAMPLE_S, 5 * _period_s(telemetry)):
                 return ServiceProblem("sampler", f"the sampler's newest sample is {age_s:.1f} s old (its loop stalled)",
                                       restartable)
-            if not sample.errors:
+            if not sample.errors or sample.usable:  # one failing field (e.g. no permission for clock events) is not a lost GPU
                 return None
             problem = ServiceProblem("probe", f"GPU reads fail: {sample.errors[0]}", restartable)
         if time.monotonic() >= deadline:

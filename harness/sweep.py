@@ -305,9 +305,11 @@ class SweepRunner:
             before = self.power_cap.current
             self.enforced_w = self.power_cap.apply(cell.cap)
             if cell.cap != before:
-                self.console.line(f"power cap {cell.cap}: {self.enforced_w:g} W enforced")
+                enforced = "unknown" if self.enforced_w is None else f"{self.enforced_w:g}"
+                self.console.line(f"power cap {cell.cap}: {enforced} W enforced")
 
     def _run_cell_mode(self, cell: Cell) -> None:
+        self._check_world(cell)  # a lost device is an infrastructure failure, before the cap controller asks it
         self._apply_cap(cell)
         self._settle()
         self._check_world(cell)
@@ -320,6 +322,7 @@ class SweepRunner:
         server: RunningServer | None = None
         attempts: list[LaunchAttempt] = []
         fallback = False
+        self._check_world(group[0])
         self._apply_cap(group[0])
         try:
             for i, cell in enumerate(group):
@@ -486,8 +489,13 @@ class SweepRunner:
                                 window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,
                                 server_version=r.server_version, attention_backend_flag=self.opts.attention_backend)
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
+        valid, reasons = w.get("valid"), list(w.get("reasons") or [])
         if self.opts.energy_window == "steady" and r.steady is not None:
             energy, power, jpt = r.steady["energy_j"], r.steady["avg_power_w"], r.steady["joules_per_token"]
+            # energy_joules comes from the steady window: its verdict counts too (loader, world check)
+            if r.steady.get("valid") is False:
+                valid = False
+                reasons += [f"steady:{x}" for x in r.steady.get("reasons") or []] or ["steady_window_invalid"]
         windows = {kind: v for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
         if r.steady is None and r.steady_reason:
             windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
@@ -505,7 +513,7 @@ class SweepRunner:
             gpu_mem_used_mb=_num(after.get("memory_used_mb")), gpu_throttling=published_throttle,
             window_start_ns=r.window_start_ns, window_end_ns=r.window_end_ns,
             window_duration_s=_num(w.get("duration_s")), window_wall_duration_s=_num(w.get("wall_duration_s")),
-            window_valid=w.get("valid"), window_reasons=list(w.get("reasons") or []),
+            window_valid=valid, window_reasons=reasons,
             window_sample_count=w.get("sample_count"), window_coverage=_num(w.get("coverage")),
             window_avg_util_pct=_num(w.get("avg_util_pct")), window_max_temp_c=_num(w.get("max_temp_c")),
             window_max_power_w=_num(w.get("max_power_w")),
@@ -762,6 +770,17 @@ def check_options(opts: SweepOptions) -> None:
         for item in opts.twin_faults:
             parse_twin_fault(item)
     check_energy_window(opts)
+    check_attention_backend(opts.attention_backend)
+
+
+def check_attention_backend(backend: str | None) -> None:
+    """A backend name some supported sglang knows (a typo would otherwise make every cell a launch-error row)."""
+    from harness.twin.engine_args import ATTENTION_BACKENDS
+
+    known = sorted({b for names in ATTENTION_BACKENDS.values() for b in names})
+    if backend is not None and backend not in known:
+        raise UsageError(f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
+                         fix="use flashinfer (default), auto, or one of: " + ", ".join(known))
 
 
 def _restore_cap(power_cap: PowerCapController, console: SweepConsole, run_dir: Path) -> None:

@@ -58,6 +58,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
         param: Annotated[Optional[list[str]], typer.Option(help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md")] = None,
         invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
+        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60")] = None,
     ) -> None:
         """Train the policies on a sweep and write their artifacts and picks.json.
 
@@ -74,7 +75,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
         data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight,  # type: ignore[arg-type]
                                                                                            limit_source, memory_term, memory_total_mb),
-                            windows=invalid_windows)
+                            windows=invalid_windows, power_cap=power_cap)
         if tune:
             from harness.jsonl import write_json_atomic
             from policies.tune import tune_variants
@@ -104,6 +105,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         output_tokens: Annotated[Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")] = None,
         state: Annotated[str, typer.Option()] = "hindsight",
         invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
+        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60")] = None,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.jsonl import write_json_atomic
@@ -126,7 +128,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         train_meta = read_train_meta(models)
         reward = reward_options_of(models, train_meta)
         data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
-                            windows=invalid_windows)
+                            windows=invalid_windows, power_cap=power_cap)
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())

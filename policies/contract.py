@@ -272,7 +272,7 @@ def dataset_from_rows(
 
 
 def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: RewardOptions = RewardOptions(),
-                 windows: str = "exclude") -> PolicyDataset:
+                 windows: str = "exclude", power_cap: str | None = None) -> PolicyDataset:
     """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset.
 
     Rows come from the one loader (``harness.dataset.load``, validate's checks): a torn line, NaN/inf or duplicate
@@ -287,7 +287,25 @@ def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: Re
             reward = reward.model_copy(update={"memory_total_mb": total})
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
-    return dataset_from_rows(loaded.rows, state=state, reward=reward, source=str(path))
+    return dataset_from_rows(rows_of_one_cap(loaded.rows, power_cap, path), state=state, reward=reward, source=str(path))
+
+
+def rows_of_one_cap(rows: list[SweepRow], power_cap: str | None, path: str | Path) -> list[SweepRow]:
+    """The rows of one power-cap pass (``harness sweep --power-caps``). A policy's state has no cap and baselines are
+    per batch size, so rows of several caps are never pooled: naming none of several caps is a DataError."""
+    def cap_of(r: SweepRow) -> str | None:
+        return (r.extras.get("power_cap") or {}).get("label")
+
+    caps = sorted({c for c in map(cap_of, rows) if c is not None})
+    if power_cap is None:
+        if len(caps) > 1:
+            raise DataError(f"{path}: rows from {len(caps)} power caps ({', '.join(caps)}); a policy's state has no cap "
+                            "and its baselines are per batch size, so caps are never pooled",
+                            fix=f"train and evaluate one cap at a time: --power-cap {caps[0]}")
+        return rows
+    if power_cap not in caps:
+        raise DataError(f"{path}: no rows at power cap {power_cap!r}", fix=f"one of: {', '.join(caps) or '(no capped rows)'}")
+    return [r for r in rows if cap_of(r) == power_cap]
 
 
 def manifest_memory_total_mb(path: str | Path) -> float | None:

@@ -190,7 +190,7 @@ def run_live(
     cells: list[LiveCell] = []
     run_dir = models / "live"
     with open_world(engine, sampler_url=sampler_url, time_scale=time_scale if engine == "twin" else 1.0, seed=seed, run_dir=run_dir) as world:
-        if world.power_limit_w:
+        if world.power_limit_w and options.limit_source == "row":  # "fixed": the --power-limit the policies trained with
             options = options.model_copy(update={"power_limit_w": float(world.power_limit_w)})
         for order, (trial, bs, cfg) in enumerate(plan):
             m = _measure(world, bs, cfg, settings, run_dir / "logs" / f"t{trial}-bs{bs}-{cfg.label.replace(':', '-')}")

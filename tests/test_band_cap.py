@@ -58,3 +58,30 @@ def test_train_records_the_cap_source_and_memory_term_in_its_artifacts(tmp_path)
     assert meta["limit_source"] == "row" and meta["memory_term"] == "total" and meta["memory_total_mb"] == 16384
     bad = harness("train", "--dataset", str(tmp_path / "dataset.jsonl"), "--out", str(tmp_path / "m2"), "--memory-term", "total")
     assert bad.returncode == 3 and "--memory-total-mb" in bad.stderr + bad.stdout
+
+
+def _two_cap_rows(tmp_path):
+    """The same synthetic grid at caps 60 and 80 W, labelled as ``harness sweep --power-caps 60,80`` labels rows."""
+    out = []
+    for k, (label, watts) in enumerate((("60", 60.0), ("80", 80.0))):
+        recs = synthetic_records(seed=0, power_limit_w=watts)
+        out += [{**r, "index": r["index"] + k * len(recs), "extras": {**(r.get("extras") or {}), "power_cap": {"label": label}}}
+                for r in recs]
+    write_jsonl_atomic(tmp_path / "rows.jsonl", out)
+    return tmp_path / "rows.jsonl", len(out) // 2
+
+
+def test_policies_never_pool_power_caps(tmp_path):
+    """Baselines are per batch size and the state has no cap: rows of several caps must be trained one cap at a time."""
+    path, per_cap = _two_cap_rows(tmp_path)
+    with pytest.raises(DataError, match="2 power caps") as info:
+        load_dataset(path)
+    assert "--power-cap 60" in info.value.fix
+    d80 = load_dataset(path, power_cap="80")
+    assert len(d80.rows) + d80.skipped_errors == per_cap and {r.power_limit_w for r in d80.rows} == {80.0}
+    with pytest.raises(DataError, match="no rows at power cap '70'"):
+        load_dataset(path, power_cap="70")
+    r = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m"), "--algos", "lookup_table", "--power-cap", "60")
+    assert r.returncode == 0, r.stderr + r.stdout
+    pooled = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m2"), "--algos", "lookup_table")
+    assert pooled.returncode == 3 and "--power-cap" in pooled.stderr

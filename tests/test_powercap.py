@@ -192,6 +192,10 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     assert png.startswith(b"\x89PNG") and (run / "reports" / "joules_per_token_cap60w.png").exists()
     v = run_harness("dataset", "validate", str(run), "--subset")  # a config once per cap is no duplicate
     assert v.returncode == 0, v.stdout + v.stderr
+    # the last cap's last cell lost: its config is present under the other cap, yet the run is incomplete
+    (run / "rows.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows[:-1]))
+    v = run_harness("dataset", "validate", str(run))
+    assert v.returncode != 0 and "planned cells have no row: cap80w-r0-bs1-s3k4d8" in v.stdout + v.stderr, v.stdout + v.stderr
 
 
 def test_caps_outside_the_limits_are_refused_before_any_cell(tmp_path):

@@ -109,3 +109,12 @@ def test_bad_prompts_file(tmp_path):
     r = harness("sweep", "--out", str(tmp_path / "run"), "--prompts", str(bad), "--configs", "0:0:0")
     assert r.returncode == 3 and "not valid JSON" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_mistyped_attention_backend_is_refused_before_the_run_folder(tmp_path):
+    """A typo would otherwise launch every cell with a flag sglang rejects: an error row per cell."""
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", "--engine", "twin", "--quick", "--attention-backend",
+                        "flashinfr", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--attention-backend 'flashinfr'" in r.stderr and "flashinfer" in r.stderr, r.stderr
+    assert not out.exists()
