@@ -256,6 +256,7 @@ def test_world_check_on_an_in_process_sampler_tells_failing_reads_from_a_stopped
             wait_for("a first sample", lambda: sampler.snapshot() is not None)
             assert world.check() is None
             gpu.post("/v1/faults", json={"probe_error": "NVML_ERROR_UNKNOWN (test)"}).raise_for_status()
+            wait_for("a sample taken after the fault", lambda: bool(getattr(sampler.snapshot(), "errors", None)), timeout=10)
             problem = world.check()
             assert problem is not None and problem.kind == "probe" and "NVML_ERROR_UNKNOWN" in problem.message
             gpu.post("/v1/faults", json={}).raise_for_status()

@@ -221,10 +221,12 @@ def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
 
 
 def test_native_world_reads_name_and_power_limit_from_the_first_sample(script: ShimScript, tmp_path: Path):
+    from harness.engine.argv import EngineSpec
     from harness.world import open_world
 
     script.set({"delay_ms": 20})  # a slow driver: ~0.3 s per reading, so no sample exists right after the start
-    with open_world(engine="sglang", run_dir=tmp_path / "run") as world:  # in-process NVML sampler
+    spec = EngineSpec(kind="sglang", sglang_version="0.5.2")  # no sglang here: the version is given, not detected
+    with open_world(engine="sglang", run_dir=tmp_path / "run", spec=spec) as world:  # in-process NVML sampler
         assert world.power_limit_w == 600.0 and world.hardware == "H200_shim"  # from "NVIDIA H200 (shim)"
         assert world.gpu_identity["sampler"]["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT"
 
