@@ -225,7 +225,7 @@ def zone_of(tz_name: str | None) -> tzinfo:
     if tz_name:
         try:
             return ZoneInfo(tz_name.lstrip(":"))
-        except Exception:
+        except (KeyError, ValueError, OSError):  # unknown (ZoneInfoNotFoundError is a KeyError) or malformed key
             pass
     return datetime.now().astimezone().tzinfo or timezone.utc
 

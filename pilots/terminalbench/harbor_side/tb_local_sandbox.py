@@ -245,7 +245,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         except asyncio.TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()
-            raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
+            raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
         except BaseException:
             _kill_group(proc.pid)
             raise
