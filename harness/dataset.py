@@ -637,6 +637,10 @@ def pooled_cv(cells: dict[tuple[int, SpecConfig], dict[str, list[float]]], metri
     return math.sqrt(statistics.fmean(c * c for c in cvs)), len(cvs)
 
 
+def _cell_label(cell: tuple[int, SpecConfig]) -> str:
+    return f"bs{cell[0]} {cell[1]}"
+
+
 def compare(
     a_rows: Sequence[SweepRow],
     b_rows: Sequence[SweepRow],
@@ -722,12 +726,11 @@ def compare(
             tau = None if math.isnan(tau) else tau
             ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=rho, kendall=tau,
                                        top_a=top_a, top_b=top_b, agrees=tau is not None and tau >= min_tau))
-    label = lambda c: f"bs{c[0]} {c[1]}"  # noqa: E731
     within = sum(1 for c in cells if c.within)
     return CompareResult(
         a=a_name, b=b_name, k=k, min_band=min_band, noise_cv=noise, noise_source=source, cells=cells, ranks=ranks,
-        only_a=[label(c) for c in sorted(set(ca) - set(cb), key=lambda c: (c[0], c[1].as_tuple()))],
-        only_b=[label(c) for c in sorted(set(cb) - set(ca), key=lambda c: (c[0], c[1].as_tuple()))],
+        only_a=[_cell_label(c) for c in sorted(set(ca) - set(cb), key=lambda c: (c[0], c[1].as_tuple()))],
+        only_b=[_cell_label(c) for c in sorted(set(cb) - set(ca), key=lambda c: (c[0], c[1].as_tuple()))],
         cell_agreement=(within / len(cells)) if cells else 0.0, min_cell_agreement=min_cell_agreement, min_tau=min_tau,
     )
 
@@ -796,10 +799,10 @@ def export(rows: Sequence[SweepRow], fmt: ExportFormat, out_dir: str | Path, *, 
             raise OutputError(f"{out} already exists and is not empty", fix="choose a new --out folder or pass --force")
     if fmt != "jsonl":  # before anything is written
         with needs(f"export --format {fmt}"):
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401 - imported only to fail early, before anything is written
 
             if fmt == "hf":
-                import datasets  # noqa: F401
+                import datasets
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

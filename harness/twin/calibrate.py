@@ -346,6 +346,10 @@ def fit_table(fits: list[RowFit]) -> list[dict]:
     return rows
 
 
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:+.1f}%"
+
+
 def print_fit_table(fits: list[RowFit]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -354,9 +358,8 @@ def print_fit_table(fits: list[RowFit]) -> None:
     for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "reward", "pub", "ok"):
         t.add_column(col, justify="right")
     for r in fit_table(fits):
-        pct = lambda v: "" if v is None else f"{100 * v:+.1f}%"
-        t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", pct(r["accept_err"]),
-                  f"{r['speed']:.1f}", f"{r['pub_speed']:.1f}", pct(r["speed_err"]), f"{r['jpt']:.4f}", f"{r['pub_jpt']:.4f}", pct(r["jpt_err"]),
+        t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", _pct(r["accept_err"]),
+                  f"{r['speed']:.1f}", f"{r['pub_speed']:.1f}", _pct(r["speed_err"]), f"{r['jpt']:.4f}", f"{r['pub_jpt']:.4f}", _pct(r["jpt_err"]),
                   f"{r['util']:.3f}", "" if r["pub_util"] is None else f"{r['pub_util']:.3f}",
                   "" if r["util_err"] is None else f"{r['util_err']:+.3f}",
                   "" if r["step_ms"] is None else f"{r['step_ms']:.2f}", "" if r["pub_step_ms"] is None else f"{r['pub_step_ms']:.2f}",

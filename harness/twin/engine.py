@@ -879,7 +879,9 @@ def build_router(eng: TwinEngine) -> Router:
 
     r.add("POST,PUT", "/generate", generate)
 
-    info = lambda req: eng.server_info()
+    def info(req: Request) -> dict:
+        return eng.server_info()
+
     r.add("GET", "/get_server_info", info)
     if v523:
         r.add("GET", "/server_info", info)
