@@ -525,10 +525,10 @@ def merge(
     for r in retry_rows:
         if is_pilot(r):
             raise DataError(f"retry input holds a pilot row (index {r.index})", fix="pass pilot rows with --pilots")
-        pos = by_index.get(r.index)
-        if pos is None:
+        slot = by_index.get(r.index)
+        if slot is None:
             raise DataError(f"retry row index {r.index} is not in the grid (0..{len(grid) - 1})", fix="a retry row keeps the index of the row it replaces")
-        target = out[pos]
+        target = out[slot]
         if (target.repeat, target.batch_size, target.config) != (r.repeat, r.batch_size, r.config):
             raise DataError(
                 f"retry row index {r.index} is bs={r.batch_size} {r.config} repeat {r.repeat}, but the grid row at that "
@@ -544,7 +544,7 @@ def merge(
             notes.append(f"index {r.index}: retry failed too ({r.error[:80]}); error row kept")
             continue
         frac = r.retry_mem_fraction if r.retry_mem_fraction is not None else (r.mem_fraction or default_retry_mem_fraction)
-        out[pos] = r.model_copy(update={"retry_mem_fraction": frac, "hardware": r.hardware})
+        out[slot] = r.model_copy(update={"retry_mem_fraction": frac, "hardware": r.hardware})
         replaced += 1
     next_index = len(out)
     pil = list(pilots_in_grid) + list(pilot_rows)
@@ -685,8 +685,9 @@ def compare(
             source[m] = f"{a_name} repeats only ({na} cells)"
         else:
             source[m] = f"both ({na} + {nb} cells)"
-        per_side[m] = (float(cva), float(cvb))
-        noise[m] = math.sqrt((cva**2 + cvb**2) / 2)
+        cv_a, cv_b = float(cva or 0.0), float(cvb or 0.0)  # both set by now: each side falls back on the other
+        per_side[m] = (cv_a, cv_b)
+        noise[m] = math.sqrt((cv_a**2 + cv_b**2) / 2)
     cells: list[CellDiff] = []
     for key in common:
         bs, cfg = key
@@ -722,10 +723,10 @@ def compare(
             else:
                 same = (va[0] - va[1]) * (vb[0] - vb[1]) > 0
                 rho = tau = 1.0 if same else -1.0
-            rho = None if math.isnan(rho) else rho
-            tau = None if math.isnan(tau) else tau
-            ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=rho, kendall=tau,
-                                       top_a=top_a, top_b=top_b, agrees=tau is not None and tau >= min_tau))
+            spearman = None if math.isnan(rho) else rho
+            kendall = None if math.isnan(tau) else tau
+            ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=spearman, kendall=kendall,
+                                       top_a=top_a, top_b=top_b, agrees=kendall is not None and kendall >= min_tau))
     within = sum(1 for c in cells if c.within)
     return CompareResult(
         a=a_name, b=b_name, k=k, min_band=min_band, noise_cv=noise, noise_source=source, cells=cells, ranks=ranks,

@@ -242,4 +242,4 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from harness.report import sweep_report
 
         sweep_report(run_dir, console=_console(), power_limit_w=power_limit, out_dir=out, figures=figures,
-                     windows=invalid_windows)  # type: ignore[arg-type]
+                     windows=invalid_windows)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -162,8 +162,9 @@ def _vs(cell: CellSummary | None, base: CellSummary | None) -> str:
 def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
     """One batch size: baseline, reference, best in band, with speed, J/token, power and utilization."""
     t = Table(title=f"batch size {s.batch_size}  (band {BAND[0]:.2f}-{BAND[1]:.2f} of {power_limit_w:g} W)", title_justify="left")
-    for col, just in (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
-                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
+                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right"))
+    for col, just in columns:
         t.add_column(col, justify=just)
     roles = [("baseline", s.baseline), ("reference", s.reference), ("best in band", s.best_in_band)]
     if s.best_in_band is None and s.closest_to_band is not None:
@@ -194,8 +195,9 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     if multi:
         t.add_column("cap W", justify="right", no_wrap=True)
-    for col, just in (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
-                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right")):
+    summary_columns: tuple[tuple[str, JustifyMethod], ...] = (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
+                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right"))
+    for col, just in summary_columns:
         t.add_column(col, justify=just, no_wrap=True)
 
     def speed(c: CellSummary | None, base: CellSummary | None) -> str:

@@ -716,7 +716,7 @@ class PilotRunner:
                     outcome = self._run_config(world, clock, name, cfg, per_config)
                     summaries.append(outcome.summary)
                     outcomes.append(outcome)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for oc in outcomes:
             for t in oc.trials:
                 rows.append(trial_row(

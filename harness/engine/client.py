@@ -252,7 +252,11 @@ class EngineClient:
         try:
             with self._http.stream("POST", "/generate", json=payload, headers=headers,
                                    timeout=httpx.Timeout(limit, connect=self.connect_timeout)) as resp:
-                watchdog = threading.Timer(limit, lambda: (timed_out.set(), resp.close()))
+                def expire() -> None:
+                    timed_out.set()
+                    resp.close()
+
+                watchdog = threading.Timer(limit, expire)
                 watchdog.daemon = True
                 watchdog.start()
                 try:

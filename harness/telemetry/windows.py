@@ -362,7 +362,7 @@ def compute_window(
         duration_s=duration_s,
         wall_duration_s=wall_s,
         energy_j=energy_j,
-        energy_method=method,  # type: ignore[arg-type]
+        energy_method=method,
         avg_power_w=avg_power,
         max_power_w=_max(s.power_w for s in stats_src),
         avg_temp_c=_mean(s.temperature_c for s in stats_src),

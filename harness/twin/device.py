@@ -403,7 +403,7 @@ class TwinGpu:
         with self.lock:
             self._advance(self.now_ns())
             self.limit_w = float(watts)
-            self._recompute(jitter=False)
+            self._recompute()
         return self.power_limits()
 
     def apply_faults(self, body: dict) -> dict:

@@ -168,7 +168,7 @@ class TerminalBenchPilot:
                                 timeout_s=self.harbor_deadline_s())
         harbor_wall_s = time.monotonic() - t0
         job_dir = Path(spec.jobs_dir) / spec.job_name
-        meta = {"job_name": spec.job_name, "job_dir": str(job_dir), "argv": argv, "harbor_rc": rc,
+        meta: dict[str, Any] = {"job_name": spec.job_name, "job_dir": str(job_dir), "argv": argv, "harbor_rc": rc,
                 "harbor_error": error, "harbor_wall_s": harbor_wall_s, "log": str(log_path),
                 "server_limits": limits.model_dump(), "served_model": model}
         write_json_atomic(self.run_dir / "harbor" / f"{spec.job_name}.run.json", meta)
