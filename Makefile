@@ -45,4 +45,4 @@ grid-check: $(STAMP)
 	bash .ci/grid_check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
