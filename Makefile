@@ -3,10 +3,11 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LINT_STAMP := $(VENV)/.lint-installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv prereqs demo test test-fast e2e grid-check clean
+.PHONY: venv prereqs demo test test-fast lint e2e grid-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +29,15 @@ test: prereqs
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# ruff (style and bug patterns) and mypy (types of harness/, pilots/, policies/); config in pyproject.toml, docs/lint.md
+$(LINT_STAMP): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[all,test,lint]'
+	touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
 e2e: $(STAMP)
 	bash .ci/e2e.sh
 
@@ -35,4 +45,4 @@ grid-check: $(STAMP)
 	bash .ci/grid_check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

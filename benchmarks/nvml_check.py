@@ -59,7 +59,7 @@ def update_period(fn, seconds: float = 2.0) -> dict:
     while time.monotonic() < t_end:
         try:
             v = fn()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - report, do not stop
             return {"error": str(exc)}
         now = time.monotonic()
         if last is not None and v != last[1]:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from harness.telemetry.client import TelemetryClient  # noqa: E402
-from harness.telemetry.testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu  # noqa: E402
+from harness.telemetry.client import TelemetryClient
+from harness.telemetry.testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu
 
 
 def bound(device_s: float) -> float:
@@ -64,6 +64,10 @@ def run(plan: list[tuple[float, list[tuple[float, int]]]], scenarios: list[str],
     return rows
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3%}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer windows (about 25 s instead of about 70 s)")
@@ -80,10 +84,9 @@ def main() -> int:
     for col in ("scenario", "window (device s)", "time scale", "Hz wall", "n", "valid", "step max |err|", "step mean", "linear max |err|",
                 "linear mean", "goal", "ok"):  # fmt: skip
         table.add_column(col, justify="right")
-    pct = lambda v: "-" if v is None else f"{v:.3%}"  # noqa: E731
     for r in rows:
         table.add_row(r["scenario"], f"{r['device_s']:g}", f"{r['time_scale']:g}", f"{r['rate_hz_wall']:g}", str(r["windows"]), str(r["valid"]),
-                      pct(r["step_max"]), pct(r["step_mean"]), pct(r["linear_max"]), pct(r["linear_mean"]), f"{r['bound']:.1%}",
+                      _pct(r["step_max"]), _pct(r["step_mean"]), _pct(r["linear_max"]), _pct(r["linear_mean"]), f"{r['bound']:.1%}",
                       "yes" if r["pass"] else "NO")  # fmt: skip
     Console(width=160).print(table)
     if args.json:

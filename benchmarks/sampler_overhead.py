@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import httpx
+from rich.console import Console
+from rich.table import Table
 
-from harness.telemetry.testbed import start_sampler, start_twin_gpu  # noqa: E402
+from harness.telemetry.testbed import start_sampler, start_twin_gpu
 
 TICK = os.sysconf("SC_CLK_TCK")
 GOAL_PCT = 1.0  # percent of one core at 10 Hz

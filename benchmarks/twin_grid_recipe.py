@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{marg['margin']:+.4f} vs {marg['rival']} ({marg['margin_in_se']:+.1f} s.e.)" if marg else "-",
                       " / ".join(str(picks[a].get(bs)) for a in ALGOS))
     console.print(table)
-    console.print(f"train: " + ", ".join(f"{a} {t:.1f} s" for a, t in timings.items()) + f"; total {out['total_s']:.1f} s")
+    console.print("train: " + ", ".join(f"{a} {t:.1f} s" for a, t in timings.items()) + f"; total {out['total_s']:.1f} s")
     console.print("[green]recipe reproduced by all three[/green]" if ok else "[red]recipe NOT reproduced[/red]")
     return 0 if ok else 1
 

@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 GOAL = 0.01
 METRICS = ("speed_tok_s", "joules_per_token", "accept_length", "avg_power_watts", "gpu_util_pct", "step_time_s",

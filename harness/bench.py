@@ -402,6 +402,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         accept, accept_src = info1.avg_spec_accept_length, "server_info"
     else:
         accept, accept_src = 1.0, "default"
+    speed: float | None
     if step_time and step_time > 0:
         speed, speed_src = accept / step_time, "step_time"
     else:
@@ -411,8 +412,8 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
     from harness.telemetry.steady import window_energy
 
     steady, steady_reason = steady_window(results, batch_size, telemetry, clock)
-    measured = window_energy("measured", sample_dict(window) or {}, float(total), w0, w1).model_dump()
-    measured["source"] = source
+    measured_energy = window_energy("measured", sample_dict(window) or {}, float(total), w0, w1).model_dump()
+    measured_energy["source"] = source
     energy = getattr(window, "energy_j", None)
     duration = getattr(window, "duration_s", None)
     avg_power = energy / duration if energy is not None and duration else None
@@ -450,7 +451,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         req_latency_mean_s=_mean(latencies),
         req_latency_p50_s=_pct(latencies, 50),
         req_latency_p95_s=_pct(latencies, 95),
-        measured=measured,
+        measured=measured_energy,
         steady=steady,
         steady_reason=steady_reason,
     )

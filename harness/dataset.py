@@ -539,10 +539,10 @@ def merge(
     for r in retry_rows:
         if is_pilot(r):
             raise DataError(f"retry input holds a pilot row (index {r.index})", fix="pass pilot rows with --pilots")
-        pos = by_index.get(r.index)
-        if pos is None:
+        slot = by_index.get(r.index)
+        if slot is None:
             raise DataError(f"retry row index {r.index} is not in the grid (0..{len(grid) - 1})", fix="a retry row keeps the index of the row it replaces")
-        target = out[pos]
+        target = out[slot]
         if (target.repeat, target.batch_size, target.config) != (r.repeat, r.batch_size, r.config):
             raise DataError(
                 f"retry row index {r.index} is bs={r.batch_size} {r.config} repeat {r.repeat}, but the grid row at that "
@@ -558,7 +558,7 @@ def merge(
             notes.append(f"index {r.index}: retry failed too ({r.error[:80]}); error row kept")
             continue
         frac = r.retry_mem_fraction if r.retry_mem_fraction is not None else (r.mem_fraction or default_retry_mem_fraction)
-        out[pos] = r.model_copy(update={"retry_mem_fraction": frac, "hardware": r.hardware})
+        out[slot] = r.model_copy(update={"retry_mem_fraction": frac, "hardware": r.hardware})
         replaced += 1
     next_index = len(out)
     pil = list(pilots_in_grid) + list(pilot_rows)
@@ -651,6 +651,10 @@ def pooled_cv(cells: dict[tuple[int, SpecConfig], dict[str, list[float]]], metri
     return math.sqrt(statistics.fmean(c * c for c in cvs)), len(cvs)
 
 
+def _cell_label(cell: tuple[int, SpecConfig]) -> str:
+    return f"bs{cell[0]} {cell[1]}"
+
+
 def compare(
     a_rows: Sequence[SweepRow],
     b_rows: Sequence[SweepRow],
@@ -695,8 +699,9 @@ def compare(
             source[m] = f"{a_name} repeats only ({na} cells)"
         else:
             source[m] = f"both ({na} + {nb} cells)"
-        per_side[m] = (float(cva), float(cvb))
-        noise[m] = math.sqrt((cva**2 + cvb**2) / 2)
+        cv_a, cv_b = float(cva or 0.0), float(cvb or 0.0)  # both set by now: each side falls back on the other
+        per_side[m] = (cv_a, cv_b)
+        noise[m] = math.sqrt((cv_a**2 + cv_b**2) / 2)
     cells: list[CellDiff] = []
     for key in common:
         bs, cfg = key
@@ -732,16 +737,15 @@ def compare(
             else:
                 same = (va[0] - va[1]) * (vb[0] - vb[1]) > 0
                 rho = tau = 1.0 if same else -1.0
-            rho = None if math.isnan(rho) else rho
-            tau = None if math.isnan(tau) else tau
-            ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=rho, kendall=tau,
-                                       top_a=top_a, top_b=top_b, agrees=tau is not None and tau >= min_tau))
-    label = lambda c: f"bs{c[0]} {c[1]}"  # noqa: E731
+            spearman = None if math.isnan(rho) else rho
+            kendall = None if math.isnan(tau) else tau
+            ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=spearman, kendall=kendall,
+                                       top_a=top_a, top_b=top_b, agrees=kendall is not None and kendall >= min_tau))
     within = sum(1 for c in cells if c.within)
     return CompareResult(
         a=a_name, b=b_name, k=k, min_band=min_band, noise_cv=noise, noise_source=source, cells=cells, ranks=ranks,
-        only_a=[label(c) for c in sorted(set(ca) - set(cb), key=lambda c: (c[0], c[1].as_tuple()))],
-        only_b=[label(c) for c in sorted(set(cb) - set(ca), key=lambda c: (c[0], c[1].as_tuple()))],
+        only_a=[_cell_label(c) for c in sorted(set(ca) - set(cb), key=lambda c: (c[0], c[1].as_tuple()))],
+        only_b=[_cell_label(c) for c in sorted(set(cb) - set(ca), key=lambda c: (c[0], c[1].as_tuple()))],
         cell_agreement=(within / len(cells)) if cells else 0.0, min_cell_agreement=min_cell_agreement, min_tau=min_tau,
     )
 
@@ -810,10 +814,10 @@ def export(rows: Sequence[SweepRow], fmt: ExportFormat, out_dir: str | Path, *, 
             raise OutputError(f"{out} already exists and is not empty", fix="choose a new --out folder or pass --force")
     if fmt != "jsonl":  # before anything is written
         with needs(f"export --format {fmt}"):
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401 - imported only to fail early, before anything is written
 
             if fmt == "hf":
-                import datasets  # noqa: F401
+                import datasets
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -51,6 +51,10 @@ def _console() -> Console:
     return console if console.is_terminal else Console(highlight=False, soft_wrap=True, width=140)
 
 
+def _signed(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.2f}"
+
+
 def _cfg(t: Any) -> str:
     return "-" if t is None else "(" + ",".join(str(v) for v in t) + ")"
 
@@ -107,9 +111,8 @@ def render_compare(result: Any, console: Console, *, max_cells: int = 40) -> Non
     ranks = Table(title=f"rank agreement per batch size (agree: Kendall tau >= {result.min_tau})", title_justify="left")
     for col in ("bs", "ranked by", "n", "Spearman", "Kendall", f"best {result.a}", f"best {result.b}", "agree"):
         ranks.add_column(col)
-    fmt = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
     for r in result.ranks:
-        ranks.add_row(str(r.batch_size), r.metric, str(r.n_configs), fmt(r.spearman), fmt(r.kendall), _cfg(r.top_a),
+        ranks.add_row(str(r.batch_size), r.metric, str(r.n_configs), _signed(r.spearman), _signed(r.kendall), _cfg(r.top_a),
                       _cfg(r.top_b), "[green]yes[/]" if r.agrees else "[red]no[/]")
     console.print(ranks)
     if result.only_a or result.only_b:
@@ -239,4 +242,4 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from harness.report import sweep_report
 
         sweep_report(run_dir, console=_console(), power_limit_w=power_limit, out_dir=out, figures=figures,
-                     windows=invalid_windows)  # type: ignore[arg-type]
+                     windows=invalid_windows)

@@ -195,7 +195,7 @@ class PowerCapController:
     def apply(self, cap: str | None) -> float | None:
         """Make ``cap`` the limit in force (``set`` mode; nothing in ``record`` mode); returns the enforced watts."""
         changed = cap is not None and self.mode == "set" and cap != self.current
-        if changed:
+        if changed and cap is not None:
             self.state["restored"] = False
             self.save()
             try:
@@ -205,7 +205,7 @@ class PowerCapController:
                 raise
             self.current = cap
         enforced = self.device.limits().enforced_w
-        if changed:
+        if changed and cap is not None:
             self.state.setdefault("enforced_w", {})[cap] = enforced  # the manifest's record of what each cap enforced
             self.save()
         return enforced

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -108,6 +108,11 @@ def cap_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float | 
     return sorted(groups.items()) or [(fallback_w, [])]
 
 
+def _measured(cells: list[CellSummary], config: SpecConfig) -> CellSummary | None:
+    """The cell of ``config`` when it has at least one successful row."""
+    return next((x for x in cells if x.config == config.as_tuple() and x.n_ok), None)
+
+
 def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSummary]:
     """Per batch size: cell means, baseline, reference, the in-band configs and the fastest of them."""
     grid = [r for r in rows if not r.is_pilot]
@@ -130,12 +135,11 @@ def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSumma
                 avg_power_watts=power, utilization=(power / power_limit_w) if power is not None else None,
                 speed_sd=statistics.stdev(speeds) if len(speeds) >= 2 else None,
             ))
-        find = lambda c: next((x for x in cells if x.config == c.as_tuple() and x.n_ok), None)  # noqa: E731
         in_band = [c for c in cells if c.in_band and c.speed_tok_s is not None]
         best = max(in_band, key=lambda c: c.speed_tok_s or 0.0) if in_band else None
         measured = [c for c in cells if c.utilization is not None]
         closest = min(measured, key=lambda c: _band_distance(c.utilization or 0.0)) if measured and not best else None
-        out.append(BatchSummary(batch_size=bs, baseline=find(BASELINE), reference=find(REFERENCE), best_in_band=best,
+        out.append(BatchSummary(batch_size=bs, baseline=_measured(cells, BASELINE), reference=_measured(cells, REFERENCE), best_in_band=best,
                                 in_band=in_band, closest_to_band=closest, cells=cells,
                                 n_error_rows=sum(c.n_error for c in cells)))
     return out
@@ -158,8 +162,9 @@ def _vs(cell: CellSummary | None, base: CellSummary | None) -> str:
 def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
     """One batch size: baseline, reference, best in band, with speed, J/token, power and utilization."""
     t = Table(title=f"batch size {s.batch_size}  (band {BAND[0]:.2f}-{BAND[1]:.2f} of {power_limit_w:g} W)", title_justify="left")
-    for col, just in (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
-                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
+                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right"))
+    for col, just in columns:
         t.add_column(col, justify=just)
     roles = [("baseline", s.baseline), ("reference", s.reference), ("best in band", s.best_in_band)]
     if s.best_in_band is None and s.closest_to_band is not None:
@@ -190,14 +195,15 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     if multi:
         t.add_column("cap W", justify="right", no_wrap=True)
-    for col, just in (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
-                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right")):
+    summary_columns: tuple[tuple[str, JustifyMethod], ...] = (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
+                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right"))
+    for col, just in summary_columns:
         t.add_column(col, justify=just, no_wrap=True)
 
     def speed(c: CellSummary | None, base: CellSummary | None) -> str:
         return "-" if c is None or c.speed_tok_s is None else f"{c.speed_tok_s:.1f} {_vs(c, base)}"
 
-    for cap, s in ((cap, s) for cap, group in groups for s in summarize(group, cap)):
+    for cap, s in ((group_cap, s) for group_cap, group in groups for s in summarize(group, group_cap)):
         ref, b = s.reference, s.best_in_band
         if b is not None:
             best = [str(SpecConfig(*b.config)), speed(b, s.baseline), _fmt(b.utilization, ".2f")]

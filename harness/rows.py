@@ -20,6 +20,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 
+from harness.clock_events import POWER_THERMAL_MASK
 from harness.errors import DataError, MissingFileError
 from harness.grid import SpecConfig
 from harness.jsonl import JsonlAppender, read_jsonl, write_jsonl_atomic
@@ -44,17 +45,6 @@ PILOT_NOTE = (
 GRID_SPEED_SOURCES = ("step_time", "wall_clock")
 PILOT_SPEED_SOURCES = {"terminalbench": "terminalbench_pilot", "swebench": "swebench_pilot"}
 SpeedSource = Literal["step_time", "wall_clock", "terminalbench_pilot", "swebench_pilot"]
-
-# NVML clock-event (throttle) reason bits.
-CLOCK_EVENT_IDLE = 0x1
-CLOCK_EVENT_SW_POWER_CAP = 0x4
-CLOCK_EVENT_HW_SLOWDOWN = 0x8
-CLOCK_EVENT_SW_THERMAL = 0x20
-CLOCK_EVENT_HW_THERMAL = 0x40
-CLOCK_EVENT_HW_POWER_BRAKE = 0x80
-POWER_THERMAL_MASK = (
-    CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_SLOWDOWN | CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_POWER_BRAKE
-)
 
 Num = StrictInt | StrictFloat
 """A number that keeps its JSON type (an int stays an int), so published rows round-trip exactly; bools rejected."""

@@ -28,7 +28,7 @@ from harness.bench import BenchSettings, CellError, CellResult, load_prompts, ru
 from harness.console import SweepConsole
 from harness.engine.argv import DEFAULT_ATTENTION_BACKEND, EngineSpec
 from harness.engine.version import resolve_version
-from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer, ServerLaunchError
+from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
 from harness.errors import HarnessError, OutputError, ServiceUnavailableError, UsageError
 from harness.health import ServiceProblem
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig

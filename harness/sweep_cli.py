@@ -60,10 +60,8 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: dict[str, Any]) -> N
     console = Console(highlight=False)
     # rows record the cap they ran under (several with --power-caps); the manifest's limit only stands in when none does
     limit = None if any(getattr(r, "power_limit_w", None) for r in rows) else manifest.get("power_limit_w")
-    try:
-        from harness.report import final_summary_table
-    except ImportError:
-        from harness.console import batch_size_table as final_summary_table
+    from harness.report import final_summary_table
+
     if rows and any(not r.is_error for r in rows):
         console.print(final_summary_table(rows, limit))
     errors = sum(1 for r in rows if r.is_error)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 
 
 def wall_ns() -> int:
@@ -27,7 +27,7 @@ def to_iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat()
 
 
-def parse_iso_ns(text: str, *, assume_tz: timezone | None = None) -> int:
+def parse_iso_ns(text: str, *, assume_tz: tzinfo | None = None) -> int:
     """Parse an ISO-8601 timestamp to UTC epoch ns.
 
     A naive timestamp is rejected unless ``assume_tz`` says which zone it was written in (for example Harbor's

@@ -13,6 +13,9 @@ import inspect
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+from typer._click.core import ParameterSource
 from typer.core import TyperGroup
 
 from pilots.common import SUITES, PilotResult, check_result, common_flags, describe_extra, options_from_flags, parse_extra
@@ -61,9 +64,6 @@ def _parse_suite_extra(module: Any, extra: list[str]) -> Any:
 
 
 def _print_suite_help(suite: str) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
     module = _suite_module(suite, "runner")
     model = getattr(module, "SUITE_OPTIONS", None)
     table = Table(title=f"harness pilot --suite {suite}: suite options")
@@ -76,8 +76,6 @@ def _print_suite_help(suite: str) -> None:
 
 def _inherit_group_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
     """Common flags given before the subcommand (on the group) fill those the subcommand left at their default."""
-    from typer._click.core import ParameterSource  # noqa: PLC0415
-
     parent = ctx.parent
     if parent is None:
         return flags

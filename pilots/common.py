@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import socket
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -25,12 +27,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from rich.console import Console
+from rich.table import Table
 
-from harness.errors import HarnessError, InvalidConfigError, UsageError
+from harness.engine.argv import EngineSpec
+from harness.engine.version import resolve_version
+from harness.errors import EngineLaunchError, HarnessError, InvalidConfigError, UsageError
 from harness.grid import SpecConfig, parse_config
 from harness.jsonl import JsonlAppender, write_json_atomic, write_jsonl_atomic
+from harness.rows import make_pilot_cell_id, pilot_row, throttling_flags, to_native
 from harness.timeutil import WALL_CLOCK, ScaledClock, mono_ns, to_iso, wall_ns
+from harness.world import open_world
 
 # ---------------------------------------------------------------------------------------------------------------
 # Configs
@@ -215,7 +223,7 @@ def options_from_flags(flags: dict[str, Any], suite: str | None = None) -> Pilot
         return PilotOptions(**data)
     except HarnessError:
         raise
-    except Exception as exc:  # pydantic ValidationError
+    except ValidationError as exc:
         raise UsageError(f"invalid pilot options: {_short_validation(exc)}", fix="check the flags with --help") from None
 
 
@@ -224,7 +232,7 @@ def _short_validation(exc: Exception) -> str:
     if callable(errors):
         try:
             return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors())
-        except Exception:  # pragma: no cover - defensive
+        except (KeyError, TypeError):  # pragma: no cover - an error list without loc/msg: fall back to str
             pass
     return str(exc)
 
@@ -278,7 +286,7 @@ def parse_extra(model: type[BaseModel], args: Sequence[str]) -> BaseModel:
             data[name] = value
     try:
         return model(**data)
-    except Exception as exc:
+    except ValidationError as exc:
         raise UsageError(f"invalid suite options: {_short_validation(exc)}", fix=f"suite options are: {known()}") from None
 
 
@@ -373,7 +381,7 @@ def measure(telemetry: Any, clock: ScaledClock, fn: Callable[[], Any]) -> Measur
     value, err = None, None
     try:
         value = fn()
-    except Exception as exc:  # recorded, not swallowed silently: the caller writes it into the trial
+    except Exception as exc:  # noqa: BLE001 - recorded, not swallowed: the caller writes it into the trial
         err = exc
     end_mono, end_wall = mono_ns(), wall_ns()
     after = as_dict(telemetry.snapshot())
@@ -478,8 +486,6 @@ def trial_row(
     columns). ``gpu_throttling`` keeps the published meaning (any clock-event bit, idle included) and
     ``gpu_throttling_power_thermal`` the corrected one.
     """
-    from harness.rows import make_pilot_cell_id, pilot_row, throttling_flags, to_native  # noqa: PLC0415
-
     w = trial.window
     tps = trial.output_tokens_per_s
     note = (
@@ -615,7 +621,7 @@ def server_stats(server: Any) -> dict[str, Any]:
     """``avg_spec_accept_length`` (server lifetime, warm-up included) and the raw server info, best effort."""
     try:
         info = server.client.server_info()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - best effort: the error is recorded in the stats instead
         return {"avg_spec_accept_length": None, "server_info_error": f"{type(exc).__name__}: {exc}"}
     d = as_dict(info) or {}
     return {"avg_spec_accept_length": _finite(d.get("avg_spec_accept_length")), "server_info": d,
@@ -631,8 +637,6 @@ def warm_up(server: Any) -> dict[str, Any]:
 
 
 def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> Any:
-    from harness.engine.argv import EngineSpec  # noqa: PLC0415
-
     return EngineSpec(
         kind=options.engine, model_path=options.model_path, draft_model_path=options.draft_model_path,
         sglang_version=options.sglang_version, twin_gpu_url=twin_gpu_url,
@@ -641,8 +645,6 @@ def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> Any:
 
 
 def _open_world(options: PilotOptions, run_dir: Path) -> Any:
-    from harness.world import open_world  # noqa: PLC0415
-
     return open_world(
         engine=options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
         time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_engine_spec(options, options.twin_gpu_url),
@@ -666,9 +668,6 @@ class PilotRunner:
 
     def run(self, per_config: PerConfigFn, *, finalize: Callable[[PilotResult], None] | None = None) -> PilotResult:
         """Open the world, run every config, write the outputs; ``finalize`` may add evaluations before reports."""
-        from harness.engine.argv import EngineSpec  # noqa: PLC0415
-        from harness.engine.version import resolve_version  # noqa: PLC0415
-
         requested = self.options.sglang_version
         version = resolve_version(requested, self.options.engine, EngineSpec(kind=self.options.engine).python)
         self.options = o = self.options.model_copy(update={"sglang_version": version})  # before anything is written
@@ -717,7 +716,7 @@ class PilotRunner:
                     outcome = self._run_config(world, clock, name, cfg, per_config)
                     summaries.append(outcome.summary)
                     outcomes.append(outcome)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for oc in outcomes:
             for t in oc.trials:
                 rows.append(trial_row(
@@ -826,7 +825,7 @@ def _means(trials: Iterable[PilotTrial]) -> dict[str, Any]:
 def _safe(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - best effort: the error is recorded in place of the value
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -836,11 +835,6 @@ def _safe(fn: Callable[[], Any]) -> Any:
 
 def pilot_console(*, stderr: bool = False) -> Any:
     """A rich console; when output is not a terminal it is 160 columns wide (``COLUMNS`` overrides)."""
-    import os  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    from rich.console import Console  # noqa: PLC0415
-
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
     return Console(stderr=stderr, highlight=False, width=width)
@@ -848,8 +842,6 @@ def pilot_console(*, stderr: bool = False) -> Any:
 
 def check_result(result: "PilotResult") -> None:
     """Raise ``EngineLaunchError`` when no config produced a trial because every server failed to start."""
-    from harness.errors import EngineLaunchError  # noqa: PLC0415
-
     failed = [o for o in result.outcomes if o.summary.get("status") in ("server_start_error", "warmup_error")]
     if result.outcomes and len(failed) == len(result.outcomes):
         raise EngineLaunchError(
@@ -860,8 +852,6 @@ def check_result(result: "PilotResult") -> None:
 
 def summary_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Any:
     """A rich table; floats get 3 significant decimals, None prints as a dash."""
-    from rich.table import Table  # noqa: PLC0415
-
     table = Table(title=title, show_lines=False)
     text_cols = ("config", "task", "instance", "status", "patch", "evaluation", "success")
     rows = [[fmt(v) for v in r] for r in rows]

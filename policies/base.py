@@ -76,7 +76,7 @@ class Policy(ABC):
     def scores(self, states: np.ndarray) -> np.ndarray:
         """(n, 19) scores; higher is better."""
 
-    def prepare(self, data: PolicyDataset) -> None:
+    def prepare(self, data: PolicyDataset) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Attach the sweep data a loaded policy needs at pick time (doubly_robust's IPS term); no-op by default."""
 
     def act(self, states: np.ndarray, legal_mask: np.ndarray | None = None) -> np.ndarray:

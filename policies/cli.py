@@ -6,11 +6,14 @@ Heavy libraries (torch, sklearn, matplotlib) are imported inside the commands on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from policies.contract import RewardOptions
 
 EVALUATION_FILE = "evaluation.json"
 WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
@@ -18,9 +21,9 @@ PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pi
                   "from folders you trust (artifacts are read only from MODELS/<algo>/).")
 
 
-def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float,  # noqa: ANN202
-                    limit_source: str = "row", memory_term: str = "published", memory_total_mb: float | None = None):
-    from policies.contract import RewardOptions
+def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float,
+                    limit_source: str = "row", memory_term: str = "published", memory_total_mb: float | None = None) -> RewardOptions:
+    from policies.contract import RewardOptions  # at run time, as the module docstring says (fast CLI start)
 
     try:
         lo, hi = (float(x) for x in band.split(","))

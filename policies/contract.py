@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -82,7 +82,7 @@ class RewardOptions(BaseModel):
 def state_vector(row: SweepRow | dict, kind: StateKind = "hindsight", mem_normaliser_mb: float = MEM_NORMALISER_MB) -> list[float]:
     """``[bs/8, (temp or 40)/100, (mem or 0)/mem_normaliser_mb, (util or 0)/100]`` from the published or the
     pre-decision fields; the normaliser is 8192 as published, or the GPU's total (``RewardOptions.memory_term``)."""
-    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
+    get: Callable[[str], Any] = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
     t, m, u = _STATE_FIELDS[kind]
     return [get("batch_size") / 8.0, (get(t) or 40) / 100.0, (get(m) or 0) / mem_normaliser_mb, (get(u) or 0) / 100.0]
 
@@ -126,6 +126,7 @@ def row_reward(row: SweepRow, baseline_speed: float, options: RewardOptions = Re
     errored row scores 0."""
     if row.error:
         return 0.0
+    assert row.avg_power_watts is not None and row.speed_tok_s is not None  # a successful row has both (the loader checks)
     u = row.avg_power_watts / options.limit_of(row)
     w = options.energy_weight
     combined = band_score(u, options.band) ** w * throughput_score(row.speed_tok_s, baseline_speed) ** (1.0 - w)

@@ -8,6 +8,8 @@ Averaged over a batch size's rows this is exactly obp's DoublyRobust value of th
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 from sklearn.linear_model import LinearRegression
 
@@ -19,7 +21,7 @@ from policies.regression import RegressionPolicy, features
 @register
 class DoublyRobust(RegressionPolicy):
     name = "doubly_robust"
-    defaults: dict = {}
+    defaults: ClassVar[dict[str, Any]] = {}
 
     def make_model(self) -> LinearRegression:
         return LinearRegression()

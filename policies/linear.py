@@ -33,7 +33,8 @@ class LinearArmsPolicy(Policy):
 
     def save_artifact(self, path: Path) -> None:
         first, second = self.keys
-        np.savez(path, **{first: self.theta, second: self._second()}, actions=np.array([a.as_list() for a in ACTIONS]))
+        arrays = {first: self.theta, second: self._second(), "actions": np.array([a.as_list() for a in ACTIONS])}
+        np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub lets **kwds fill allow_pickle: bool
 
     def load_artifact(self, path: Path) -> None:
         first, second = self.keys

@@ -27,30 +27,30 @@ class Loss:
 class MSE(Loss):
     """mean (Q(s,a) - r)^2 (mlp_bandit)."""
 
-    def value(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def value(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return ((_data_values(out, onehot) - r) ** 2).mean()
 
-    def grad(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def grad(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return (2.0 * (_data_values(out, onehot) - r) / r.shape[-1])[..., None] * onehot
 
 
 class Huber(Loss):
     """mean smooth-L1 (beta 1) of Q(s,a) - r: d3rlpy's DQN loss with gamma 0."""
 
-    def value(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def value(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return F.smooth_l1_loss(_data_values(out, onehot), r)
 
-    def grad(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def grad(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return (torch.clamp(_data_values(out, onehot) - r, -1.0, 1.0) / r.shape[-1])[..., None] * onehot
 
 
 class CrossEntropy(Loss):
     """mean -log softmax(out)[a]: the behaviour-cloning loss of BCQ's imitator (rewards unused)."""
 
-    def value(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def value(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return -(torch.log_softmax(out, -1) * onehot).sum(-1).mean()
 
-    def grad(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def grad(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return (torch.softmax(out, -1) - onehot) / out.shape[-2]
 
 
@@ -67,8 +67,8 @@ class CQL(Loss):
         self.alpha = alpha
         self.td = TD_LOSSES[td]()
 
-    def value(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def value(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return self.td.value(out, onehot, r) + self.alpha * (torch.logsumexp(out, -1) - _data_values(out, onehot)).mean()
 
-    def grad(self, out, onehot, r):  # noqa: ANN001, ANN201
+    def grad(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return self.td.grad(out, onehot, r) + self.alpha * (torch.softmax(out, -1) - onehot) / out.shape[-2]

@@ -8,7 +8,7 @@ lr 1e-3, minibatch 8, a seeded shuffle per epoch, one CPU thread (tiny nets run 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -79,7 +79,8 @@ def data_values(out: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_layers(net: nn.Module) -> list[tuple[int, nn.Linear]]:
-    return [(i, m) for i, m in enumerate(net.net) if isinstance(m, nn.Linear)]
+    layers: nn.Sequential = net.net  # type: ignore[assignment]  # nn.Module's __getattr__ is typed Tensor | Module
+    return [(i, m) for i, m in enumerate(layers) if isinstance(m, nn.Linear)]
 
 
 SQRT_HALF = 0.7071067811865476
@@ -91,7 +92,7 @@ def _gelu_grad(z: torch.Tensor) -> torch.Tensor:
     return 0.5 * (1.0 + torch.erf(z * SQRT_HALF)) + z * torch.exp(-0.5 * z * z) * INV_SQRT_2PI
 
 
-def forward_backward(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
+def forward_backward(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
                      loss: Loss) -> None:  # fmt: skip
     """Forward a stacked Linear/GELU MLP (weights (M, in, out), biases (M, 1, out)) and set each parameter's ``grad``
     by hand-written backpropagation of ``loss`` (no autograd graph: several times cheaper for these tiny nets)."""

@@ -127,7 +127,7 @@ def print_tuning(tunings: list[dict]) -> None:
     console.print(t)
 
 
-def _load(models: Path, name: str) -> dict | None:
+def _load(models: Path, name: str) -> Any:
     p = models / name
     return json.loads(p.read_text()) if p.exists() else None
 

@@ -102,7 +102,7 @@ def load_in_process(lib_dir: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(lib_dir / SONAME))
     import pynvml
 
-    pynvml._LoadNvmlLibrary()  # noqa: SLF001 - the binding's own loader, as nvmlInit runs it
+    pynvml._LoadNvmlLibrary()  # the binding's own (private) loader, as nvmlInit runs it
     ours, theirs = (ctypes.cast(x.nvmlInitWithFlags, ctypes.c_void_p).value for x in (lib, pynvml.nvmlLib))
     if ours != theirs:
         raise RuntimeError(f"nvidia-ml-py already loaded another NVML library ({pynvml.nvmlLib}); run the shim tests in a fresh process")

@@ -248,9 +248,9 @@ def test_gpu_stack_builds_from_the_pinned_sglang_tag() -> None:
 def test_images_carry_no_secrets_and_the_context_is_an_allow_list() -> None:
     text = DOCKERFILE.read_text()
     assert not re.search(r"^\s*(ARG|ENV)\s+[^\n]*(TOKEN|SECRET|PASSWORD|API_KEY)", text, re.M | re.I)
-    ignore = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    ignore = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ignore[0] == "*", ".dockerignore must exclude everything by default"
-    admitted = {l[1:].rstrip("/") for l in ignore if l.startswith("!")}
+    admitted = {ln[1:].rstrip("/") for ln in ignore if ln.startswith("!")}
     assert admitted <= {"pyproject.toml", "README.md", "harness", "pilots", "policies", ".e2e/wheels"}
     assert re.search(r"^USER\s+harness\s*$", text, re.M) and "USER ${HARNESS_UID}" in text
 

@@ -115,14 +115,17 @@ def test_training_without_the_policies_extra_names_it(core_venv: CoreVenv) -> No
     assert (core_venv.root / "models" / "picks.json").exists()
 
 
+def _dist_names(reqs: list[str]) -> set[str]:
+    return {Requirement(r).name.lower() for r in reqs}
+
+
 def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     project = pyproject()
-    names = lambda reqs: {Requirement(r).name.lower() for r in reqs}  # noqa: E731
     extras = project["optional-dependencies"]
-    core = names(project["dependencies"])
+    core = _dist_names(project["dependencies"])
     assert core == {"typer", "rich", "pydantic", "httpx", "numpy", "nvidia-ml-py"}
     assert [Requirement(r) for r in extras["all"]] == [Requirement("eagle-energy-harness[policies,report,export]")]
-    everything = core | names(extras["policies"]) | names(extras["report"]) | names(extras["export"])
+    everything = core | _dist_names(extras["policies"]) | _dist_names(extras["report"]) | _dist_names(extras["export"])
     # the dependency list before the split (pyyaml dropped: nothing imports it)
     assert everything == {"typer", "rich", "pydantic", "httpx", "numpy", "scikit-learn", "joblib", "matplotlib",
                           "pyarrow", "datasets", "nvidia-ml-py", "torch"}
@@ -130,7 +133,7 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     dist_of = {"torch": "torch", "sklearn": "scikit-learn", "joblib": "joblib", "matplotlib": "matplotlib",
                "pyarrow": "pyarrow", "datasets": "datasets"}
     assert set(EXTRA_OF) == set(OPTIONAL)
-    assert all(dist_of[m] in names(extras[e]) for m, e in EXTRA_OF.items())
+    assert all(dist_of[m] in _dist_names(extras[e]) for m, e in EXTRA_OF.items())
     # [policies] accepts another torch; the suite pins the one it is verified with
     torch_spec = Requirement(next(r for r in extras["policies"] if r.startswith("torch"))).specifier
     assert torch_spec.contains("2.8.0") and torch_spec.contains(STANDIN_TORCH_VERSION) and torch_spec.contains("2.13.0")
@@ -141,7 +144,7 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
 def test_needs_names_the_extra() -> None:
     with pytest.raises(ModuleNotFoundError):
         with needs("policy cql"):
-            import not_an_optional_module_xyz  # noqa: F401
+            import not_an_optional_module_xyz  # noqa: F401 - the failing import is what the test feeds to needs()
     with pytest.raises(MissingDependencyError) as info:
         with needs("policy cql"):
             raise ModuleNotFoundError("No module named 'torch.nn'", name="torch.nn")

@@ -17,7 +17,7 @@ from policies.base import ALGORITHMS, fit_policy, load_policy, pick
 from policies.contract import load_dataset
 from policies.synthetic import RECIPE
 
-from _policies_helpers import synthetic_files, trained_models  # noqa: F401  (session fixtures)
+from _policies_helpers import synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
 
 ACTIONS_ARRAY = np.array([a.as_list() for a in ACTIONS])
 

@@ -7,7 +7,7 @@ import json
 from harness.jsonl import write_jsonl_atomic
 from policies.synthetic import synthetic_records
 
-from _policies_helpers import harness, synthetic_files, trained_models  # noqa: F401  (session fixtures)
+from _policies_helpers import harness, synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
 
 
 def test_evaluate_json_then_report_writes_tables_and_figures(trained_models, synthetic_files, tmp_path):

@@ -6,7 +6,7 @@ import json
 
 from harness.grid import ACTIONS
 
-from _policies_helpers import harness, synthetic_files  # noqa: F401  (session fixture)
+from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
 
 
 def test_live_ab_on_the_twin(synthetic_files, tmp_path):

@@ -25,7 +25,7 @@ from policies.contract import ACTIONS, dataset_from_rows, load_dataset
 from policies.nets import predict
 from policies.synthetic import synthetic_rows
 
-from _policies_helpers import harness, synthetic_files  # noqa: F401  (session fixture)
+from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
 
 GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
 
@@ -116,12 +116,12 @@ def _published_fit(net: torch.nn.Module, d, epochs: int, g: torch.Generator, los
             opt.step()
 
 
-def _mse(q, a, r):  # noqa: ANN001, ANN202
+def _mse(q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(q.gather(1, a[:, None]).squeeze(1), r)
 
 
 def _published_cql(alpha: float) -> Callable:
-    def loss(q, a, r):  # noqa: ANN001, ANN202  (06_cql.py's cql_loss)
+    def loss(q: torch.Tensor, a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:  # 06_cql.py's cql_loss
         pred = q.gather(1, a[:, None]).squeeze(1)
         return F.mse_loss(pred, r) + alpha * (torch.logsumexp(q, dim=1) - pred).mean()
 

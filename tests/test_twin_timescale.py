@@ -20,7 +20,7 @@ import pytest
 from _twin_helpers import twin_engine, twin_gpu
 from harness.timeutil import wall_ns
 from harness.twin.calibrate import PROMPTS_PATH
-from harness.twin.model import base_power_w, percentile  # noqa: E402
+from harness.twin.model import base_power_w, percentile
 from harness.twin.profile import load_profile
 
 ARGS = ["--model-path", "unsloth/Llama-3.2-1B-Instruct", "--dtype", "float16", "--mem-fraction-static", "0.65",

@@ -252,7 +252,11 @@ class EngineClient:
         try:
             with self._http.stream("POST", "/generate", json=payload, headers=headers,
                                    timeout=httpx.Timeout(limit, connect=self.connect_timeout)) as resp:
-                watchdog = threading.Timer(limit, lambda: (timed_out.set(), resp.close()))
+                def expire() -> None:
+                    timed_out.set()
+                    resp.close()
+
+                watchdog = threading.Timer(limit, expire)
                 watchdog.daemon = True
                 watchdog.start()
                 try:
@@ -275,7 +279,7 @@ class EngineClient:
                                          f"{limit:g} s (runaway generation or hung server)", "timeout",
                                          fix="raise --request-timeout if the server is just slow") from None
             raise EngineRequestError(f"connection to {self.base_url}/generate broke mid-request: {exc!r}", "connection") from None
-        except Exception as exc:  # noqa: BLE001 - the watchdog closing the stream can surface as many types
+        except Exception as exc:  # the watchdog closing the stream can surface as many types; unknown ones re-raise
             if timed_out.is_set():
                 raise EngineRequestError(f"request to {self.base_url}/generate did not finish within --request-timeout "
                                          f"{limit:g} s (runaway generation or hung server)", "timeout",

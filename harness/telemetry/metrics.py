@@ -9,22 +9,11 @@ import os
 import resource
 from typing import TYPE_CHECKING
 
+from harness import clock_events
 from harness.timeutil import wall_ns
 
 if TYPE_CHECKING:
     from harness.telemetry.sampler import SamplerCore
-
-_CLOCK_EVENT_NAMES = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 
 
 def _esc(v: object) -> str:
@@ -70,7 +59,7 @@ def render_metrics(core: "SamplerCore") -> str:
                [(g[:-1] + ',type="enforced"}', s.power_limit_w), (g[:-1] + ',type="configured"}', s.power_management_limit_w)])  # fmt: skip
         if s.clock_event_reasons is not None:
             metric("gpu_clock_event_active", "gauge", "Clock-event reason bits (1 = active; gpu_idle is not throttling).",
-                   [(g[:-1] + f',reason="{n}"}}', int(bool(s.clock_event_reasons & bit))) for bit, n in _CLOCK_EVENT_NAMES.items()])  # fmt: skip
+                   [(g[:-1] + f',reason="{n}"}}', int(bool(s.clock_event_reasons & bit))) for bit, n in clock_events.NAMES.items()])  # fmt: skip
         metric("gpu_sample_timestamp_seconds", "gauge", "Wall time of the latest sample.", [(g, s.t_wall_ns / 1e9)])
     metric("sampler_up", "gauge", "1 while the sampling loop runs.", [("", int(core.healthy()))])
     metric("sampler_samples_total", "counter", "Samples taken by this process.", [("", core.samples_total)])

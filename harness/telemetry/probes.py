@@ -73,6 +73,7 @@ class TwinProbe:
             try:
                 if self._conn.sock is None:
                     self._conn.connect()
+                    assert self._conn.sock is not None  # connect() opened it
                     self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 _quickack(self._conn.sock)
                 self._conn.request("GET", path)

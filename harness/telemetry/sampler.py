@@ -56,6 +56,10 @@ class SamplerCore:
         self._thread.start()
         return self
 
+    def idle(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; returns at once (True) when the loop is stopped."""
+        return self._stop.wait(seconds)
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -210,7 +214,7 @@ class InProcessSampler:
                 errors = "; ".join(latest.errors) if latest is not None and latest.errors else "no sample yet"
                 raise ServiceUnavailableError(f"the {self.core.probe.kind} probe gave no reading within {timeout_s:.0f} s: {errors}",
                                               fix="check the GPU with nvidia-smi (or the twin device)")  # fmt: skip
-            self.core._stop.wait(0.01)  # noqa: SLF001 - the loop's own stop event: returns at once when stopped
+            self.core.idle(0.01)
 
     def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str = "step") -> WindowStats:
         """Waits up to ``wait_s`` (default ``self.wait_s``) for a sample after ``end_ns``, then aggregates."""

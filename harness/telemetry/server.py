@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stalls
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet access log
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log
         return
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
@@ -73,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": {"message": message}})
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:  # the name BaseHTTPRequestHandler dispatches to
         core = self.server.core
         url = urlsplit(self.path)
         q = parse_qs(url.query)
@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _BadRequest as exc:
             self._error(400, str(exc))
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""

@@ -18,6 +18,8 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness import clock_events
+
 SCHEMA_VERSION = 1
 
 STATE_FIELDS = (
@@ -40,11 +42,6 @@ STATE_FIELDS = (
     "clock_event_reasons",
 )
 """The probe-state fields of ``/v1/state`` copied into every sample (absent values are None, never 0)."""
-
-# NVML clock-event bits (nvmlClocksEventReasons). The idle bit never counts as throttling.
-CLOCK_EVENT_IDLE = 0x1
-CLOCK_EVENT_POWER_MASK = 0x4 | 0x80  # SW power cap, HW power brake
-CLOCK_EVENT_THERMAL_MASK = 0x20 | 0x40  # SW thermal, HW thermal
 
 # Validity reason codes (stable, machine-readable).
 NO_SAMPLE_BEFORE = "no_sample_before"
@@ -362,15 +359,15 @@ def compute_window(
         duration_s=duration_s,
         wall_duration_s=wall_s,
         energy_j=energy_j,
-        energy_method=method,  # type: ignore[arg-type]
+        energy_method=method,
         avg_power_w=avg_power,
         max_power_w=_max(s.power_w for s in stats_src),
         avg_temp_c=_mean(s.temperature_c for s in stats_src),
         max_temp_c=_max(s.temperature_c for s in stats_src),
         avg_util_pct=_mean(s.utilization_pct for s in stats_src),
         max_mem_used_mb=_max(s.memory_used_mb for s in stats_src),
-        power_capped=bool(mask_or & CLOCK_EVENT_POWER_MASK) if mask_or is not None else None,
-        thermal=bool(mask_or & CLOCK_EVENT_THERMAL_MASK) if mask_or is not None else None,
+        power_capped=bool(mask_or & clock_events.POWER_MASK) if mask_or is not None else None,
+        thermal=bool(mask_or & clock_events.THERMAL_MASK) if mask_or is not None else None,
         clock_event_reasons_or=mask_or,
         sample_count=len(inside),
         coverage=round(coverage, 6),

@@ -122,7 +122,7 @@ def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ..
             speed=statistics.fmean(c.speed_tok_s for c in sims),
             jpt=statistics.fmean(c.joules_per_token for c in sims),
             util=statistics.fmean(c.utilization for c in sims),
-            step_ms=statistics.fmean(c.step_time_p20_s for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
+            step_ms=statistics.fmean(c.step_time_p20_s or 0.0 for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
             pub_accept=row["accept_length"], pub_speed=row["speed_tok_s"], pub_jpt=row["joules_per_token"],
             pub_util=row.get("utilization", DERIVED_UTILIZATION.get(key)), pub_step_ms=PUBLISHED_STEP_MS.get(key),
             pub_reward=row.get("reward"),
@@ -329,21 +329,29 @@ def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spr
     return best
 
 
+def _round(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
+
+
 def fit_table(fits: list[RowFit]) -> list[dict]:
     rows = []
     for f in fits:
         e = f.errors
         rows.append({
             "batch_size": f.batch_size, "config": list(f.config),
-            "accept": round(f.accept, 3), "pub_accept": f.pub_accept, "accept_err": round(e["accept"], 4),
-            "speed": round(f.speed, 2), "pub_speed": f.pub_speed, "speed_err": round(e["speed"], 4),
-            "jpt": round(f.jpt, 5), "pub_jpt": f.pub_jpt, "jpt_err": round(e["jpt"], 4),
-            "util": round(f.util, 3), "pub_util": f.pub_util, "util_err": None if e["util"] is None else round(e["util"], 4),
+            "accept": round(f.accept, 3), "pub_accept": f.pub_accept, "accept_err": _round(e["accept"], 4),
+            "speed": round(f.speed, 2), "pub_speed": f.pub_speed, "speed_err": _round(e["speed"], 4),
+            "jpt": round(f.jpt, 5), "pub_jpt": f.pub_jpt, "jpt_err": _round(e["jpt"], 4),
+            "util": round(f.util, 3), "pub_util": f.pub_util, "util_err": _round(e["util"], 4),
             "step_ms": None if f.step_ms is None else round(f.step_ms, 2), "pub_step_ms": f.pub_step_ms,
             "reward": None if f.reward is None else round(f.reward, 4), "pub_reward": f.pub_reward,
             "ok": f.within_targets(),
         })
     return rows
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:+.1f}%"
 
 
 def print_fit_table(fits: list[RowFit]) -> None:
@@ -354,9 +362,8 @@ def print_fit_table(fits: list[RowFit]) -> None:
     for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "reward", "pub", "ok"):
         t.add_column(col, justify="right")
     for r in fit_table(fits):
-        pct = lambda v: "" if v is None else f"{100 * v:+.1f}%"
-        t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", pct(r["accept_err"]),
-                  f"{r['speed']:.1f}", f"{r['pub_speed']:.1f}", pct(r["speed_err"]), f"{r['jpt']:.4f}", f"{r['pub_jpt']:.4f}", pct(r["jpt_err"]),
+        t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", _pct(r["accept_err"]),
+                  f"{r['speed']:.1f}", f"{r['pub_speed']:.1f}", _pct(r["speed_err"]), f"{r['jpt']:.4f}", f"{r['pub_jpt']:.4f}", _pct(r["jpt_err"]),
                   f"{r['util']:.3f}", "" if r["pub_util"] is None else f"{r['pub_util']:.3f}",
                   "" if r["util_err"] is None else f"{r['util_err']:+.3f}",
                   "" if r["step_ms"] is None else f"{r['step_ms']:.2f}", "" if r["pub_step_ms"] is None else f"{r['pub_step_ms']:.2f}",

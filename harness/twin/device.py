@@ -29,13 +29,9 @@ import time
 import uuid as uuidlib
 from dataclasses import dataclass
 
+from harness.clock_events import HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
 from harness.twin.profile import TwinProfile
-
-IDLE = 0x1
-SW_POWER_CAP = 0x4
-SW_THERMAL = 0x20
-HW_THERMAL = 0x40
 
 
 @dataclass

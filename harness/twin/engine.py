@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 import httpx
 
@@ -530,7 +531,9 @@ class TwinEngine:
         """A closed-loop request finished (computed): its client refills the slot right away while it has requests
         left, and starts the announced next batch right after the last one; True when the client waits on it."""
         spec = req.loop.loop if req.loop is not None else None
-        s = self.sessions.get(spec.session) if spec is not None else None
+        if spec is None:
+            return False
+        s = self.sessions.get(spec.session)
         if s is None or req.sim.finish_ns is None:
             return False
         s.done += 1
@@ -659,7 +662,7 @@ class TwinEngine:
     def meta_info(self, req: EngineRequest, final: bool, completion: int | None = None) -> dict:
         sim = req.sim
         completion = req.visible if completion is None else completion
-        meta = {
+        meta: dict[str, Any] = {
             "id": sim.rid,
             "finish_reason": (sim.finish_reason if final else None),
             "prompt_tokens": sim.prompt_tokens,
@@ -852,7 +855,7 @@ def build_router(eng: TwinEngine) -> Router:
         if eng.args.skip_tokenizer_init and ids is None:
             return _err(400, "input_ids must be provided with --skip-tokenizer-init")
         batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
-        items = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
+        items: Any = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
         reqs = []
         for i, item in enumerate(items):
             rid = body.get("rid")
@@ -879,7 +882,9 @@ def build_router(eng: TwinEngine) -> Router:
 
     r.add("POST,PUT", "/generate", generate)
 
-    info = lambda req: eng.server_info()
+    def info(req: Request) -> dict:
+        return eng.server_info()
+
     r.add("GET", "/get_server_info", info)
     if v523:
         r.add("GET", "/server_info", info)
@@ -917,7 +922,7 @@ def build_router(eng: TwinEngine) -> Router:
                 msgs = body.get("messages")
                 if not isinstance(msgs, list) or not msgs:
                     return _err(400, "messages must be a non-empty list")
-                prompt = _chat_prompt(msgs)
+                prompt: Any = _chat_prompt(msgs)
             else:
                 prompt = body.get("prompt")
                 if isinstance(prompt, list):
@@ -1130,7 +1135,7 @@ def main(argv: list[str]) -> int:
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
         return 1
-    cc = tuple(profile.device.compute_capability)
+    cc = profile.device.compute_capability
     if version == "0.5.2":  # 0.5.2 validates the TensorRT-LLM backends against the GPU in ServerArgs.__post_init__
         try:
             ea.check_backend_hardware(args.attention_backend, cc)

@@ -369,7 +369,7 @@ class Decoder:
             self._finish(r, start, {"type": "abort", "message": "request aborted by the client"})
         decoding = list(self.running)
         admitted: list[SimRequest] = []
-        pending = deque()
+        pending: deque[SimRequest] = deque()
         while self.waiting:
             r = self.waiting.popleft()
             if r.aborted:

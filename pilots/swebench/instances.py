@@ -11,10 +11,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harness.errors import DataError, MissingFileError, UsageError
 from harness.extras import needs
+from harness.jsonl import read_jsonl
 
 DEFAULT_DATASET = "SWE-bench/SWE-bench_Lite"
 DEFAULT_SPLIT = "test"
@@ -82,8 +83,6 @@ def load_file(path: str | Path) -> list[Instance]:
         raise MissingFileError(f"instances file not found: {p}", fix="pass --instances FILE (JSON, JSONL or parquet)")
     suffix = p.suffix.lower()
     if suffix == ".jsonl":
-        from harness.jsonl import read_jsonl  # noqa: PLC0415
-
         records: list[dict[str, Any]] = read_jsonl(p, allow_torn_tail=False)
     elif suffix == ".json":
         try:
@@ -93,7 +92,7 @@ def load_file(path: str | Path) -> list[Instance]:
         records = data.get("instances", []) if isinstance(data, dict) else data
     elif suffix == ".parquet":
         with needs(f"reading {p.name}"):
-            import pyarrow.parquet as pq  # noqa: PLC0415
+            import pyarrow.parquet as pq  # optional [export] extra: imported only for a parquet file
 
         records = pq.read_table(p).to_pylist()
     else:
@@ -106,7 +105,7 @@ def validate_records(records: Iterable[dict[str, Any]], *, where: str) -> list[I
     for i, rec in enumerate(records):
         try:
             out.append(Instance.model_validate(rec))
-        except Exception as exc:
+        except ValidationError as exc:
             raise DataError(f"{where}: record {i} is not a SWE-bench instance ({exc})",
                             fix="each record needs instance_id, repo, base_commit and problem_statement") from None
     return out
@@ -115,10 +114,10 @@ def validate_records(records: Iterable[dict[str, Any]], *, where: str) -> list[I
 def load_hf(dataset: str = DEFAULT_DATASET, split: str = DEFAULT_SPLIT) -> list[Instance]:
     """SWE-bench Lite through ``datasets`` (works offline only when the dataset is cached)."""
     with needs(f"loading {dataset} from the Hugging Face Hub (or use --instances FILE / --fixture)"):
-        import datasets  # noqa: PLC0415
+        import datasets  # optional [export] extra: imported only for the Hub
     try:
         ds = datasets.load_dataset(dataset, split=split)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the Hub/cache raise many types; each becomes one DataError with a fix
         raise DataError(
             f"cannot load {dataset} [{split}] through datasets: {type(exc).__name__}: {str(exc)[:200]}",
             fix="use --instances FILE (JSON/JSONL/parquet with SWE-bench fields) or --fixture offline",

@@ -118,7 +118,8 @@ def _numbered(text: str) -> list[str]:
 
 
 def _cut_lines(lines: list[str], limit: int) -> tuple[list[str], bool]:
-    out, used = [], 0
+    out: list[str] = []
+    used = 0
     for line in lines:
         t = estimate_tokens(line) + 1
         if used + t > limit:

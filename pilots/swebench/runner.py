@@ -7,7 +7,6 @@ Outputs under RUN_DIR (besides the shared ones written by ``pilots.common.PilotR
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Literal
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from rich.table import Table
+
 PUBLISHED_COLUMNS = ("config", "task", "success", "tok/s", "output tokens", "duration", "accept len", "avg power", "GPU util")
 STUCK_COLUMNS = ("config", "task", "calls", "longest call", "kind", "share of trial", "stuck")
 
@@ -52,8 +54,6 @@ def stuck_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
 
 
 def print_report(result: Any, console: Any, *, engine: str = "sglang") -> None:
-    from rich.table import Table  # noqa: PLC0415
-
     records = [t.record for t in result.trials]
     table = Table(title=f"Terminal-Bench pilot ({result.run_dir})")
     for c in PUBLISHED_COLUMNS:

@@ -179,7 +179,7 @@ def read_trial(trial_dir: Path) -> TrialOutcome:
     ctx = res.agent_result
     meta = (ctx.metadata if ctx else None) or {}
     reward = reward_of(res.verifier_result)
-    exc = res.exception_info
+    failure = res.exception_info
     last_ns, n_steps = last_step(trial_dir)
     return TrialOutcome(
         trial_name=res.trial_name,
@@ -191,8 +191,8 @@ def read_trial(trial_dir: Path) -> TrialOutcome:
         trial_end_ns=_iso(res.finished_at),
         reward=reward,
         success=None if reward is None else reward >= 1.0,
-        exception_type=exc.exception_type if exc else None,
-        exception_message=(exc.exception_message[:500] if exc else None),
+        exception_type=failure.exception_type if failure else None,
+        exception_message=(failure.exception_message[:500] if failure else None),
         n_input_tokens=ctx.n_input_tokens if ctx else None,
         n_cache_tokens=ctx.n_cache_tokens if ctx else None,
         n_output_tokens=ctx.n_output_tokens if ctx else None,
@@ -225,7 +225,7 @@ def zone_of(tz_name: str | None) -> tzinfo:
     if tz_name:
         try:
             return ZoneInfo(tz_name.lstrip(":"))
-        except Exception:
+        except (KeyError, ValueError, OSError):  # unknown (ZoneInfoNotFoundError is a KeyError) or malformed key
             pass
     return datetime.now().astimezone().tzinfo or timezone.utc
 
@@ -255,7 +255,7 @@ def job_window_ns(job: HarborJobResult, trials: list[TrialOutcome], tz_name: str
         return None, None, "missing"
     first_utc = min((t.trial_start_ns for t in trials if t.trial_start_ns), default=None)
     if first_utc is not None:
-        tz = infer_offset(job.started_at, first_utc)
+        tz: tzinfo = infer_offset(job.started_at, first_utc)
         how = f"inferred:{tz.tzname(None)}"
     else:
         tz = zone_of(tz_name)

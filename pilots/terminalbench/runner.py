@@ -10,18 +10,22 @@ the stuck-call table and writes ``reports/terminalbench_trials.jsonl``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rich.console import Console
 
 from harness.errors import HarnessError
 from harness.jsonl import write_json_atomic, write_jsonl_atomic
 from pilots.common import ConfigRun, PilotOptions, PilotResult, PilotRunner, PilotTrial, energy_from_window, window_for
 from pilots.terminalbench.command import HarborRunSpec, ServerLimits, resolve_env
+from pilots.terminalbench.report import print_report
 from pilots.terminalbench.harbor_install import (
     LOCAL_SANDBOX_IMPORT,
     check_local_sandbox_host,
@@ -77,17 +81,15 @@ def server_limits(server: Any) -> ServerLimits:
         ctx = raw.get("context_length") or None
         if max_in:
             sources.append("server_info.max_req_input_len")
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: an unknown limit falls back to /v1/models, then "unknown"
         pass
     if ctx is None:
         try:
-            import httpx  # noqa: PLC0415
-
             data = httpx.get(f"{server.base_url}/v1/models", timeout=10).json().get("data") or []
             ctx = data[0].get("max_model_len") if data else None
             if ctx:
                 sources.append("v1_models.max_model_len")
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort, as above
             pass
     return ServerLimits(context_length=ctx, max_input_tokens=max_in or ctx, source="+".join(sources) or "unknown")
 
@@ -95,7 +97,7 @@ def server_limits(server: Any) -> ServerLimits:
 def served_model(server: Any, fallback: str) -> str:
     try:
         models = server.client.models()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: the configured model name is the fallback
         models = []
     return models[0] if models else fallback
 
@@ -166,7 +168,7 @@ class TerminalBenchPilot:
                                 timeout_s=self.harbor_deadline_s())
         harbor_wall_s = time.monotonic() - t0
         job_dir = Path(spec.jobs_dir) / spec.job_name
-        meta = {"job_name": spec.job_name, "job_dir": str(job_dir), "argv": argv, "harbor_rc": rc,
+        meta: dict[str, Any] = {"job_name": spec.job_name, "job_dir": str(job_dir), "argv": argv, "harbor_rc": rc,
                 "harbor_error": error, "harbor_wall_s": harbor_wall_s, "log": str(log_path),
                 "server_limits": limits.model_dump(), "served_model": model}
         write_json_atomic(self.run_dir / "harbor" / f"{spec.job_name}.run.json", meta)
@@ -260,8 +262,6 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    import signal  # noqa: PLC0415
-
     if proc.poll() is not None:  # Harbor is gone: kill whatever is left in its process group, if anything
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -294,10 +294,6 @@ def _finalize(pilot: TerminalBenchPilot, result: PilotResult) -> None:
 
 def run(options: PilotOptions, extra: TerminalBenchOptions | list[str] | None = None) -> PilotResult:
     """Run the pilot and print its tables; returns the shared ``PilotResult``."""
-    from rich.console import Console  # noqa: PLC0415
-
-    from pilots.terminalbench.report import print_report  # noqa: PLC0415
-
     extra = extra if isinstance(extra, TerminalBenchOptions) else TerminalBenchOptions()
     console = Console()
     pilot = TerminalBenchPilot(options, extra)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
 
 from harness.errors import HarnessError
 from pilots.terminalbench.harbor_install import (
@@ -40,8 +41,6 @@ class SetupError(HarnessError):
 
 def setup(options: object, extra: SetupOptions | None = None) -> Path:
     """Create (or check) the Harbor install; return the path of its ``harbor`` executable."""
-    from rich.console import Console  # noqa: PLC0415
-
     console = Console()
     opts = extra if isinstance(extra, SetupOptions) else SetupOptions()
     if opts.harbor_bin:

@@ -90,7 +90,7 @@ def choices(server_args_cls) -> dict:
     parser = argparse.ArgumentParser()
     server_args_cls.add_cli_args(parser)
     out = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public listing
+    for action in parser._actions:  # private: argparse has no public listing
         for opt in action.option_strings:
             out[opt] = sorted(action.choices) if action.choices else None
     return out

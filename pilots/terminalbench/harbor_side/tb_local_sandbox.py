@@ -30,6 +30,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -67,7 +68,7 @@ def parse_dockerfile(text: str) -> list[tuple[str, str]]:
 class LocalSandboxEnvironment(BaseEnvironment):
     """Runs each trial in a chroot with private mount and PID namespaces on this host (root only)."""
 
-    def __init__(self, *args, sandbox_base: str | None = None, keep_root: bool = False, **kwargs) -> None:
+    def __init__(self, *args: Any, sandbox_base: str | None = None, keep_root: bool = False, **kwargs: Any) -> None:
         self._sandbox_base_arg = sandbox_base
         self._keep_root = bool(keep_root)
         self._holder: subprocess.Popen | None = None
@@ -245,7 +246,7 @@ class LocalSandboxEnvironment(BaseEnvironment):
         except asyncio.TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()
-            raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
+            raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
         except BaseException:
             _kill_group(proc.pid)
             raise
