@@ -302,12 +302,16 @@ def _speed_vs_utilization_per_cap(groups: Sequence[tuple[float, Sequence[BatchSu
         ax.set_xlabel("utilization (avg W / the row's cap)")
         ax.set_ylabel("speed (tok/s per sequence)")
         ax.grid(alpha=0.3)
+    return _save_with_legend(fig, axes, out_dir / "speed_vs_utilization.png", plt)
+
+
+def _save_with_legend(fig: Any, axes: Any, path: Path, plt: Any) -> Path:
+    """Legend on the first panel, tight layout, PNG at 110 dpi; the figure is closed."""
     axes[0][0].legend(fontsize=6, loc="best")
     fig.tight_layout()
-    p = out_dir / "speed_vs_utilization.png"
-    fig.savefig(p, dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return p
+    return path
 
 
 def _single_cap_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float, plt: Any) -> list[Path]:
@@ -330,12 +334,7 @@ def _single_cap_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_
         ax.set_xlabel(f"utilization (avg W / {power_limit_w:g} W)")
         ax.set_ylabel("speed (tok/s per sequence)")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6, loc="best")
-    fig.tight_layout()
-    p = out_dir / "speed_vs_utilization.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save_with_legend(fig, axes, out_dir / "speed_vs_utilization.png", plt))
 
     written.append(_jpt_figure(summaries, out_dir / "joules_per_token.png", plt, ""))
     return written
