@@ -265,6 +265,8 @@ class TrainSummary(BaseModel):
     deviations: dict[str, dict[str, list[Any]]] = {}
     """Per algorithm trained with an option other than the published script's: ``{option: [value, published]}``."""
     published_picks: dict[str, dict[str, list[int]]] = {}
+    selection: dict[str, Any] = {}
+    """How the rows were chosen (``invalid_windows``, ``power_cap``): ``evaluate`` uses the same unless told otherwise."""
     """For those algorithms, the picks of a refit with the published options (same data, same seed)."""
 
 
@@ -278,6 +280,7 @@ def train(
     algos: list[str] | None = None,
     seed: int = 0,
     params: dict[str, dict[str, Any]] | None = None,
+    selection: dict[str, Any] | None = None,
 ) -> TrainSummary:
     """Fit each algorithm on ``data``, save its artifact under ``out/<name>/``, write picks.json and train.json."""
     out = Path(out)
@@ -302,7 +305,7 @@ def train(
         dataset=data.source, rows_used=len(data), rows_skipped=data.skipped_errors, state=data.state_kind,
         reward_options=data.reward_options.model_dump(), seed=seed, algorithms=algos, artifacts=artifacts,
         picks=picks_json(picks), seconds=seconds, total_seconds=round(time.perf_counter() - t_all, 3),
-        deviations=deviations, published_picks=picks_json(published),
+        deviations=deviations, published_picks=picks_json(published), selection=selection or {},
     )  # fmt: skip
     existing = json.loads((out / PICKS_FILE).read_text()) if (out / PICKS_FILE).exists() else {}
     write_json_atomic(out / PICKS_FILE, {**existing, **summary.picks})

@@ -87,7 +87,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             params.update({t.variant: t.chosen for t in tunings})
             names += [t.variant for t in tunings]
             write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
-        summary = train_all(data, out, names, seed, params)
+        summary = train_all(data, out, names, seed, params, selection={"invalid_windows": invalid_windows, "power_cap": power_cap})
         print_picks(out)
         print_published_picks(summary.model_dump())
         typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
@@ -107,8 +107,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         sampler_url: Annotated[Optional[str], typer.Option(help="existing sampler (with --live)")] = None,
         output_tokens: Annotated[Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")] = None,
         state: Annotated[str, typer.Option()] = "hindsight",
-        invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
-        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60")] = None,
+        invalid_windows: Annotated[Optional[str], typer.Option("--invalid-windows", help=WINDOWS_HELP + "; default: as train chose")] = None,
+        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps); default: the one train used")] = None,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.jsonl import write_json_atomic
@@ -130,8 +130,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         train_meta = read_train_meta(models)
         reward = reward_options_of(models, train_meta)
+        chosen = train_meta.get("selection") or {}  # the rows train used, unless told otherwise
         data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
-                            windows=invalid_windows, power_cap=power_cap)
+                            windows=invalid_windows or chosen.get("invalid_windows") or "exclude",
+                            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"))
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())
