@@ -300,8 +300,10 @@ class SweepRunner:
 
     # --- modes ----------------------------------------------------------------------------------------------------
     def _apply_cap(self, cell: Cell) -> None:
-        """Set the cell's cap (a no-op while it is already in force) and note the enforced limit for its row."""
+        """Set the cell's cap (a no-op while it is already in force) and note the enforced limit for its row. The world
+        is checked first: a lost device is an infrastructure failure, not a cap error from the controller."""
         if self.power_cap is not None:
+            self._check_world(cell)
             before = self.power_cap.current
             self.enforced_w = self.power_cap.apply(cell.cap)
             if cell.cap != before:
@@ -309,7 +311,6 @@ class SweepRunner:
                 self.console.line(f"power cap {cell.cap}: {enforced} W enforced")
 
     def _run_cell_mode(self, cell: Cell) -> None:
-        self._check_world(cell)  # a lost device is an infrastructure failure, before the cap controller asks it
         self._apply_cap(cell)
         self._settle()
         self._check_world(cell)
@@ -322,7 +323,6 @@ class SweepRunner:
         server: RunningServer | None = None
         attempts: list[LaunchAttempt] = []
         fallback = False
-        self._check_world(group[0])
         self._apply_cap(group[0])
         try:
             for i, cell in enumerate(group):
@@ -623,6 +623,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             # Services of the killed run are gone; use the URLs given now (or start fresh ones).
             opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
             _check_resume_version(opts, spec.python)
+            check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
             prepare_resume(run_dir)
         except BaseException:
@@ -653,7 +654,6 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.world import open_world
 
-    check_options(opts)
     manifest["sglang_version"] = opts.sglang_version
     manifest["attention_backend"] = opts.attention_backend
     session: dict[str, Any] = {"started_ns": wall_ns(), "argv": argv or sys.argv, "resumed": resumed,
