@@ -148,6 +148,11 @@ class SweepSession(BaseModel):
     wall_s: float | None = None
     ended_ns: int | None = None
 
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        """A session records what it got to: nothing written as null (a session cut short has no ``ended_ns``)."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
 
 class SweepManifest(RunManifest):
     """``harness sweep``'s manifest (schema 1). ``launches`` counts every server start of every session."""
