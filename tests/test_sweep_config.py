@@ -4,7 +4,6 @@ trips through a real twin sweep, and the typed manifest keeps every key of an ol
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
