@@ -1,6 +1,7 @@
 """CLI: ``harness sweep``, ``harness reproduce``, ``harness status RUN_DIR``.
 
-Only light imports at module level: the sweep, world and bench modules load inside the commands.
+Only light imports at module level (the options model and its CLI derivation): the sweep, world and bench modules
+load inside the commands.
 """
 
 from __future__ import annotations
