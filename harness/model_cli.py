@@ -35,17 +35,15 @@ class Flag:
     """The default as shown in ``--help`` when the model's is not readable there (a factory, a None meaning)."""
     repeat: bool = False
     """A list given as a repeated option (``--x A --x B``)."""
-    cli: bool = True
-    """False: settable from a config file only."""
 
 
-def flag_of(name: str, info: FieldInfo) -> Flag:
+def flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
 
 
 def flag_name(name: str, info: FieldInfo) -> str:
     """The option's primary name: ``--request-timeout`` for ``request_timeout_s`` when its Flag says so."""
-    f = flag_of(name, info)
+    f = flag_of(info)
     return (f.flag or "--" + name.replace("_", "-")).split("/")[0]
 
 
@@ -55,16 +53,12 @@ def _choices(annotation: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _scalar(annotation: Any) -> tuple[Any, bool]:
-    """(the click-facing python type, optional?) of a field's annotation."""
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
+def _scalar(annotation: Any) -> Any:
+    """The type click parses a field's text into: int, float, bool or str (``X | None`` -> X; anything else: str)."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        inner, _ = _scalar(args[0]) if len(args) == 1 else (str, True)
-        return inner, True
-    if _choices(annotation) is not None:
-        return str, False
-    return (annotation, False) if annotation in (int, float, str, bool) else (str, False)
+        return _scalar(args[0]) if len(args) == 1 else str
+    return annotation if annotation in (int, float, str, bool) else str
 
 
 def _shown_default(info: FieldInfo, f: Flag) -> str | bool:
@@ -76,23 +70,22 @@ def _shown_default(info: FieldInfo, f: Flag) -> str | bool:
 
 
 def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> list[inspect.Parameter]:
-    """A keyword parameter per CLI field of ``model`` (or of the fields in ``only``), annotated with its typer option.
+    """A keyword parameter per field of ``model`` (or of the fields in ``only``), annotated with its typer option.
     Their defaults are None: only what the command line gave is overlaid, so the model stays the one place that
     holds a default (``--help`` shows it)."""
     import typer
 
     params: list[inspect.Parameter] = []
     for name, info in model.model_fields.items():
-        f = flag_of(name, info)
-        if not f.cli or (only is not None and name not in only):
+        f = flag_of(info)
+        if only is not None and name not in only:
             continue
         choices = _choices(info.annotation)
         if f.repeat:
             py: Any = list[str]
             default: Any = []
         else:
-            base, _ = _scalar(info.annotation)
-            py = Optional[str if f.parse else base]
+            py = Optional[str if f.parse else _scalar(info.annotation)]
             default = None
         decls = [f.flag or "--" + name.replace("_", "-")]
         option = typer.Option(*decls, help=info.description, rich_help_panel=f.panel, show_default=_shown_default(info, f),
@@ -118,7 +111,7 @@ def given_on_command_line(ctx: Any, values: dict[str, Any], model: type[BaseMode
         source = ctx.get_parameter_source(name) if name in values else None
         if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT"):  # typer's vendored click has its own enum
             continue
-        f = flag_of(name, info)
+        f = flag_of(info)
         raw = values[name]
         out[name] = f.parse(raw) if f.parse is not None and raw is not None else (list(raw) if f.repeat else raw)
     return out
