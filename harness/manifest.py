@@ -125,10 +125,17 @@ class RunManifest(BaseModel):
         self.status, self.error, self.fix, self.failure_kind = "failed", message, fix, kind
         return True
 
-    def record_world(self, world: Any) -> dict[str, Any]:
-        """The world's identity, hardware label and power limit; returns the identity."""
-        identity: dict[str, Any] = world.identity()
-        self.world, self.hardware, self.power_limit_w = identity, world.hardware, world.power_limit_w
+    def record_world(self, world: Any, *, best_effort: bool = False) -> dict[str, Any]:
+        """The world's identity, hardware label and power limit; returns the identity. ``best_effort``: an identity
+        that cannot be read is recorded as ``{"error": ...}`` instead of raising."""
+        try:
+            identity: dict[str, Any] = world.identity()
+        except Exception as exc:  # best effort only when asked: the error is recorded in its place
+            if not best_effort:
+                raise
+            identity = {"error": f"{type(exc).__name__}: {exc}"}
+        self.world = identity
+        self.hardware, self.power_limit_w = getattr(world, "hardware", None), getattr(world, "power_limit_w", None)
         return identity
 
 
@@ -235,8 +242,15 @@ class PilotManifest(RunManifest):
     schema_: str = Field("pilot-run-v1", alias="schema")
     suite: str
     started_at: str = Field(default_factory=lambda: to_iso(wall_ns()))
-    finished_at: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    sglang_version: str | None = None
+    sglang_version_requested: str | None = None
+    configs: dict[str, list[int]] = Field(default_factory=dict)
+    server_batch_size: int | None = None
+    effective_concurrency: int = 1
+    suite_meta: dict[str, Any] = Field(default_factory=dict)
+    host: str | None = None
+    finished_at: str | None = None
     outputs: list[Any] | None = None
 
     def finished(self) -> None:
