@@ -24,7 +24,8 @@ from harness.console import SweepConsole
 from harness.dataset import compare
 from harness.dataset_cli import render_compare
 from harness.grid import parse_batch_sizes, parse_configs
-from harness.sweep import SweepOptions, run_sweep
+from harness.sweep_options import SweepOptions
+from harness.sweep_run import run_sweep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("mode", "cells", "error rows", "launches", "wall s", "s per cell"):
         t.add_column(col, justify="right")
     for mode, (rows, m) in results.items():
-        t.add_row(mode, str(len(rows)), str(sum(r.is_error for r in rows)), str(m["launches"]), f"{m['wall_s']:.1f}",
-                  f"{m['wall_s'] / max(1, len(rows)):.2f}")
+        t.add_row(mode, str(len(rows)), str(sum(r.is_error for r in rows)), str(m.launches), f"{m.wall_s or 0:.1f}",
+                  f"{(m.wall_s or 0) / max(1, len(rows)):.2f}")
     console.print(t)
     (rc, mc), (rf, mf) = results["cell"], results["config"]
-    console.print(f"ratios config/cell: launches {mf['launches'] / mc['launches']:.2f}, wall time {mf['wall_s'] / mc['wall_s']:.2f}")
+    console.print(f"ratios config/cell: launches {mf.launches / mc.launches:.2f}, wall time {(mf.wall_s or 0) / (mc.wall_s or 1):.2f}")
     result = compare(rc, rf, a_name="cell", b_name="config")
     render_compare(result, console)
     return 0 if result.agrees else 1

@@ -1,21 +1,30 @@
-"""``RUN_DIR/manifest.json``: what produced a run (versions, git commit, argv, engine and GPU identity, seeds, launches)."""
+"""``RUN_DIR/manifest.json``: what produced a run (versions, git commit, argv, engine and GPU identity, seeds, launches).
+
+One pydantic model per run kind over a shared base: ``SweepManifest`` (``harness sweep``) and ``PilotManifest``
+(``harness pilot``). Both keep every key they do not know (``extra="allow"``), so a manifest written by an older or
+newer harness loads and is written back with nothing dropped. The runners change a manifest only through its methods
+(a launch recorded, a cell done, finished / failed / interrupted, the lock holder, power cap records).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.errors import DataError, MissingFileError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer
+
+from harness.errors import DataError, HarnessError, MissingFileError
 from harness.jsonl import write_json_atomic
 from harness.timeutil import to_iso, wall_ns
 
 MANIFEST = "manifest.json"
 SCHEMA = 1
-"""The manifest layout this harness writes and reads; a newer one is refused, never half-read."""
+"""The sweep manifest layout this harness writes and reads; a newer one is refused, never half-read."""
 
 
 def git_commit(path: str | Path | None = None) -> dict[str, Any]:
@@ -44,30 +53,218 @@ def versions() -> dict[str, Any]:
     return out
 
 
-def new_manifest(run_id: str, argv: list[str], options: dict[str, Any]) -> dict[str, Any]:
-    now = wall_ns()
-    return {
-        "schema": SCHEMA,
-        "run_id": run_id,
-        "created_ns": now,
-        "created": to_iso(now),
-        "status": "running",
-        "argv": argv,
-        "options": options,
-        "versions": versions(),
-        "git": git_commit(),
-        "sessions": [],
-        "launches": 0,
-        "cells_planned": None,
-        "cells_done": 0,
-    }
+class RunManifest(BaseModel):
+    """What the sweep and pilot manifests share: identity, status and the transitions of a run."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    COMPLETE: ClassVar[str] = "complete"
+    """The status word of a finished run (the pilots' published layout says ``completed``)."""
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"error", "fix", "failure_kind"})
+    """Fields written only when set (absent, never null, as the dict manifests wrote them)."""
+
+    schema_: int | str = Field(SCHEMA, alias="schema")
+    run_id: str
+    status: str = "running"
+    error: str | None = None
+    fix: str | None = None
+    failure_kind: str | None = None
+    hardware: str | None = None
+    power_limit_w: float | None = None
+    world: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_optionals(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if not (v is None and k in self.OPTIONAL)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as written: known fields under their JSON names, then every key this model did not know."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def save(self, run_dir: str | Path) -> None:
+        write_json_atomic(Path(run_dir) / MANIFEST, self.to_json())
+
+    def save_best_effort(self, run_dir: str | Path) -> None:
+        """Write atomically; on a full disk (no room for the temp file) rewrite the file in place, compact.
+
+        The compact form is smaller than the indented file already on disk, so it fits in the blocks that file
+        holds. Never raises: it runs while another error is on its way to the user.
+        """
+        try:
+            self.save(run_dir)
+            return
+        except HarnessError:
+            pass
+        try:
+            data = json.dumps(self.to_json(), separators=(",", ":"), default=str).encode()
+            with open(Path(run_dir) / MANIFEST, "r+b") as f:
+                f.write(data)
+                f.truncate(len(data))
+                f.flush()
+                os.fsync(f.fileno())
+        except (OSError, ValueError):
+            pass
+
+    # --- transitions ------------------------------------------------------------------------------------------------
+    def running(self) -> None:
+        """A new session starts (a resume included): no failure from an earlier session stays on record."""
+        self.status = "running"
+        self.error = self.fix = self.failure_kind = None
+
+    def finished(self) -> None:
+        self.status = self.COMPLETE
+
+    def interrupted(self) -> None:
+        self.status = "interrupted"
+
+    def failed(self, message: str, fix: str | None = None, kind: str | None = None) -> bool:
+        """Record a failure of a running run; False (nothing changed) when the run had already ended otherwise."""
+        if self.status != "running":
+            return False
+        self.status, self.error, self.fix, self.failure_kind = "failed", message, fix, kind
+        return True
+
+    def record_world(self, world: Any, *, best_effort: bool = False) -> dict[str, Any]:
+        """The world's identity, hardware label and power limit; returns the identity. ``best_effort``: an identity
+        that cannot be read is recorded as ``{"error": ...}`` instead of raising."""
+        try:
+            identity: dict[str, Any] = world.identity()
+        except Exception as exc:  # best effort only when asked: the error is recorded in its place
+            if not best_effort:
+                raise
+            identity = {"error": f"{type(exc).__name__}: {exc}"}
+        self.world = identity
+        self.hardware, self.power_limit_w = getattr(world, "hardware", None), getattr(world, "power_limit_w", None)
+        return identity
 
 
-def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> None:
-    write_json_atomic(Path(run_dir) / MANIFEST, manifest)
+class SweepSession(BaseModel):
+    """One process's turn at a sweep run folder (the first run, each ``--resume``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    started_ns: int | None = None
+    argv: list[str] = Field(default_factory=list)
+    resumed: bool = False
+    retry_errors: bool = False
+    writer: dict[str, Any] | None = None
+    world: dict[str, Any] | None = None
+    launches: int | None = None
+    sampler_restarts: int | None = None
+    wall_s: float | None = None
+    ended_ns: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        """A session records what it got to: nothing written as null (a session cut short has no ``ended_ns``)."""
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
-def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+class SweepManifest(RunManifest):
+    """``harness sweep``'s manifest (schema 1). ``launches`` counts every server start of every session."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
+        "writer", "world", "engine_identity", "power_cap", "infrastructure_events", "seeds", "wall_s",
+        "sglang_version", "sglang_version_requested", "attention_backend"}
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    created_ns: int | None = None
+    created: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    options: dict[str, Any] | None = None
+    versions: dict[str, Any] = Field(default_factory=dict)
+    git: dict[str, Any] = Field(default_factory=dict)
+    sessions: list[SweepSession] = Field(default_factory=list)
+    launches: int = 0
+    cells_planned: int | None = None
+    cells_done: int = 0
+    writer: dict[str, Any] | None = None
+    sglang_version_requested: str | None = None
+    sglang_version: str | None = None
+    attention_backend: str | None = None
+    memory_total_mb: float | None = None
+    seeds: dict[str, Any] | None = None
+    engine_identity: dict[str, Any] | None = None
+    power_cap: dict[str, Any] | None = None
+    infrastructure_events: list[dict[str, Any]] | None = None
+    wall_s: float | None = None
+    _launches_before: int = PrivateAttr(0)
+
+    @classmethod
+    def new(cls, run_id: str, argv: list[str], options: dict[str, Any], **fields: Any) -> SweepManifest:
+        now = wall_ns()
+        return cls(run_id=run_id, created_ns=now, created=to_iso(now), argv=argv, options=options,
+                   versions=versions(), git=git_commit(), **fields)
+
+    def begin_session(self, argv: list[str], *, resumed: bool, retry_errors: bool) -> SweepSession:
+        """Start this process's session: status running, the lock holder recorded, the launch count carried on."""
+        self.running()
+        self._launches_before = self.launches
+        session = SweepSession(started_ns=wall_ns(), argv=argv, resumed=resumed, retry_errors=retry_errors, writer=self.writer)
+        self.sessions.append(session)
+        return session
+
+    def hold_lock(self, holder: dict[str, Any]) -> None:
+        """The writer lock's holder (pid, host, start): ``harness status`` tells a live run from a dead one by it."""
+        self.writer = dict(holder)
+
+    def launches_recorded(self, this_session: int) -> None:
+        """This session's launches so far, on top of the earlier sessions'."""
+        self.launches = self._launches_before + this_session
+
+    def cell_done(self) -> None:
+        self.cells_done += 1
+
+    def infrastructure_event(self, event: dict[str, Any]) -> None:
+        self.infrastructure_events = [*(self.infrastructure_events or []), event]
+
+    def power_cap_records(self) -> dict[str, Any]:
+        """The power cap controller's records (original limit, targets, enforced watts, restored), kept in place."""
+        if self.power_cap is None:
+            self.power_cap = {}
+        return self.power_cap
+
+    def end_session(self, session: SweepSession, *, launches: int, sampler_restarts: int, wall_s: float) -> None:
+        session.launches, session.sampler_restarts, session.wall_s = launches, sampler_restarts, wall_s
+        session.ended_ns = wall_ns()
+        self.launches_recorded(launches)
+        self.wall_s = sum(s.wall_s or 0.0 for s in self.sessions)
+
+
+class PilotManifest(RunManifest):
+    """``harness pilot``'s manifest (schema ``pilot-run-v1``): options, configs, suite metadata, start/end, outputs."""
+
+    COMPLETE: ClassVar[str] = "completed"
+    OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {"finished_at", "outputs", "world", "hardware",
+                                                                 "power_limit_w"}
+
+    schema_: str = Field("pilot-run-v1", alias="schema")
+    suite: str
+    started_at: str = Field(default_factory=lambda: to_iso(wall_ns()))
+    options: dict[str, Any] = Field(default_factory=dict)
+    sglang_version: str | None = None
+    sglang_version_requested: str | None = None
+    configs: dict[str, list[int]] = Field(default_factory=dict)
+    server_batch_size: int | None = None
+    effective_concurrency: int = 1
+    suite_meta: dict[str, Any] = Field(default_factory=dict)
+    host: str | None = None
+    finished_at: str | None = None
+    outputs: list[Any] | None = None
+
+    def finished(self) -> None:
+        super().finished()
+        self.finished_at = to_iso(wall_ns())
+
+    def failed(self, message: str, fix: str | None = None, kind: str | None = None) -> bool:
+        changed = super().failed(message, fix, kind)
+        self.finished_at = to_iso(wall_ns())
+        return changed
+
+
+def read_manifest(run_dir: str | Path) -> SweepManifest:
+    """The sweep manifest of ``run_dir``, every unknown key kept; a missing, broken or newer one is a clear error."""
     p = Path(run_dir) / MANIFEST
     if not p.exists():
         raise MissingFileError(f"{p} not found: {run_dir} is not a sweep run folder", fix="pass the folder a sweep wrote (--out)")
@@ -83,23 +280,25 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     if schema > SCHEMA:
         raise DataError(f"{p} has schema {schema}, newer than this harness reads ({SCHEMA})",
                         fix="use the harness version that wrote this run (see the manifest's versions), or upgrade")
-    return data
+    try:
+        return SweepManifest.model_validate({"schema": schema, **data})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "manifest"
+        raise DataError(f"{p}: {where}: {err['msg']}", fix="restore the manifest the sweep wrote") from None
 
 
 def read_options(run_dir: str | Path) -> Any:
     """The ``SweepOptions`` a run was planned with; a manifest without usable ``options`` is a DataError."""
-    from pydantic import ValidationError
-
-    from harness.sweep import SweepOptions
+    from harness.sweep_options import SweepOptions
 
     manifest = read_manifest(run_dir)
     p = Path(run_dir) / MANIFEST
-    raw = manifest.get("options")
-    if not isinstance(raw, dict):
+    if not isinstance(manifest.options, dict):
         raise DataError(f"{p} has no 'options' (the sweep's planned grid)",
                         fix="restore the manifest the sweep wrote; without it the run cannot be resumed or checked against its plan")
     try:
-        return SweepOptions.model_validate(raw)
+        return SweepOptions.model_validate(manifest.options)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "options"

@@ -164,13 +164,15 @@ class NvmlCapDevice:
 
 
 class PowerCapController:
-    """Applies caps for a run and restores the original limit; its state lives in ``manifest["power_cap"]``."""
+    """Applies caps for a run and restores the original limit; its state lives in the manifest's ``power_cap``
+    records (a ``SweepManifest``'s ``power_cap_records()``, or a plain manifest dict's ``"power_cap"`` key)."""
 
-    def __init__(self, device: CapDevice, mode: PowerCapMode, manifest: dict[str, Any],
+    def __init__(self, device: CapDevice, mode: PowerCapMode, manifest: Any,
                  save: Callable[[], None] = lambda: None) -> None:
         self.device = device
         self.mode = mode
-        self.state: dict[str, Any] = manifest.setdefault("power_cap", {})
+        self.state: dict[str, Any] = (manifest.power_cap_records() if hasattr(manifest, "power_cap_records")
+                                      else manifest.setdefault("power_cap", {}))
         self.state["mode"] = mode
         self.save = save
         self.current: str | None = None

@@ -35,7 +35,8 @@ from harness.engine.argv import EngineSpec
 from harness.engine.version import resolve_version
 from harness.errors import EngineLaunchError, HarnessError, InvalidConfigError, UsageError
 from harness.grid import SpecConfig, parse_config
-from harness.jsonl import JsonlAppender, write_json_atomic, write_jsonl_atomic
+from harness.jsonl import JsonlAppender, write_jsonl_atomic
+from harness.manifest import PilotManifest
 from harness.rows import make_pilot_cell_id, pilot_row, throttling_flags, to_native
 from harness.timeutil import WALL_CLOCK, ScaledClock, mono_ns, to_iso, wall_ns
 from harness.world import open_world
@@ -610,7 +611,7 @@ class PilotResult:
     run_dir: Path
     outcomes: list[ConfigOutcome]
     rows: list[dict[str, Any]]
-    manifest: dict[str, Any]
+    manifest: PilotManifest
 
     @property
     def trials(self) -> list[PilotTrial]:
@@ -673,43 +674,29 @@ class PilotRunner:
         self.options = o = self.options.model_copy(update={"sglang_version": version})  # before anything is written
         rd = self.run_dir
         rd.mkdir(parents=True, exist_ok=True)
-        started = wall_ns()
-        manifest: dict[str, Any] = {
-            "schema": "pilot-run-v1",
-            "suite": o.suite,
-            "run_id": o.run_id,
-            "status": "running",
-            "started_at": to_iso(started),
-            "options": o.model_dump(mode="json"),
-            "sglang_version": version,
-            "sglang_version_requested": requested,
-            "configs": {n: c.as_list() for n, c in self.configs.items()},
-            "server_batch_size": o.server_batch_size,
-            "effective_concurrency": 1,
-            "suite_meta": self.suite_meta,
-            "host": socket.gethostname(),
-        }
-        write_json_atomic(rd / "manifest.json", manifest)
+        manifest = PilotManifest(
+            suite=o.suite, run_id=o.run_id, options=o.model_dump(mode="json"), sglang_version=version,
+            sglang_version_requested=requested, configs={n: c.as_list() for n, c in self.configs.items()},
+            server_batch_size=o.server_batch_size, effective_concurrency=1, suite_meta=self.suite_meta,
+            host=socket.gethostname(),
+        )
+        manifest.save(rd)
         try:
             return self._run(per_config, finalize, manifest)
         except BaseException as exc:
-            manifest["status"] = "failed"
-            manifest["error"] = f"{type(exc).__name__}: {exc}"
-            manifest["finished_at"] = to_iso(wall_ns())
-            write_json_atomic(rd / "manifest.json", manifest)
+            manifest.failed(f"{type(exc).__name__}: {exc}")
+            manifest.save(rd)
             raise
 
     def _run(self, per_config: PerConfigFn, finalize: Callable[[PilotResult], None] | None,
-             manifest: dict[str, Any]) -> PilotResult:
+             manifest: PilotManifest) -> PilotResult:
         o = self.options
         rd = self.run_dir
         outcomes: list[ConfigOutcome] = []
         with ExitStack() as stack:
             world = stack.enter_context(_open_world(o, rd))
-            manifest["world"] = _safe(lambda: world.identity())
-            manifest["hardware"] = getattr(world, "hardware", None)
-            manifest["power_limit_w"] = getattr(world, "power_limit_w", None)
-            write_json_atomic(rd / "manifest.json", manifest)
+            manifest.record_world(world, best_effort=True)
+            manifest.save(rd)
             clock = getattr(world, "clock", None) or WALL_CLOCK
             with JsonlAppender(rd / "telemetry" / "config_summaries.jsonl") as summaries:
                 for name, cfg in self.configs.items():
@@ -720,10 +707,10 @@ class PilotRunner:
         for oc in outcomes:
             for t in oc.trials:
                 rows.append(trial_row(
-                    t, hardware=str(manifest.get("hardware") or "unknown_gpu"), index=len(rows), run_id=o.run_id,
+                    t, hardware=str(manifest.hardware or "unknown_gpu"), index=len(rows), run_id=o.run_id,
                     pilot_server_batch_size=o.server_batch_size, mem_fraction=o.mem_fraction,
                     launch_s=_finite(oc.summary.get("launch_s")), sglang_version=o.sglang_version,
-                    time_scale=o.time_scale, power_limit_w=_finite(manifest.get("power_limit_w")),
+                    time_scale=o.time_scale, power_limit_w=_finite(manifest.power_limit_w),
                     engine={"kind": o.engine, "version": o.sglang_version},
                     attention_backend=oc.summary.get("attention_backend"),
                 ))
@@ -736,10 +723,9 @@ class PilotRunner:
               "evaluation": t.evaluation} for t in result.trials],
         )
         write_jsonl_atomic(rd / "dataset_rows.jsonl", result.rows)
-        manifest["status"] = "completed"
-        manifest["finished_at"] = to_iso(wall_ns())
-        manifest["outputs"] = _listing(rd)
-        write_json_atomic(rd / "manifest.json", manifest)
+        manifest.outputs = _listing(rd)
+        manifest.finished()
+        manifest.save(rd)
         return result
 
     def _run_config(self, world: Any, clock: ScaledClock, name: str, cfg: SpecConfig, per_config: PerConfigFn) -> ConfigOutcome:

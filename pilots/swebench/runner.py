@@ -239,7 +239,7 @@ def _finalize(result: PilotResult, instances: list[Instance], options: PilotOpti
         if ok and sw.gold_smoke:
             ok, why = _gold_smoke(rd, instances, options, sw)
             reason = "" if ok else f"not evaluated: {why}"
-            result.manifest.setdefault("suite_meta", {})["gold_smoke"] = why or "all gold patches resolved"
+            result.manifest.suite_meta["gold_smoke"] = why or "all gold patches resolved"
     grades: dict[str, dict[str, dict[str, Any]]] = {}
     for oc in result.outcomes:
         if ok and oc.trials:
@@ -284,11 +284,11 @@ def _finalize(result: PilotResult, instances: list[Instance], options: PilotOpti
         }
     write_json_atomic(rd / "reports" / "summary.json", {
         "schema_version": SCHEMA_VERSION, "run_id": options.run_id, "suite": "swebench",
-        "instances_source": result.manifest.get("suite_meta", {}).get("instances_source"),
+        "instances_source": result.manifest.suite_meta.get("instances_source"),
         "subset_size": len(instances), "evaluation": reason or "graded", "speed_meaning": SPEED_LABEL,
         "configs": configs,
     })
-    result.manifest.setdefault("suite_meta", {})["evaluation"] = reason or "graded"
+    result.manifest.suite_meta["evaluation"] = reason or "graded"
 
 
 def _gold_smoke(rd: Path, instances: list[Instance], options: PilotOptions, sw: SwebenchOptions) -> tuple[bool, str]:

@@ -1,0 +1,46 @@
+"""Why a sweep stops early: an interruption (Ctrl-C, SIGTERM) or a world service it could not bring back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import HarnessError, ServiceUnavailableError
+from harness.health import ServiceProblem
+
+
+class Interrupted(BaseException):
+    """SIGTERM received: stop cleanly, keep every written row. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way (a probe read, an HTTP retry) can swallow it and let the run finish "complete"."""
+
+
+class SweepInterrupted(HarnessError):
+    """The sweep was stopped (Ctrl-C or SIGTERM) after writing every finished row."""
+
+    exit_code = 130
+
+
+FIX_BY_KIND = {
+    "device": "bring the GPU back (twin: start `harness twin gpu`, or drop --twin-gpu to let the harness start one), "
+              "then continue with: harness sweep --resume {run_dir}",
+    "sampler": "start the sampler again (harness sampler serve ...), then continue with: harness sweep --resume {run_dir}",
+    "probe": "check the GPU and its driver (nvidia-smi; twin: the device's faults), then continue with: "
+             "harness sweep --resume {run_dir}",
+}
+"""What to do about each kind of lost service (``harness.health.ServiceProblem.kind``)."""
+
+
+class InfrastructureLost(Exception):
+    """A world service was lost while ``cell_id`` ran (or before it): the cell gets no row; recover or stop."""
+
+    def __init__(self, problem: ServiceProblem, cell_id: str) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+        self.cell_id = cell_id
+
+
+class WorldLost(ServiceUnavailableError):
+    """A lost world service the harness could not bring back: the run stops, not complete, resumable."""
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    raise Interrupted()

@@ -1,0 +1,203 @@
+"""``SweepOptions``: everything that defines a sweep (saved in the manifest; ``--resume`` reuses it), and its checks.
+
+The model is the one source of the ``harness sweep`` options: each field's name (or ``Flag(flag=...)``), default,
+``Field(description=...)`` and type make its command-line flag (``harness.model_cli``), and a config file
+(``--config run.yaml``) holds the same names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from harness.engine.argv import DEFAULT_ATTENTION_BACKEND
+from harness.errors import UsageError
+from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
+from harness.model_cli import Flag
+
+GRID, ENGINE, BENCH, WORLD, CAPS = "Grid", "Engine", "Workload", "World", "Power caps"
+"""Help panels of ``harness sweep``."""
+
+
+def _batch_sizes(text: str) -> list[int]:
+    from harness.grid import parse_batch_sizes
+
+    return parse_batch_sizes(text)
+
+
+def _configs(text: str) -> list[tuple[int, int, int]]:
+    from harness.grid import parse_configs
+
+    return [c.as_tuple() for c in parse_configs(text)]
+
+
+def _power_caps(text: str) -> list[str]:
+    from harness.powercap import parse_power_caps
+
+    return parse_power_caps(text)
+
+
+def _backend(text: str) -> str | None:
+    return None if text == "auto" else text
+
+
+def parse_fractions(text: str) -> list[float]:
+    """``"0.65,0.55"`` -> [0.65, 0.55]: the mem-fraction retry ladder, each in (0, 1)."""
+    try:
+        values = [float(t) for t in text.replace(" ", ",").split(",") if t]
+    except ValueError:
+        raise UsageError(f"--mem-fractions must be comma-separated numbers, got {text!r}", fix="e.g. --mem-fractions 0.65,0.55") from None
+    if not values or any(not 0 < v < 1 for v in values):
+        raise UsageError(f"--mem-fractions must be in (0, 1), got {text!r}", fix="e.g. --mem-fractions 0.65,0.55")
+    return values
+
+
+class SweepOptions(BaseModel):
+    """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
+
+    engine: Annotated[Literal["twin", "sglang"], Flag(ENGINE)] = Field(
+        "twin", description="twin (GPU-free digital twin) or sglang (a real GPU)")
+    sglang_version: Annotated[str, Flag(ENGINE)] = Field(
+        "auto", description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
+                            "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one")
+    attention_backend: Annotated[str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer")] = Field(
+        DEFAULT_ATTENTION_BACKEND, description="pinned for every config (auto: sglang picks per config, which mixes "
+                                               "kernels on Hopper/Blackwell)")
+    configs: Annotated[list[tuple[int, int, int]], Flag(GRID, parse=_configs, default_text="the 19 published actions")] = Field(
+        default_factory=lambda: [a.as_tuple() for a in ACTIONS],
+        description="explicit configs s:k:d,... (instead of a --steps/--topk/--draft-tokens grid)")
+    batch_sizes: Annotated[list[int], Flag(GRID, parse=_batch_sizes, default_text="1,4,8,16")] = Field(
+        default_factory=lambda: list(PUBLISHED_BATCH_SIZES), description="batch sizes, e.g. 1,4,8,16 (published)")
+    repeats: Annotated[int, Flag(GRID)] = Field(1, ge=1, description="whole passes over the grid")
+    launch_per: Annotated[Literal["cell", "config"], Flag(GRID)] = Field(
+        "cell", description="cell (published: a server per batch size and config) or config")
+    mem_fractions: Annotated[list[float], Flag(ENGINE, parse=parse_fractions, default_text="0.65,0.55")] = Field(
+        default_factory=lambda: [0.65, 0.55], description="the retry ladder of --mem-fraction-static")
+    num_prompts: Annotated[int | None, Flag(BENCH, default_text="max(16, bs)")] = Field(
+        None, ge=1, description="measured requests per cell")
+    output_tokens: Annotated[int, Flag(BENCH)] = Field(512, ge=1, description="max_new_tokens per request")
+    prompts_file: Annotated[str | None, Flag(BENCH, flag="--prompts", default_text="the published 4")] = Field(
+        None, description="JSON list of prompts")
+    request_timeout_s: Annotated[float, Flag(BENCH, flag="--request-timeout")] = Field(
+        300.0, gt=0, description="wall seconds before a request counts as hung")
+    launch_timeout_s: Annotated[float, Flag(ENGINE, flag="--launch-timeout")] = Field(
+        900.0, gt=0, description="seconds for a server to become healthy")
+    stop_timeout_s: Annotated[float, Flag(ENGINE, flag="--stop-timeout")] = Field(
+        60.0, gt=0, description="seconds for a server to stop before it is killed")
+    settle: Annotated[str, Flag(BENCH)] = Field("5", description="between cells: world seconds or cool:TEMP_C")
+    seed: Annotated[int, Flag(WORLD)] = Field(0, description="seed of the twin GPU and twin engines")
+    time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, gt=0, description="twin world speed-up (--quick: 20)")
+    sampler_url: Annotated[str | None, Flag(WORLD, default_text="start one / in-process NVML")] = Field(
+        None, description="a running sampler")
+    twin_gpu_url: Annotated[str | None, Flag(WORLD, flag="--twin-gpu", default_text="start one")] = Field(
+        None, description="a running twin GPU device")
+    model_path: Annotated[str | None, Flag(ENGINE, default_text="unsloth/Llama-3.2-1B-Instruct")] = Field(
+        None, description="target model")
+    draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(None, description="EAGLE3 draft model")
+    twin_faults: Annotated[list[str], Flag(WORLD, flag="--twin-fault", repeat=True)] = Field(
+        default_factory=list, description="test hook: NAME or NAME@BS or NAME@BS/s:k:d (oom, crash, runaway, "
+                                          "slow-health, http500)")
+    hardware: Annotated[str | None, Flag(WORLD)] = Field(None, description="override the rows' hardware label")
+    stream: Annotated[bool | None, Flag(BENCH, flag="--stream/--no-stream", default_text="on for sglang, off for the twin")] = Field(
+        None, description="stream responses")
+    engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
+        default_factory=list, description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule")
+    power_caps: Annotated[list[str] | None, Flag(CAPS, parse=_power_caps)] = Field(
+        None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%")
+    power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
+        "set", description="set (needs root on NVML; the original limit is restored) or record (only record the "
+                           "enforced limit)")
+    energy_window: Annotated[Literal["measured", "steady"], Flag(BENCH)] = Field(
+        "measured", description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)")
+
+    @property
+    def stream_requests(self) -> bool:
+        """Streaming costs client CPU per token; on the twin at a time scale > 1 that cost is scaled too and
+        delays the end of the window far past the end of decoding, so the twin defaults to whole responses."""
+        return self.stream if self.stream is not None else self.engine == "sglang"
+
+    @field_validator("mem_fractions")
+    @classmethod
+    def _ladder(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < x < 1 for x in v):
+            raise ValueError("mem fractions must be in (0, 1), e.g. 0.65,0.55")
+        return v
+
+    @property
+    def spec_configs(self) -> list[SpecConfig]:
+        return [SpecConfig(*c) for c in self.configs]
+
+
+QUICK: dict[str, Any] = {"configs": [(0, 0, 0), (3, 4, 8), (3, 2, 4)], "batch_sizes": [1, 16], "repeats": 1,
+                         "output_tokens": 256, "time_scale": 20.0, "settle": "0"}
+"""``--quick``: the baseline, the reference and the published bs-16 pick at bs 1 and 16; a twin run in seconds."""
+
+
+def parse_settle(text: str) -> tuple[str, float]:
+    """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
+    t = text.strip().lower()
+    fix = "give seconds >= 0 (e.g. 5) or cool:TEMP with 0 < TEMP < 150 (e.g. cool:60)"
+    try:
+        kind, value = ("cool", float(t[5:])) if t.startswith("cool:") else ("sleep", float(t.rstrip("s")))
+    except ValueError:
+        raise UsageError(f"cannot parse --settle {text!r}", fix=fix) from None
+    if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
+        raise UsageError(f"--settle {text!r} is out of range", fix=fix)
+    return kind, value
+
+
+def check_options(opts: SweepOptions) -> None:
+    """Every check of the options that needs no service: plan, prompts, settle, URLs, engine, caps, twin faults."""
+    from harness.bench import load_prompts
+    from harness.sweep_plan import plan_cells
+
+    plan_cells(opts)
+    parse_settle(opts.settle)
+    if opts.prompts_file:
+        load_prompts(opts.prompts_file)
+    if opts.sglang_version != "auto":
+        from harness.engine.version import check_supported
+
+        check_supported(opts.sglang_version, engine=opts.engine)
+    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
+    if opts.engine == "sglang" and (opts.twin_gpu_url or opts.twin_faults):
+        raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
+    if opts.power_cap_mode == "record" and opts.power_caps:
+        raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
+                         fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
+                             "root with --power-cap-mode set")
+    if opts.twin_faults:
+        from harness.engine.argv import parse_twin_fault
+
+        for item in opts.twin_faults:
+            parse_twin_fault(item)
+    check_energy_window(opts)
+    check_attention_backend(opts.attention_backend)
+
+
+def check_attention_backend(backend: str | None) -> None:
+    """A backend name some supported sglang knows (a typo would otherwise make every cell a launch-error row)."""
+    from harness.twin.engine_args import ATTENTION_BACKENDS
+
+    known = sorted({b for names in ATTENTION_BACKENDS.values() for b in names})
+    if backend is not None and backend not in known:
+        raise UsageError(f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
+                         fix="use flashinfer (default), auto, or one of: " + ", ".join(known))
+
+
+def check_energy_window(opts: SweepOptions) -> None:
+    """``--energy-window steady`` needs a non-empty steady-state window at every batch size (N > 2B requests)."""
+    if opts.energy_window != "steady":
+        return
+    from harness.telemetry.steady import min_requests
+
+    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
+    if short:
+        need = max(min_requests(bs) for bs in short)
+        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
+                         f"{', '.join(map(str, short))} would have an empty steady-state window",
+                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")

@@ -1,0 +1,46 @@
+"""The plan of a sweep: its cells in execution order, each with its published index and cell id."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from harness.grid import SpecConfig
+from harness.powercap import cap_slug
+from harness.rows import grid_index, make_cell_id
+from harness.sweep_options import SweepOptions
+
+
+@dataclass(frozen=True)
+class Cell:
+    repeat: int
+    batch_size: int
+    config: SpecConfig
+    index: int
+    cap: str | None = None
+
+    @property
+    def cell_id(self) -> str:
+        base = make_cell_id(self.repeat, self.batch_size, self.config)
+        return f"{cap_slug(self.cap)}-{base}" if self.cap is not None else base
+
+
+def plan_cells(opts: SweepOptions) -> list[Cell]:
+    """Every cell in execution order: one whole pass per repeat; per cell: batch size then config; per config:
+    config then batch size. Indexes follow the published order (repeat, batch size, config) in both modes."""
+    configs, sizes = opts.spec_configs, opts.batch_sizes
+    caps: list[str | None] = list(opts.power_caps) if opts.power_caps else [None]
+    per_pass = len(configs) * len(sizes)
+    cells: list[Cell] = []
+    for r in range(opts.repeats):
+        pairs = ([(bs, c) for bs in sizes for c in configs] if opts.launch_per == "cell"
+                 else [(bs, c) for c in configs for bs in sizes])
+        for i, cap in enumerate(caps):  # one pass per (repeat, cap): the cap is set once per pass
+            offset = (r * (len(caps) - 1) + i) * per_pass  # caps after the first shift the published index
+            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap) for bs, c in pairs]
+    return cells
+
+
+def derive_seed(seed: int, key: str) -> int:
+    """A launch's twin seed from the run's seed and the launch key (the same cell gets the same seed on resume)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")

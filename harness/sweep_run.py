@@ -1,0 +1,173 @@
+"""One sweep session: check the options, take the run folder's writer lock (new run or ``--resume``), open the world,
+wire the power caps, run ``SweepRunner``, and leave the manifest saying how the session ended."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.console import SweepConsole
+from harness.engine.argv import EngineSpec
+from harness.engine.version import resolve_version
+from harness.errors import HarnessError, UsageError
+from harness.jsonl import write_error
+from harness.manifest import SweepManifest, read_manifest, read_options
+from harness.powercap import PowerCapController
+from harness.rows import SweepRow
+from harness.run_folder import new_run_id, prepare_resume, prepare_run_dir
+from harness.runlock import RunLock
+from harness.sweep import SweepRunner
+from harness.sweep_errors import Interrupted, SweepInterrupted, WorldLost, on_sigterm
+from harness.sweep_options import SweepOptions, check_options
+from harness.timeutil import mono_ns
+
+
+def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | None = None, force: bool = False,
+              retry_errors: bool = False, argv: list[str] | None = None,
+              console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], SweepManifest]:
+    """Plan, take the run folder's writer lock, open the world, run, and write rows + manifest; return (run folder,
+    resolved rows, manifest). ``retry_errors`` (with ``resume``) re-runs every cell whose row is an error row."""
+    console = console or SweepConsole()
+    spec = EngineSpec(kind=opts.engine)
+    if resume is not None:
+        read_manifest(resume)  # a run folder at all? (nothing is created or locked otherwise)
+        lock = RunLock(resume)
+        lock.acquire()
+        try:
+            manifest = read_manifest(resume)  # re-read under the lock: the previous writer may have just finished
+            saved = read_options(resume)
+            # Services of the killed run are gone; use the URLs given now (or start fresh ones).
+            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+            _check_resume_version(opts, spec.python)
+            check_options(opts)  # the saved options, checked as a new run's are
+            run_dir = resume
+            prepare_resume(run_dir)
+        except BaseException:
+            lock.release()
+            raise
+    else:
+        check_options(opts)  # a usage error must not leave a failed run folder behind
+        requested = opts.sglang_version
+        version = resolve_version(opts.sglang_version, opts.engine, spec.python)  # before anything is written
+        opts = opts.model_copy(update={"sglang_version": version})
+        run_dir = out or Path("results") / new_run_id()
+        lock = RunLock(run_dir)
+        prepare_run_dir(run_dir, force=force, lock=lock)
+        manifest = SweepManifest.new(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump(),
+                                     sglang_version_requested=requested)
+    try:
+        manifest.hold_lock(lock.info)
+        return _run_locked(opts, run_dir, manifest, resume is not None, retry_errors, argv, console)
+    finally:
+        lock.release()
+
+
+def _check_resume_version(opts: SweepOptions, python: str) -> None:
+    """A resumed real-sglang run must find the sglang its rows were measured with."""
+    if opts.engine != "sglang":
+        return
+    now = resolve_version("auto", "sglang", python)
+    if now != opts.sglang_version:
+        raise UsageError(f"this run was measured with sglang {opts.sglang_version}, but {now} is installed now",
+                         fix=f"resume in the environment with sglang {opts.sglang_version} (same SGLANG_TAG), "
+                             "or start a new run")
+
+
+def _engine_spec(opts: SweepOptions) -> EngineSpec:
+    update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults),
+                              "extra_args": tuple(opts.engine_args), "attention_backend": opts.attention_backend}
+    if opts.model_path:
+        update["model_path"] = opts.model_path
+    if opts.draft_model_path:
+        update["draft_model_path"] = opts.draft_model_path
+    return EngineSpec(kind=opts.engine).model_copy(update=update)
+
+
+def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resumed: bool, retry_errors: bool,
+                argv: list[str] | None, console: SweepConsole) -> tuple[Path, list[SweepRow], SweepManifest]:
+    """The body of ``run_sweep`` once this process holds the run folder's lock."""
+    from harness.world import open_world
+
+    manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.attention_backend
+    session = manifest.begin_session(argv or sys.argv, resumed=resumed, retry_errors=retry_errors)
+    manifest.save(run_dir)
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    t0 = mono_ns()
+    try:
+        with open_world(opts.engine, sampler_url=opts.sampler_url, twin_gpu_url=opts.twin_gpu_url,
+                        time_scale=opts.time_scale, seed=opts.seed, run_dir=run_dir, spec=_engine_spec(opts),
+                        launch_timeout_s=opts.launch_timeout_s, request_timeout_s=opts.request_timeout_s,
+                        stop_timeout_s=opts.stop_timeout_s, hardware=opts.hardware) as world:
+            session.world = manifest.record_world(world)
+            manifest.memory_total_mb = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
+            manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
+            power_cap = open_power_cap(opts, world, manifest, lambda: manifest.save(run_dir))
+            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors)
+            try:
+                rows = runner.run()
+                manifest.finished()
+            except (KeyboardInterrupt, Interrupted):
+                manifest.interrupted()
+                raise
+            finally:
+                if power_cap is not None:
+                    restore_cap(power_cap, console, run_dir)
+                manifest.end_session(session, launches=runner.launches, sampler_restarts=world.sampler_restarts,
+                                     wall_s=(mono_ns() - t0) / 1e9)
+                manifest.save_best_effort(run_dir)
+            manifest.save(run_dir)  # the success path must not end without its manifest
+    except OSError as exc:  # a write outside the row store (a log, a probe file) hit a full disk
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        err = write_error(run_dir, exc, fix="choose a writable --out folder")
+        _record_failure(run_dir, manifest, err)
+        raise err from None
+    except HarnessError as exc:
+        _record_failure(run_dir, manifest, exc)
+        raise
+    except (KeyboardInterrupt, Interrupted):
+        raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
+                               fix=f"continue with: harness sweep --resume {run_dir}") from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return run_dir, rows, manifest
+
+
+def _record_failure(run_dir: Path, manifest: SweepManifest, exc: HarnessError) -> None:
+    """A run that stopped on an error is never left "running" on disk (a full disk included)."""
+    manifest.failed(exc.message, exc.fix, "infrastructure" if isinstance(exc, WorldLost) else None)
+    manifest.save_best_effort(run_dir)
+
+
+def open_power_cap(opts: SweepOptions, world: Any, manifest: SweepManifest, save: Any) -> PowerCapController | None:
+    """The cap controller of a sweep with ``--power-caps`` (None without); every cap is checked against the GPU's
+    limits before the first cell, and the original limit is saved in the manifest before the first set."""
+    if not opts.power_caps:
+        return None
+    from harness.powercap import NvmlCapDevice, TwinCapDevice
+
+    device: Any = TwinCapDevice(world.twin_gpu_url) if opts.engine == "twin" else NvmlCapDevice(0)
+    controller = PowerCapController(device, opts.power_cap_mode, manifest, save)
+    controller.begin(list(opts.power_caps))
+    return controller
+
+
+def restore_cap(power_cap: PowerCapController, console: SweepConsole, run_dir: Path) -> None:
+    """Restore the original limit; a failure is reported (and kept in the manifest) without hiding the run's own."""
+    try:
+        restored = power_cap.restore()
+    except HarnessError as exc:
+        power_cap.state["restore_error"] = exc.message
+        power_cap.save()
+        console.line(f"could not restore the power limit: {exc.message} ({exc.fix}); "
+                     f"harness sweep --resume {run_dir} restores it")
+        return
+    finally:
+        close = getattr(power_cap.device, "close", None)
+        if callable(close):
+            close()
+    if restored is not None:
+        console.line(f"power limit restored to {restored:g} W")
