@@ -11,19 +11,12 @@ from pydantic import BaseModel, Field
 
 from harness.errors import InvalidConfigError, UsageError
 from harness.grid import SpecConfig
-from pilots.common import (
-    ERROR_PREFIX,
-    PILOT_CONFIGS,
-    PilotOptions,
-    PilotTrial,
-    energy_from_window,
-    gpu_metrics,
-    options_from_flags,
-    parse_extra,
-    select_configs,
-    throttling,
-    trial_row,
-)
+from harness.rows import PILOT_ERROR_PREFIX as ERROR_PREFIX
+from harness.telemetry.windows import GpuSample, WindowStats
+from pilots.cli import parse_extra
+from pilots.options import PILOT_CONFIGS, PilotOptions, options_from_flags, select_configs
+from pilots.telemetry import energy_from_window, gpu_metrics, throttling
+from pilots.trial import PilotTrial, trial_row
 
 PUBLISHED_KEYS = [
     "hardware", "index", "repeat", "batch_size", "steps", "topk", "num_draft_tokens", "is_baseline", "error",
@@ -77,19 +70,27 @@ def test_parse_extra_suite_flags() -> None:
         parse_extra(_Suite, ["--limit", "two"])
 
 
+def _gpu(**kw: object) -> GpuSample:
+    return GpuSample(**{"run_id": "r", "seq": 0, "t_wall_ns": 1, "t_mono_ns": 1, **kw})  # type: ignore[arg-type]
+
+
+def _window(**kw: object) -> WindowStats:
+    return WindowStats(**{"start_ns": 0, "end_ns": 10**9, "wall_duration_s": 1.0, **kw})  # type: ignore[arg-type]
+
+
 def test_throttling_ignores_the_idle_bit() -> None:
     assert throttling(0x1) is False
     assert throttling(0x4) is True and throttling(0x21) is True
     assert throttling(None) is None
-    m = gpu_metrics({"temperature_c": 61.0, "power_w": 40.0, "clock_event_reasons": 1, "t_wall_ns": 1_700_000_000_000_000_000})
+    m = gpu_metrics(_gpu(temperature_c=61.0, power_w=40.0, clock_event_reasons=1, t_wall_ns=1_700_000_000_000_000_000))
     assert m["gpu_throttling_active"] is False and m["gpu_throttling_reference"] is True
     assert m["timestamp"].endswith("+00:00")
 
 
 def test_energy_from_window_uses_device_duration_and_refuses_invalid() -> None:
-    assert energy_from_window({"valid": True, "energy_j": 100.0, "duration_s": 4.0}) == (100.0, 25.0)
-    assert energy_from_window({"valid": False, "energy_j": 100.0, "duration_s": 4.0}) == (None, None)
-    assert energy_from_window({}) == (None, None)
+    assert energy_from_window(_window(valid=True, energy_j=100.0, duration_s=4.0)) == (100.0, 25.0)
+    assert energy_from_window(_window(valid=False, energy_j=100.0, duration_s=4.0)) == (None, None)
+    assert energy_from_window(None) == (None, None)
 
 
 def _trial(mode: str, **kw: object) -> PilotTrial:
@@ -97,10 +98,9 @@ def _trial(mode: str, **kw: object) -> PilotTrial:
         suite="swebench" if mode == "snapshots" else "terminalbench", config_name="no_spec", steps=0, topk=0,
         num_draft_tokens=0, task_id="t1", elapsed_s=10.0, completion_tokens=500, energy_joules=600.0,
         avg_power_watts=60.0, telemetry_mode=mode,  # type: ignore[arg-type]
-        window={"valid": True, "avg_temp_c": 70.0, "avg_util_pct": 90.0, "clock_event_reasons_or": 4, "reasons": []},
-        gpu_metrics_before={"gpu_temperature_celsius": 55.0},
-        gpu_metrics_after={"gpu_temperature_celsius": 66.0, "gpu_power_watts": 71.0, "gpu_utilization_percent": 93.0,
-                           "gpu_memory_used_mb": 5000.0, "gpu_throttling_active": False, "clock_event_reasons": 1},
+        window=_window(valid=True, avg_temp_c=70.0, avg_util_pct=90.0, clock_event_reasons_or=4, reasons=[]),
+        before=_gpu(temperature_c=55.0),
+        after=_gpu(temperature_c=66.0, power_w=71.0, utilization_pct=93.0, memory_used_mb=5000.0, clock_event_reasons=1),
         **kw,
     )
 

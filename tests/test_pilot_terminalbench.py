@@ -13,7 +13,10 @@ import pytest
 
 from harness.errors import UsageError
 from harness.timeutil import parse_iso_ns, to_iso
-from pilots.common import ConfigRun, PilotOptions, trial_row
+from harness.telemetry.windows import WindowStats
+from pilots.options import PilotOptions
+from pilots.runner import ConfigRun
+from pilots.trial import trial_row
 from pilots.terminalbench import harbor_install
 from pilots.terminalbench.results import TrialOutcome, infer_offset, job_window_ns, read_job
 from pilots.terminalbench.runner import TWIN_FAILURE_NOTE, TerminalBenchOptions, trial_from_outcome
@@ -145,9 +148,9 @@ class _FixedWindowTelemetry:
         self.window_ = window
         self.asked: list[tuple[int, int]] = []
 
-    def window(self, start_ns: int, end_ns: int) -> dict:
+    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None) -> WindowStats:
         self.asked.append((start_ns, end_ns))
-        return dict(self.window_, start_ns=start_ns, end_ns=end_ns)
+        return WindowStats.model_validate(dict(self.window_, start_ns=start_ns, end_ns=end_ns))
 
     def snapshot(self):
         return None
@@ -209,7 +212,7 @@ def test_fixture_tasks_have_harbors_task_layout() -> None:
 
 
 def test_suite_options_parse_from_the_command_line() -> None:
-    from pilots.common import parse_extra
+    from pilots.cli import parse_extra
 
     o = parse_extra(TerminalBenchOptions, ["--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"])
     assert o.tasks == ["a", "b"] and o.max_turns == 3 and o.agent_timeout_s == 60.0 and o.env == "local"
