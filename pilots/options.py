@@ -87,6 +87,8 @@ class PilotOptions(BaseModel):
     @field_validator("configs", "twin_faults", mode="before")
     @classmethod
     def _split_configs(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):  # repeated flags, each possibly comma-separated
+            v = ",".join(str(x) for x in v)
         if isinstance(v, str):
             return [p.strip() for p in v.replace(";", ",").split(",") if p.strip()]
         return v

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, Field
 
 from harness.errors import InvalidConfigError, UsageError
 from harness.grid import SpecConfig
 from harness.rows import PILOT_ERROR_PREFIX as ERROR_PREFIX
 from harness.telemetry.windows import GpuSample, WindowStats
-from pilots.cli import parse_extra
 from pilots.options import PILOT_CONFIGS, PilotOptions, options_from_flags, select_configs
 from pilots.telemetry import energy_from_window, gpu_metrics, throttling
 from pilots.trial import PilotTrial, trial_row
@@ -52,22 +51,44 @@ def test_options_defaults_and_validation(tmp_path: Path) -> None:
         options_from_flags({"suite": "swebench", "configs": "bogus"})
 
 
-class _Suite(BaseModel):
-    limit: int | None = Field(default=None, description="how many")
-    instance_ids: list[str] = Field(default_factory=list)
-    evaluate: bool = True
-    max_new_tokens: int = 768
+def test_suite_flags_parse_into_the_suite_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real `harness pilot swebench` command parses its suite flags into ``SwebenchOptions`` (the runner is
+    replaced: the flags are under test, not the pilot)."""
+    import pilots.swebench.runner as sw
+    from harness.cli import main
+
+    seen: list[tuple[PilotOptions, object]] = []
+    monkeypatch.setattr(sw, "run", lambda options, extra: seen.append((options, extra)))
+    args = ["--limit", "2", "--instance-ids", "a,b", "--instance-ids=c", "--no-evaluate", "--max-new-tokens=64"]
+    assert main(["pilot", "swebench", *args]) == 0
+    m = seen[0][1]
+    assert isinstance(m, sw.SwebenchOptions)
+    assert (m.limit, m.instance_ids, m.evaluate, m.max_new_tokens) == (2, ["a", "b", "c"], False, 64)
+    assert main(["pilot", "swebench", "--bogus", "1"]) == 2
+    assert "unknown option --bogus" in capsys.readouterr().err
+    assert main(["pilot", "swebench", "--limit"]) == 2
+    assert "requires an argument" in capsys.readouterr().err
+    assert main(["pilot", "swebench", "--limit", "two"]) == 2
+    assert "Invalid value for '--limit'" in capsys.readouterr().err
+    assert len(seen) == 1
 
 
-def test_parse_extra_suite_flags() -> None:
-    m = parse_extra(_Suite, ["--limit", "2", "--instance-ids", "a,b", "--instance-ids=c", "--no-evaluate", "--max-new-tokens=64"])
-    assert m.model_dump() == {"limit": 2, "instance_ids": ["a", "b", "c"], "evaluate": False, "max_new_tokens": 64}
-    with pytest.raises(UsageError, match="unknown option --bogus"):
-        parse_extra(_Suite, ["--bogus", "1"])
-    with pytest.raises(UsageError, match="needs a value"):
-        parse_extra(_Suite, ["--limit"])
-    with pytest.raises(UsageError, match="invalid suite options"):
-        parse_extra(_Suite, ["--limit", "two"])
+def test_each_suite_subcommand_lists_its_own_flags() -> None:
+    """`harness pilot swebench --help` / `terminalbench --help`: every field of the suite's model and of the common
+    options is a flag in its help, the other suite's own flags are not."""
+    from pilots.swebench.runner import SwebenchOptions
+    from pilots.terminalbench.runner import TerminalBenchOptions
+
+    flag = {"twin_gpu_url": "--twin-gpu", "twin_faults": "--twin-fault"}
+    common = [flag.get(n, "--" + n.replace("_", "-")) for n in PilotOptions.model_fields if n not in ("suite", "run_id")]
+    for suite, model, other in (("swebench", SwebenchOptions, "--harbor-bin"), ("terminalbench", TerminalBenchOptions, "--repos-dir")):
+        out = subprocess.run([sys.executable, "-m", "harness", "pilot", suite, "--help"], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, out.stderr
+        own = ["--" + n.replace("_", "-") for n in model.model_fields]
+        missing = [x for x in [*common, *own] if x not in out.stdout]
+        assert not missing, f"{suite} --help lacks {missing}"
+        assert other not in out.stdout and "options" in out.stdout
 
 
 def _gpu(**kw: object) -> GpuSample:

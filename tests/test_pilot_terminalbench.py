@@ -211,13 +211,19 @@ def test_fixture_tasks_have_harbors_task_layout() -> None:
         assert os.access(d / "tests" / "test.sh", os.X_OK)
 
 
-def test_suite_options_parse_from_the_command_line() -> None:
-    from pilots.cli import parse_extra
+def test_suite_options_parse_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real `harness pilot terminalbench` command parses its suite flags (the runner is replaced)."""
+    import pilots.terminalbench.runner as tb
+    from harness.cli import main
 
-    o = parse_extra(TerminalBenchOptions, ["--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"])
+    seen: list[object] = []
+    monkeypatch.setattr(tb, "run", lambda options, extra: seen.append(extra))
+    assert main(["pilot", "terminalbench", "--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"]) == 0
+    o = seen[0]
+    assert isinstance(o, TerminalBenchOptions)
     assert o.tasks == ["a", "b"] and o.max_turns == 3 and o.agent_timeout_s == 60.0 and o.env == "local"
-    with pytest.raises(UsageError):
-        parse_extra(TerminalBenchOptions, ["--no-such-flag", "1"])
+    assert main(["pilot", "terminalbench", "--no-such-flag", "1"]) == 2
+    assert len(seen) == 1
 
 
 def test_python312_is_found_and_a_missing_one_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
