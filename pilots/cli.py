@@ -100,9 +100,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
     ) -> None:
         """Run an agentic pilot: `harness pilot swebench|terminalbench [flags]` (common flags may come first)."""
-        if ctx.invoked_subcommand is None:
-            _suite_module(suite or "", "runner")  # names the unknown or missing suite
-            typer.echo(ctx.get_help())
+        if ctx.invoked_subcommand is None:  # flags but no suite (a known --suite became the subcommand)
+            if suite is None:
+                raise UsageError("no pilot suite given", fix="use `harness pilot swebench|terminalbench [flags]`")
+            _suite_module(suite, "runner")  # names the unknown suite
 
     from pilots.swebench import cli as swebench_cli
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness.engine.argv import EngineSpec
+from harness.engine.launch import RunningServer
 from harness.engine.version import resolve_version
 from harness.errors import HarnessError
 from harness.grid import SpecConfig
@@ -28,7 +29,7 @@ from harness.jsonl import JsonlAppender, write_json_atomic, write_jsonl_atomic
 from harness.measurement import finite
 from harness.telemetry.client import TelemetrySource
 from harness.timeutil import WALL_CLOCK, ScaledClock, mono_ns, to_iso, wall_ns
-from harness.world import open_world
+from harness.world import World, open_world
 from pilots.options import PilotOptions
 from pilots.telemetry import Measured, measure
 from pilots.trial import PilotTrial, trial_row
@@ -40,13 +41,13 @@ class ConfigRun:
 
     name: str
     config: SpecConfig
-    server: Any
+    server: RunningServer
     telemetry: TelemetrySource
     clock: ScaledClock
     options: PilotOptions
     run_dir: Path
     launch_s: float | None = None
-    world: Any = None
+    world: World | None = None
 
     @property
     def base_url(self) -> str:
@@ -86,7 +87,7 @@ class PilotResult:
         return [t for o in self.outcomes for t in o.trials]
 
 
-def server_stats(server: Any) -> dict[str, Any]:
+def server_stats(server: RunningServer) -> dict[str, Any]:
     """``avg_spec_accept_length`` (server lifetime, warm-up included) and the raw server info, best effort."""
     try:
         info = server.client.server_info()
@@ -96,7 +97,7 @@ def server_stats(server: Any) -> dict[str, Any]:
             "attention_backend": info.attention_backend}
 
 
-def warm_up(server: Any) -> dict[str, Any]:
+def warm_up(server: RunningServer) -> dict[str, Any]:
     """The published pilot warm-up: one short deterministic request."""
     t0 = time.monotonic()
     res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0, ignore_eos=False,
@@ -104,7 +105,7 @@ def warm_up(server: Any) -> dict[str, Any]:
     return {"warmup_s": time.monotonic() - t0, "warmup_completion_tokens": getattr(res, "completion_tokens", None)}
 
 
-def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> Any:
+def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> EngineSpec:
     return EngineSpec(
         kind=options.engine, model_path=options.model_path, draft_model_path=options.draft_model_path,
         sglang_version=options.sglang_version, twin_gpu_url=twin_gpu_url,
@@ -112,7 +113,7 @@ def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> Any:
     )
 
 
-def _open_world(options: PilotOptions, run_dir: Path) -> Any:
+def _open_world(options: PilotOptions, run_dir: Path) -> World:
     return open_world(
         engine=options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
         time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_engine_spec(options, options.twin_gpu_url),
@@ -210,7 +211,7 @@ class PilotRunner:
         write_json_atomic(rd / "manifest.json", manifest)
         return result
 
-    def _run_config(self, world: Any, clock: ScaledClock, name: str, cfg: SpecConfig, per_config: PerConfigFn) -> ConfigOutcome:
+    def _run_config(self, world: World, clock: ScaledClock, name: str, cfg: SpecConfig, per_config: PerConfigFn) -> ConfigOutcome:
         o = self.options
         outcome = ConfigOutcome(name, cfg)
         summary: dict[str, Any] = {
