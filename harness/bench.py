@@ -30,13 +30,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from harness.engine.client import EngineClient, EngineRequestError, GenerateResult
 from harness.errors import DataError, MissingFileError
+from harness.telemetry.client import TelemetrySource
+from harness.telemetry.steady import RequestSpan, WindowEnergy, min_requests, steady_edges, tokens_in, window_energy
+from harness.telemetry.windows import GpuSample, WindowStats
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
 
 STEP_TIME_PERCENTILE = 20.0
@@ -115,13 +118,13 @@ class CellResult(BaseModel):
     energy_joules: float | None
     avg_power_watts: float | None
     joules_per_token: float | None
-    window: dict[str, Any]
+    window: WindowStats
     window_source: str = "client"
     """``server`` (edges from the server's receive/finish stamps) or ``client`` (the harness's own clock)."""
     client_wall_clock_s: float | None = None
     """The client-measured window on the world clock (equal to ``wall_clock_s`` when the source is ``client``)."""
-    pre: dict[str, Any] | None
-    after: dict[str, Any] | None
+    pre: GpuSample | None
+    after: GpuSample | None
     req_accept_length_mean: float | None
     req_accept_length_p50: float | None
     req_latency_mean_s: float | None
@@ -131,21 +134,11 @@ class CellResult(BaseModel):
     """The attention backend the server resolved (its server info), the kernel the cell really ran."""
     server_version: str | None = None
     """The sglang version the server reports (its server info)."""
-    measured: dict[str, Any] | None = None
-    """The measured window as a ``harness.telemetry.steady.WindowEnergy`` dict (kind ``measured``)."""
-    steady: dict[str, Any] | None = None
+    measured: WindowEnergy | None = None
+    """The measured window's energy (kind ``measured``)."""
+    steady: WindowEnergy | None = None
     """The steady-state window (kind ``steady``), or None with ``steady_reason`` saying why it is missing."""
     steady_reason: str | None = None
-
-
-def sample_dict(sample: Any) -> dict[str, Any] | None:
-    """A telemetry snapshot (pydantic model, dict or None) as a plain dict."""
-    if sample is None:
-        return None
-    if isinstance(sample, dict):
-        return sample
-    dump = getattr(sample, "model_dump", None)
-    return dump() if callable(dump) else dict(vars(sample))
 
 
 def closed_loop_headers(session: str, total: int, concurrency: int, seq: int,
@@ -273,11 +266,9 @@ def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_
     return start, end, elapsed
 
 
-def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tuple[list[Any], str] | tuple[None, str]:
+def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tuple[list[RequestSpan], str] | tuple[None, str]:
     """Each request's (first token, finish, tokens) in wall ns: server stamps when every request has them on one
     clock, else the client's (streaming only: its first chunk); (None, why) when neither is complete."""
-    from harness.telemetry.steady import RequestSpan
-
     clocks = {r.server_clock for r in results}
     if results and len(clocks) == 1 and all(r.server_first_token_ns is not None and r.server_finish_ns is not None for r in results):
         kind = clocks.pop()
@@ -296,10 +287,9 @@ def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tupl
     return None, "no first-token instants (server stamps or a streamed first chunk) for every request"
 
 
-def steady_window(results: Sequence[GenerateResult], batch_size: int, telemetry: Any, clock: ScaledClock) -> tuple[dict[str, Any] | None, str | None]:
-    """The steady-state ``WindowEnergy`` dict of a cell, or (None, why not)."""
-    from harness.telemetry.steady import min_requests, steady_edges, tokens_in, window_energy
-
+def steady_window(results: Sequence[GenerateResult], batch_size: int, telemetry: TelemetrySource,
+                  clock: ScaledClock) -> tuple[WindowEnergy | None, str | None]:
+    """The steady-state window of a cell, or (None, why not)."""
     spans, source = request_spans(results, clock)
     if spans is None:
         return None, source
@@ -308,40 +298,11 @@ def steady_window(results: Sequence[GenerateResult], batch_size: int, telemetry:
         return None, (f"empty steady-state window: {len(spans)} requests at batch size {batch_size} "
                       f"(needs at least {min_requests(batch_size)})")
     w = telemetry.window(*edges)
-    out = window_energy("steady", sample_dict(w) or {}, tokens_in(spans, *edges), *edges).model_dump()
-    out["source"] = source
-    return out, None
+    return window_energy("steady", w, tokens_in(spans, *edges), *edges, source=source), None
 
 
-def sample_at(telemetry: Any, t_ns: int, lookback: int = 64) -> Any:
-    """The newest usable sample taken at or before ``t_ns`` among the sampler's recent ones (the nearest one when
-    none is that old); ``snapshot()`` when the source cannot list samples (or lists none)."""
-    latest = telemetry.snapshot()
-    seq = getattr(latest, "seq", None)
-    records: list[Any] = []
-    if seq is not None:
-        since = max(-1, int(seq) - lookback)
-        try:
-            core = getattr(telemetry, "core", None)
-            if core is not None and hasattr(core, "store"):  # InProcessSampler
-                records = list(core.store.since(since, lookback + 1))
-            elif callable(getattr(telemetry, "_get", None)):  # TelemetryClient (sidecar)
-                body = telemetry._get("/v1/samples", {"since_seq": since, "limit": lookback + 1})
-                from harness.telemetry.windows import GpuSample
-
-                records = [GpuSample.model_validate(r) for r in body.get("samples", [])]
-        except Exception:  # noqa: BLE001 - the listing is an improvement; the latest sample is the fallback
-            records = []
-    usable = [r for r in records if getattr(r, "usable", False)]
-    if not usable:
-        return latest
-    before = [r for r in usable if int(r.t_wall_ns) <= t_ns]
-    if before:
-        return max(before, key=lambda r: int(r.t_wall_ns))
-    return min(usable, key=lambda r: abs(int(r.t_wall_ns) - t_ns))
-
-
-def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any, clock: ScaledClock) -> CellResult:
+def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: TelemetrySource,
+             clock: ScaledClock) -> CellResult:
     """Measure one cell on a ready server (see the module doc); raises CellError when it cannot."""
     client = server.client
     try:
@@ -363,8 +324,8 @@ def _died(server: ServerLike, wait_s: float) -> bool:
     return True
 
 
-def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: Any,
-              clock: ScaledClock) -> CellResult:
+def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, settings: BenchSettings,
+              telemetry: TelemetrySource, clock: ScaledClock) -> CellResult:
     key = str(batch_size)
     info0 = client.server_info()
     n = settings.n_requests(batch_size)
@@ -372,7 +333,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
     if settings.warmup:  # the measured batch follows the warm-up (announced, so the twin needs no host timing)
         run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}",
                      next_batch=(measured, n, batch_size))
-    pre = sample_dict(telemetry.snapshot())
+    pre = telemetry.snapshot()
     start: dict[str, int] = {}
 
     def mark_start() -> None:
@@ -392,7 +353,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
     if 0 < ahead_s <= SERVER_EDGE_TOLERANCE_NS / 1e9:  # a twin answered before its device clock got there
         time.sleep(ahead_s)
     window = telemetry.window(w0, w1)
-    after = sample_dict(sample_at(telemetry, w1))
+    after = telemetry.sample_at(w1)
     info1 = client.server_info()
 
     total = sum(r.completion_tokens for r in results)
@@ -409,13 +370,9 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         speed = total / elapsed / batch_size if elapsed > 0 else None
         speed_src, step_time = "wall_clock", None
 
-    from harness.telemetry.steady import window_energy
-
     steady, steady_reason = steady_window(results, batch_size, telemetry, clock)
-    measured_energy = window_energy("measured", sample_dict(window) or {}, float(total), w0, w1).model_dump()
-    measured_energy["source"] = source
-    energy = getattr(window, "energy_j", None)
-    duration = getattr(window, "duration_s", None)
+    measured_energy = window_energy("measured", window, float(total), w0, w1, source=source)
+    energy, duration = window.energy_j, window.duration_s
     avg_power = energy / duration if energy is not None and duration else None
     req_accept = [r.accept_length for r in results if r.accept_length]
     weighted = [(r.completion_tokens, r.accept_length) for r in results if r.accept_length]
@@ -439,7 +396,7 @@ def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, setting
         energy_joules=energy,
         avg_power_watts=avg_power,
         joules_per_token=energy / total if energy is not None and total else None,
-        window=sample_dict(window) or {},
+        window=window,
         window_source=source,
         client_wall_clock_s=client_elapsed,
         pre=pre,

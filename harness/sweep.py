@@ -21,8 +21,9 @@ from harness.errors import HarnessError
 from harness.grid import SpecConfig
 from harness.health import ServiceProblem
 from harness.manifest import SweepManifest
+from harness.measurement import measurement
 from harness.powercap import PowerCapController
-from harness.rows import EngineInfo, RowStore, SweepRow, error_row, throttling_flags
+from harness.rows import EngineInfo, RowStore, SweepRow, error_row
 from harness.sweep_errors import FIX_BY_KIND, InfrastructureLost, WorldLost
 from harness.sweep_options import SweepOptions, parse_settle
 from harness.sweep_plan import Cell, derive_seed, plan_cells
@@ -329,23 +330,21 @@ class SweepRunner:
         return {"power_cap": {"label": cell.cap, "target_w": self.power_cap.targets.get(cell.cap), "mode": self.opts.power_cap_mode}}
 
     def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:
-        pre, after, w = r.pre or {}, r.after or {}, r.window
-        published_throttle, power_thermal = throttling_flags(after.get("clock_event_reasons"))
+        m = measurement(r.window, r.pre, r.after)
         common = self._common(cell, attempts, t0, server)
-        if self.power_cap is None and after.get("power_limit_w") is not None:  # record: the limit the device enforced
-            common["power_limit_w"] = _num(after["power_limit_w"])
-        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=w.get("energy_method"),
+        if self.power_cap is None and r.after is not None and r.after.power_limit_w is not None:
+            common["power_limit_w"] = _num(r.after.power_limit_w)  # record: the limit the device enforced
+        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=r.window.energy_method,
                                 window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,
                                 server_version=r.server_version, attention_backend_flag=self.opts.attention_backend)
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
-        valid, reasons = w.get("valid"), list(w.get("reasons") or [])
         if self.opts.energy_window == "steady" and r.steady is not None:
-            energy, power, jpt = r.steady["energy_j"], r.steady["avg_power_w"], r.steady["joules_per_token"]
+            energy, power, jpt = r.steady.energy_j, r.steady.avg_power_w, r.steady.joules_per_token
             # energy_joules comes from the steady window: its verdict counts too (loader, world check)
-            if r.steady.get("valid") is False:
-                valid = False
-                reasons += [f"steady:{x}" for x in r.steady.get("reasons") or []] or ["steady_window_invalid"]
-        windows = {kind: v for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
+            if r.steady.valid is False:
+                m.window_valid = False
+                m.window_reasons += [f"steady:{x}" for x in r.steady.reasons] or ["steady_window_invalid"]
+        windows = {kind: v.model_dump() for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
         if r.steady is None and r.steady_reason:
             windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
         return SweepRow(
@@ -357,25 +356,13 @@ class SweepRunner:
             total_output_tokens=r.total_output_tokens, energy_joules=_num(energy),
             avg_power_watts=_num(power), joules_per_token=_num(jpt),
             energy_window=self.opts.energy_window, window_energy=windows,
-            gpu_temp_c_before=_num(pre.get("temperature_c")), gpu_temp_c=_num(after.get("temperature_c")),
-            gpu_power_w=_num(after.get("power_w")), gpu_util_pct=_num(after.get("utilization_pct")),
-            gpu_mem_used_mb=_num(after.get("memory_used_mb")), gpu_throttling=published_throttle,
             window_start_ns=r.window_start_ns, window_end_ns=r.window_end_ns,
-            window_duration_s=_num(w.get("duration_s")), window_wall_duration_s=_num(w.get("wall_duration_s")),
-            window_valid=valid, window_reasons=reasons,
-            window_sample_count=w.get("sample_count"), window_coverage=_num(w.get("coverage")),
-            window_avg_util_pct=_num(w.get("avg_util_pct")), window_max_temp_c=_num(w.get("max_temp_c")),
-            window_max_power_w=_num(w.get("max_power_w")),
-            window_clock_event_reasons_or=w.get("clock_event_reasons_or"),
-            clock_event_reasons=after.get("clock_event_reasons"), gpu_throttling_power_thermal=power_thermal,
-            energy_source=w.get("energy_method"), accept_length_source=r.accept_length_source,
-            pre_gpu_temp_c=_num(pre.get("temperature_c")), pre_gpu_mem_used_mb=_num(pre.get("memory_used_mb")),
-            pre_gpu_util_pct=_num(pre.get("utilization_pct")), pre_gpu_power_w=_num(pre.get("power_w")),
-            gpu_name=w.get("gpu_name") or after.get("name"), gpu_uuid=w.get("gpu_uuid") or after.get("uuid"),
+            accept_length_source=r.accept_length_source,
             n_requests=r.n_requests, req_accept_length_mean=r.req_accept_length_mean,
             req_accept_length_p50=r.req_accept_length_p50, req_latency_mean_s=r.req_latency_mean_s,
             req_latency_p50_s=r.req_latency_p50_s, req_latency_p95_s=r.req_latency_p95_s,
             attention_backend=r.attention_backend,
+            **m.model_dump(),
             **common,
         )
 

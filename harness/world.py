@@ -18,6 +18,7 @@ from harness.engine import proc as procs
 from harness.engine.argv import EngineSpec
 from harness.engine.launch import EngineLauncher
 from harness.errors import ServiceUnavailableError, UsageError
+from harness.telemetry.client import TelemetrySource
 from harness.timeutil import ScaledClock
 
 SERVICE_START_TIMEOUT_S = 60.0
@@ -53,7 +54,7 @@ def _wait_http(url: str, proc: Any | None, log: Path | None, what: str, timeout_
 class World:
     """A run's world: ``telemetry`` (a TelemetrySource), ``launcher``, ``clock``, ``hardware``, ``power_limit_w``."""
 
-    def __init__(self, *, engine: str, telemetry: Any, launcher: EngineLauncher, clock: ScaledClock, hardware: str,
+    def __init__(self, *, engine: str, telemetry: TelemetrySource, launcher: EngineLauncher, clock: ScaledClock, hardware: str,
                  power_limit_w: float | None, twin_gpu_url: str | None, sampler_url: str | None,
                  gpu_identity: dict[str, Any], children: list[tuple[str, Any]], run_dir: Path | None = None,
                  sampler_rate_hz: float = 10.0, gpu_index: int = 0) -> None:

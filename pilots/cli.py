@@ -1,133 +1,133 @@
-"""``harness pilot --suite swebench|terminalbench [common flags] [suite flags]`` and ``harness pilot setup``.
+"""``harness pilot swebench|terminalbench [flags]`` and ``harness pilot setup --suite terminalbench [flags]``.
 
-The common flags are declared once in ``pilots.common.common_flags``. Suite flags are everything the group does not
-know; they are parsed into the suite's own pydantic model ``pilots.<suite>.runner.SUITE_OPTIONS`` (``--key value``,
-``--flag``/``--no-flag``) and handed to ``pilots.<suite>.runner.run(options, extra)``. A suite module without
-``SUITE_OPTIONS`` gets the raw list of extra arguments. ``--suite-help`` lists a suite's own flags.
+Each suite is a real subcommand whose flags are its options models' fields: the common ones (``PilotOptions``,
+declared once in ``pilots.cli_flags``) and the suite's own (``pilots.<suite>.cli``), each group in its own help
+panel. Common flags may also come before the subcommand (``harness pilot --engine sglang terminalbench``, as the
+compose ``pilot`` service's entrypoint does); the subcommand's own value wins. The older spelling
+``harness pilot --suite NAME [flags]`` still works: ``PilotGroup`` reads it as the ``NAME`` subcommand.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-from typing import Any
+from typing import Annotated, Any, Optional, Sequence
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from typer._click.core import ParameterSource
-from typer.core import TyperGroup
+from typer._click.exceptions import NoSuchOption
+from typer.core import TyperCommand, TyperGroup
 
-from pilots.common import SUITES, PilotResult, check_result, common_flags, describe_extra, options_from_flags, parse_extra
 from harness.errors import UsageError
+from pilots import cli_flags as f
+from pilots.console import check_result
+from pilots.options import SUITES, PilotOptions, options_from_flags, validated
+from pilots.runner import PilotResult
+from pilots.terminalbench import cli as terminalbench_cli
 
-_EXTRA_KEY = "pilot_extra_args"
+SUITE_HELP = ["-h", "--help", "--suite-help"]
+
+
+def suite_first(args: Sequence[str], commands: Sequence[str]) -> list[str]:
+    """``[..., "--suite", "swebench", ...]`` -> ``["swebench", ...]`` when the suite is known and no other argument
+    names a subcommand (the old ``harness pilot --suite NAME`` command lines); anything else unchanged."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--suite" and i + 1 < len(out):
+            name, rest = out[i + 1], out[:i] + out[i + 2:]
+        elif a.startswith("--suite="):
+            name, rest = a.removeprefix("--suite="), out[:i] + out[i + 1:]
+        else:
+            continue
+        if name in SUITES and not any(r in commands for r in rest):
+            return [name, *rest]
+        return out
+    return out
 
 
 class PilotGroup(TyperGroup):
-    """A group that runs its callback when the first leftover argument is not a subcommand (suite flags).
-
-    Without a subcommand, common and suite flags may come in any order (interspersed parsing; unknown options and
-    their values are kept for the suite). With a subcommand (``setup``), the flags before it belong to the group
-    (``docker compose run pilot setup ...`` puts ``--engine``/``--sampler-url`` there) and are inherited by the
-    subcommand unless it sets them itself; everything after it is the subcommand's.
-    """
+    """The ``harness pilot`` group; accepts ``--suite NAME`` for the ``NAME`` subcommand (``suite_first``)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        ctx.allow_interspersed_args = not any(a in self.commands for a in args)
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, suite_first(args, list(self.commands)))
 
-    def invoke(self, ctx: Any) -> Any:
-        leftover = [*ctx._protected_args, *ctx.args]
-        if leftover and leftover[0] not in self.commands:
-            ctx.meta[_EXTRA_KEY] = leftover
-            ctx._protected_args = []
-            ctx.args = []
-        return super().invoke(ctx)
+
+class PilotCommand(TyperCommand):
+    """A pilot subcommand; an unknown flag is a ``UsageError`` naming it and pointing at the command's help."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            raise UsageError(f"unknown option {exc.option_name} for `harness pilot {self.name}`",
+                             fix=f"see `harness pilot {self.name} --help` for its flags") from None
 
 
 def _suite_module(suite: str, part: str) -> Any:
     if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}", fix="use --suite swebench or --suite terminalbench")
+        raise UsageError(f"unknown suite {suite!r}", fix="use `harness pilot swebench` or `harness pilot terminalbench`")
     name = f"pilots.{suite}.{part}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
-            raise UsageError(f"the {suite} pilot has no {part} module yet ({name})", fix="update the checkout") from None
+            raise UsageError(f"the {suite} pilot has no {part} module ({name})", fix="update the checkout") from None
         raise
 
 
-def _parse_suite_extra(module: Any, extra: list[str]) -> Any:
-    model = getattr(module, "SUITE_OPTIONS", None)
-    return parse_extra(model, extra) if model is not None else list(extra)
-
-
-def _print_suite_help(suite: str) -> None:
+def run_suite(ctx: typer.Context, suite: str) -> None:
+    """Build the suite's options from the parsed flags and run it (``pilots.<suite>.runner.run``)."""
+    common, own = f.split(f.values(ctx), PilotOptions)
+    options = options_from_flags(common, suite)
     module = _suite_module(suite, "runner")
-    model = getattr(module, "SUITE_OPTIONS", None)
-    table = Table(title=f"harness pilot --suite {suite}: suite options")
-    for c in ("flag", "default", "meaning"):
-        table.add_column(c)
-    for row in describe_extra(model) if model is not None else []:
-        table.add_row(*row)
-    Console().print(table)
-
-
-def _inherit_group_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
-    """Common flags given before the subcommand (on the group) fill those the subcommand left at their default."""
-    parent = ctx.parent
-    if parent is None:
-        return flags
-    out = dict(flags)
-    for name in flags:
-        mine = ctx.get_parameter_source(name)
-        theirs = parent.get_parameter_source(name)
-        if mine in (None, ParameterSource.DEFAULT) and theirs not in (None, ParameterSource.DEFAULT):
-            out[name] = parent.params.get(name)
-    return out
+    result = module.run(options, validated(module.SUITE_OPTIONS, own))
+    if isinstance(result, PilotResult):
+        check_result(result)
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     group = groups["pilot"]
+    command = {"cls": PilotCommand, "context_settings": {"help_option_names": SUITE_HELP}}
 
-    @group.callback(
-        cls=PilotGroup,
-        invoke_without_command=True,
-        no_args_is_help=True,
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
-    @common_flags()
+    @group.callback(cls=PilotGroup, invoke_without_command=True, no_args_is_help=True,
+                    context_settings={"help_option_names": ["-h", "--help"]})
     def pilot(
         ctx: typer.Context,
-        suite_help: bool = typer.Option(False, "--suite-help", help="List the suite's own options and exit."),
-        flags: dict | None = None,
+        suite: Annotated[Optional[str], typer.Option(help="Same as the SUITE subcommand (older command lines).")] = None,
+        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
+        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
+        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
+        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
+        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
+        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
     ) -> None:
-        """Run an agentic pilot: `harness pilot --suite swebench|terminalbench [flags] [suite flags]`."""
-        if ctx.invoked_subcommand is not None:
-            return
-        flags = flags or {}
-        suite = flags.get("suite")
-        if suite_help:
-            _print_suite_help(suite or "")
-            raise typer.Exit(0)
-        options = options_from_flags(flags)
-        module = _suite_module(options.suite, "runner")
-        extra = _parse_suite_extra(module, ctx.meta.get(_EXTRA_KEY, []))
-        result = module.run(options, extra)
-        if isinstance(result, PilotResult):
-            check_result(result)
+        """Run an agentic pilot: `harness pilot swebench|terminalbench [flags]` (common flags may come first)."""
+        if ctx.invoked_subcommand is None:  # flags but no suite (a known --suite became the subcommand)
+            if suite is None:
+                raise UsageError("no pilot suite given", fix="use `harness pilot swebench|terminalbench [flags]`")
+            _suite_module(suite, "runner")  # names the unknown suite
 
-    @group.command("setup", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    @common_flags()
-    def setup(ctx: typer.Context, flags: dict | None = None) -> None:
-        """Prepare a suite's tools (e.g. the isolated Harbor venv for terminalbench)."""
-        options = options_from_flags(_inherit_group_flags(ctx, flags or {}))
+    from pilots.swebench import cli as swebench_cli
+
+    swebench_cli.register(group, run_suite, **command)
+    terminalbench_cli.register(group, run_suite, **command)
+
+    @group.command("setup", cls=PilotCommand, context_settings={"help_option_names": ["-h", "--help"]})
+    def setup(
+        ctx: typer.Context,
+        suite: Annotated[Optional[str], typer.Option(help="The suite to prepare (terminalbench: the Harbor venv).")] = None,
+        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
+        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
+        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
+        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
+        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
+        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
+        harbor_bin: terminalbench_cli.SetupHarborBin = None, venv: terminalbench_cli.SetupVenv = None,
+        python: terminalbench_cli.SetupPython = None, harbor_version: terminalbench_cli.SetupHarborVersion = None,
+        force: terminalbench_cli.SetupForce = None,
+    ) -> None:
+        """Prepare a suite's tools (terminalbench: the isolated Harbor venv, or a check of --harbor-bin)."""
+        given = f.values(ctx)
+        suite_name = given.pop("suite", None)
+        common, own = f.split(given, PilotOptions)
+        options = options_from_flags(common, suite_name)
         module = _suite_module(options.suite, "setup")
-        fn = module.setup
-        if len(inspect.signature(fn).parameters) >= 2:
-            fn(options, _parse_suite_extra(module, list(ctx.args)))
-        elif ctx.args:
-            raise UsageError(f"unexpected arguments {ctx.args}", fix=f"`harness pilot setup --suite {options.suite} --help`")
-        else:
-            fn(options)
+        module.setup(options, validated(module.SUITE_OPTIONS, own))

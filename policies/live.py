@@ -151,9 +151,10 @@ def _measure(world: Any, bs: int, cfg: SpecConfig, settings: Any, log_stem: Path
             r = run_cell(server, bs, settings, world.telemetry, world.clock)
     except CellError as exc:
         return {"error": f"{exc.kind}: {exc.message}"}
-    after = r.after or {}
-    any_bit, power_thermal = throttling_flags(after.get("clock_event_reasons"))
-    return {"speed_tok_s": r.speed_tok_s, "avg_power_watts": r.avg_power_watts, "gpu_temp_c": after.get("temperature_c"),
+    after = r.after
+    any_bit, power_thermal = throttling_flags(after.clock_event_reasons if after is not None else None)
+    return {"speed_tok_s": r.speed_tok_s, "avg_power_watts": r.avg_power_watts,
+            "gpu_temp_c": after.temperature_c if after is not None else None,
             "throttled_any": any_bit, "throttled_pt": power_thermal}  # fmt: skip
 
 

@@ -1,11 +1,17 @@
-"""The bench's server-side window edges and the after-snapshot taken at or before the window end (pure functions, no servers:
-the twin sweep tests exercise them end to end)."""
+"""The bench's server-side window edges and the after-snapshot taken at or before the window end (pure functions, and
+``TelemetrySource.sample_at`` on both real sources; the twin sweep tests exercise them end to end)."""
 
 from __future__ import annotations
 
-from harness.bench import SERVER_EDGE_TOLERANCE_NS, sample_at, server_window
+import time
+
+from _telemetry_helpers import ScriptedProbe
+from harness.bench import SERVER_EDGE_TOLERANCE_NS, server_window
 from harness.engine.client import GenerateResult, parse_meta_info
-from harness.telemetry.windows import GpuSample
+from harness.telemetry.client import TelemetryClient, TelemetrySource
+from harness.telemetry.sampler import InProcessSampler, SamplerCore
+from harness.telemetry.server import start_server
+from harness.telemetry.windows import GpuSample, sample_near
 from harness.timeutil import ScaledClock
 
 ANCHOR = 1_700_000_000_000_000_000
@@ -48,29 +54,31 @@ def _sample(seq: int, t: int, mask: int) -> GpuSample:
     return GpuSample(run_id="r", seq=seq, t_wall_ns=t, t_mono_ns=t, energy_mj=1.0 * seq, power_w=50.0, clock_event_reasons=mask)
 
 
-class _Store:
-    def __init__(self, recs):
-        self.recs = recs
-
-    def since(self, since_seq, limit):
-        return [r for r in self.recs if r.seq > since_seq][:limit]
-
-
-class _Source:
-    """An InProcessSampler-shaped source: ``snapshot()`` is the newest sample (idle bit set: read late)."""
-
-    def __init__(self, recs):
-        self.core = type("Core", (), {"store": _Store(recs)})()
-        self.recs = recs
-
-    def snapshot(self):
-        return self.recs[-1]
-
-
 def test_sample_at_picks_the_sample_atest_the_window_end_not_the_newest():
     recs = [_sample(i, 1000 * i, 0x4 if i < 5 else 0x1) for i in range(10)]
-    src = _Source(recs)
-    assert sample_at(src, 4_400).seq == 4 and sample_at(src, 4_400).clock_event_reasons == 0x4
-    assert sample_at(src, 10**9).seq == 9
-    no_list = type("S", (), {"snapshot": lambda self: recs[-1]})()
-    assert sample_at(no_list, 4_400).seq == 9  # a source that cannot list samples: the latest one
+    assert sample_near(recs, 4_400).seq == 4 and sample_near(recs, 4_400).clock_event_reasons == 0x4
+    assert sample_near(recs, 10**9).seq == 9
+    assert sample_near([], 4_400) is None  # nothing usable listed: the source answers its latest snapshot
+
+
+def test_both_telemetry_sources_answer_sample_at_from_their_recent_samples():
+    """The in-process sampler and the sidecar client (real sampler thread and HTTP server) pick the same sample."""
+    core = SamplerCore(ScriptedProbe(), rate_hz=50.0).start()
+    srv, _ = start_server(core, "127.0.0.1", 0)
+    inproc = InProcessSampler(ScriptedProbe(), rate_hz=50.0)
+    try:
+        time.sleep(0.4)
+        with TelemetryClient(f"http://127.0.0.1:{srv.server_address[1]}") as client:
+            for source in (client, inproc):
+                assert isinstance(source, TelemetrySource)
+                latest = source.snapshot()
+                assert latest is not None and latest.seq >= 5
+                mid = latest.t_wall_ns - 100_000_000
+                picked = source.sample_at(mid)
+                assert picked is not None and mid - 200_000_000 < picked.t_wall_ns <= mid
+                assert source.sample_at(latest.t_wall_ns + 10**12).seq >= latest.seq  # the newest one
+    finally:
+        inproc.close()
+        srv.shutdown()
+        srv.server_close()
+        core.stop()

@@ -58,10 +58,10 @@ def test_run_cell_measures_from_counters_and_window(world, tmp_path):
     assert r.speed_source == "step_time" and r.step_time_samples > 0 and r.step_time_s > 0
     assert r.accept_length_source == "server_info" and 1.5 < r.accept_length < 4
     assert r.req_accept_length_mean == pytest.approx(r.accept_length, rel=0.25)
-    assert r.energy_joules and r.energy_joules > 0 and r.window["valid"], r.window
-    assert r.avg_power_watts == pytest.approx(r.energy_joules / r.window["duration_s"])
-    assert r.wall_clock_s == pytest.approx(r.window["duration_s"], rel=0.1)  # both on twin time
-    assert r.pre and r.pre["temperature_c"] is not None
+    assert r.energy_joules and r.energy_joules > 0 and r.window.valid, r.window
+    assert r.avg_power_watts == pytest.approx(r.energy_joules / r.window.duration_s)
+    assert r.wall_clock_s == pytest.approx(r.window.duration_s, rel=0.1)  # both on twin time
+    assert r.pre and r.pre.temperature_c is not None
 
 
 def test_oom_at_launch_and_the_ladder(world, tmp_path):

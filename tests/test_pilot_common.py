@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, Field
 
 from harness.errors import InvalidConfigError, UsageError
 from harness.grid import SpecConfig
-from pilots.common import (
-    ERROR_PREFIX,
-    PILOT_CONFIGS,
-    PilotOptions,
-    PilotTrial,
-    energy_from_window,
-    gpu_metrics,
-    options_from_flags,
-    parse_extra,
-    select_configs,
-    throttling,
-    trial_row,
-)
+from harness.rows import PILOT_ERROR_PREFIX as ERROR_PREFIX
+from harness.telemetry.windows import GpuSample, WindowStats
+from pilots.options import PILOT_CONFIGS, PilotOptions, options_from_flags, select_configs
+from pilots.telemetry import energy_from_window, gpu_metrics, throttling
+from pilots.trial import PilotTrial, trial_row
 
 PUBLISHED_KEYS = [
     "hardware", "index", "repeat", "batch_size", "steps", "topk", "num_draft_tokens", "is_baseline", "error",
@@ -59,37 +51,67 @@ def test_options_defaults_and_validation(tmp_path: Path) -> None:
         options_from_flags({"suite": "swebench", "configs": "bogus"})
 
 
-class _Suite(BaseModel):
-    limit: int | None = Field(default=None, description="how many")
-    instance_ids: list[str] = Field(default_factory=list)
-    evaluate: bool = True
-    max_new_tokens: int = 768
+def test_suite_flags_parse_into_the_suite_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real `harness pilot swebench` command parses its suite flags into ``SwebenchOptions`` (the runner is
+    replaced: the flags are under test, not the pilot)."""
+    import pilots.swebench.runner as sw
+    from harness.cli import main
+
+    seen: list[tuple[PilotOptions, object]] = []
+    monkeypatch.setattr(sw, "run", lambda options, extra: seen.append((options, extra)))
+    args = ["--limit", "2", "--instance-ids", "a,b", "--instance-ids=c", "--no-evaluate", "--max-new-tokens=64"]
+    assert main(["pilot", "swebench", *args]) == 0
+    m = seen[0][1]
+    assert isinstance(m, sw.SwebenchOptions)
+    assert (m.limit, m.instance_ids, m.evaluate, m.max_new_tokens) == (2, ["a", "b", "c"], False, 64)
+    assert main(["pilot", "swebench", "--bogus", "1"]) == 2
+    assert "unknown option --bogus" in capsys.readouterr().err
+    assert main(["pilot", "swebench", "--limit"]) == 2
+    assert "requires an argument" in capsys.readouterr().err
+    assert main(["pilot", "swebench", "--limit", "two"]) == 2
+    assert "Invalid value for '--limit'" in capsys.readouterr().err
+    assert len(seen) == 1
 
 
-def test_parse_extra_suite_flags() -> None:
-    m = parse_extra(_Suite, ["--limit", "2", "--instance-ids", "a,b", "--instance-ids=c", "--no-evaluate", "--max-new-tokens=64"])
-    assert m.model_dump() == {"limit": 2, "instance_ids": ["a", "b", "c"], "evaluate": False, "max_new_tokens": 64}
-    with pytest.raises(UsageError, match="unknown option --bogus"):
-        parse_extra(_Suite, ["--bogus", "1"])
-    with pytest.raises(UsageError, match="needs a value"):
-        parse_extra(_Suite, ["--limit"])
-    with pytest.raises(UsageError, match="invalid suite options"):
-        parse_extra(_Suite, ["--limit", "two"])
+def test_each_suite_subcommand_lists_its_own_flags() -> None:
+    """`harness pilot swebench --help` / `terminalbench --help`: every field of the suite's model and of the common
+    options is a flag in its help, the other suite's own flags are not."""
+    from pilots.swebench.runner import SwebenchOptions
+    from pilots.terminalbench.runner import TerminalBenchOptions
+
+    flag = {"twin_gpu_url": "--twin-gpu", "twin_faults": "--twin-fault"}
+    common = [flag.get(n, "--" + n.replace("_", "-")) for n in PilotOptions.model_fields if n not in ("suite", "run_id")]
+    for suite, model, other in (("swebench", SwebenchOptions, "--harbor-bin"), ("terminalbench", TerminalBenchOptions, "--repos-dir")):
+        out = subprocess.run([sys.executable, "-m", "harness", "pilot", suite, "--help"], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, out.stderr
+        own = ["--" + n.replace("_", "-") for n in model.model_fields]
+        missing = [x for x in [*common, *own] if x not in out.stdout]
+        assert not missing, f"{suite} --help lacks {missing}"
+        assert other not in out.stdout and "options" in out.stdout
+
+
+def _gpu(**kw: object) -> GpuSample:
+    return GpuSample(**{"run_id": "r", "seq": 0, "t_wall_ns": 1, "t_mono_ns": 1, **kw})  # type: ignore[arg-type]
+
+
+def _window(**kw: object) -> WindowStats:
+    return WindowStats(**{"start_ns": 0, "end_ns": 10**9, "wall_duration_s": 1.0, **kw})  # type: ignore[arg-type]
 
 
 def test_throttling_ignores_the_idle_bit() -> None:
     assert throttling(0x1) is False
     assert throttling(0x4) is True and throttling(0x21) is True
     assert throttling(None) is None
-    m = gpu_metrics({"temperature_c": 61.0, "power_w": 40.0, "clock_event_reasons": 1, "t_wall_ns": 1_700_000_000_000_000_000})
+    m = gpu_metrics(_gpu(temperature_c=61.0, power_w=40.0, clock_event_reasons=1, t_wall_ns=1_700_000_000_000_000_000))
     assert m["gpu_throttling_active"] is False and m["gpu_throttling_reference"] is True
     assert m["timestamp"].endswith("+00:00")
 
 
 def test_energy_from_window_uses_device_duration_and_refuses_invalid() -> None:
-    assert energy_from_window({"valid": True, "energy_j": 100.0, "duration_s": 4.0}) == (100.0, 25.0)
-    assert energy_from_window({"valid": False, "energy_j": 100.0, "duration_s": 4.0}) == (None, None)
-    assert energy_from_window({}) == (None, None)
+    assert energy_from_window(_window(valid=True, energy_j=100.0, duration_s=4.0)) == (100.0, 25.0)
+    assert energy_from_window(_window(valid=False, energy_j=100.0, duration_s=4.0)) == (None, None)
+    assert energy_from_window(None) == (None, None)
 
 
 def _trial(mode: str, **kw: object) -> PilotTrial:
@@ -97,10 +119,9 @@ def _trial(mode: str, **kw: object) -> PilotTrial:
         suite="swebench" if mode == "snapshots" else "terminalbench", config_name="no_spec", steps=0, topk=0,
         num_draft_tokens=0, task_id="t1", elapsed_s=10.0, completion_tokens=500, energy_joules=600.0,
         avg_power_watts=60.0, telemetry_mode=mode,  # type: ignore[arg-type]
-        window={"valid": True, "avg_temp_c": 70.0, "avg_util_pct": 90.0, "clock_event_reasons_or": 4, "reasons": []},
-        gpu_metrics_before={"gpu_temperature_celsius": 55.0},
-        gpu_metrics_after={"gpu_temperature_celsius": 66.0, "gpu_power_watts": 71.0, "gpu_utilization_percent": 93.0,
-                           "gpu_memory_used_mb": 5000.0, "gpu_throttling_active": False, "clock_event_reasons": 1},
+        window=_window(valid=True, avg_temp_c=70.0, avg_util_pct=90.0, clock_event_reasons_or=4, reasons=[]),
+        before=_gpu(temperature_c=55.0),
+        after=_gpu(temperature_c=66.0, power_w=71.0, utilization_pct=93.0, memory_used_mb=5000.0, clock_event_reasons=1),
         **kw,
     )
 

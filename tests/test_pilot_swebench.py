@@ -364,7 +364,7 @@ def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[I
 
 
 def test_gold_smoke_failure_blocks_grading(fixture_instances: list[Instance], tmp_path: Path) -> None:
-    from pilots.common import PilotOptions
+    from pilots.options import PilotOptions
     from pilots.swebench.runner import SwebenchOptions, _gold_smoke
 
     evaluator = standin_evaluator(tmp_path)

@@ -13,7 +13,10 @@ import pytest
 
 from harness.errors import UsageError
 from harness.timeutil import parse_iso_ns, to_iso
-from pilots.common import ConfigRun, PilotOptions, trial_row
+from harness.telemetry.windows import WindowStats
+from pilots.options import PilotOptions
+from pilots.runner import ConfigRun
+from pilots.trial import trial_row
 from pilots.terminalbench import harbor_install
 from pilots.terminalbench.results import TrialOutcome, infer_offset, job_window_ns, read_job
 from pilots.terminalbench.runner import TWIN_FAILURE_NOTE, TerminalBenchOptions, trial_from_outcome
@@ -145,9 +148,9 @@ class _FixedWindowTelemetry:
         self.window_ = window
         self.asked: list[tuple[int, int]] = []
 
-    def window(self, start_ns: int, end_ns: int) -> dict:
+    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None) -> WindowStats:
         self.asked.append((start_ns, end_ns))
-        return dict(self.window_, start_ns=start_ns, end_ns=end_ns)
+        return WindowStats.model_validate(dict(self.window_, start_ns=start_ns, end_ns=end_ns))
 
     def snapshot(self):
         return None
@@ -208,13 +211,19 @@ def test_fixture_tasks_have_harbors_task_layout() -> None:
         assert os.access(d / "tests" / "test.sh", os.X_OK)
 
 
-def test_suite_options_parse_from_the_command_line() -> None:
-    from pilots.common import parse_extra
+def test_suite_options_parse_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real `harness pilot terminalbench` command parses its suite flags (the runner is replaced)."""
+    import pilots.terminalbench.runner as tb
+    from harness.cli import main
 
-    o = parse_extra(TerminalBenchOptions, ["--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"])
+    seen: list[object] = []
+    monkeypatch.setattr(tb, "run", lambda options, extra: seen.append(extra))
+    assert main(["pilot", "terminalbench", "--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"]) == 0
+    o = seen[0]
+    assert isinstance(o, TerminalBenchOptions)
     assert o.tasks == ["a", "b"] and o.max_turns == 3 and o.agent_timeout_s == 60.0 and o.env == "local"
-    with pytest.raises(UsageError):
-        parse_extra(TerminalBenchOptions, ["--no-such-flag", "1"])
+    assert main(["pilot", "terminalbench", "--no-such-flag", "1"]) == 2
+    assert len(seen) == 1
 
 
 def test_python312_is_found_and_a_missing_one_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

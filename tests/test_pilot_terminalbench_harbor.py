@@ -232,7 +232,8 @@ def test_a_harbor_that_runs_no_trial_is_reported_not_hidden(harbor: Path, tmp_pa
     from types import SimpleNamespace
 
     from harness.grid import SpecConfig
-    from pilots.common import ConfigRun, PilotOptions
+    from pilots.options import PilotOptions
+    from pilots.runner import ConfigRun
     from pilots.terminalbench.runner import TerminalBenchOptions, TerminalBenchPilot
 
     opts = PilotOptions(suite="terminalbench", engine="twin", fixture=True, out=tmp_path / "run", configs=["no_spec"])

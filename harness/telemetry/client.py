@@ -1,7 +1,7 @@
 """The harness side of telemetry: the ``TelemetrySource`` protocol and ``TelemetryClient`` for the sidecar.
 
 An unreachable sampler never turns into 0 J: ``window()`` returns an invalid window with ``sampler_unreachable``
-and energy None; ``snapshot()`` returns None and keeps the error in ``last_error``.
+and energy None; ``snapshot()`` and ``sample_at()`` return None and keep the error in ``last_error``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from harness.errors import ServiceUnavailableError
-from harness.telemetry.windows import CLOCK_DISAGREEMENT, SAMPLER_UNREACHABLE, GpuSample, WindowStats
+from harness.telemetry.windows import (
+    CLOCK_DISAGREEMENT,
+    SAMPLE_AT_LOOKBACK,
+    SAMPLER_UNREACHABLE,
+    GpuSample,
+    WindowStats,
+    sample_near,
+)
 from harness.timeutil import wall_ns
 
 MAX_CLOCK_OFFSET_NS = 20_000_000  # beyond this (plus half the round trip) the two wall clocks disagree
@@ -20,11 +27,19 @@ MAX_CLOCK_OFFSET_NS = 20_000_000  # beyond this (plus half the round trip) the t
 
 @runtime_checkable
 class TelemetrySource(Protocol):
-    """What the harness needs from telemetry, whether a sidecar or an in-process sampler."""
+    """What the harness needs from telemetry, whether a sidecar or an in-process sampler.
+
+    ``snapshot``: the newest sample (None when there is none or the sampler is unreachable). ``window``: the
+    aggregate over a wall-ns interval, first waiting up to ``wait_s`` (None: the source's default) for a sample
+    after its end. ``sample_at``: the sample taken at or just before a wall-ns instant among the recent ones
+    (``windows.sample_near``), else ``snapshot()``.
+    """
 
     def snapshot(self) -> GpuSample | None: ...
 
-    def window(self, start_ns: int, end_ns: int) -> WindowStats: ...
+    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None) -> WindowStats: ...
+
+    def sample_at(self, t_ns: int) -> GpuSample | None: ...
 
     def identity(self) -> dict[str, Any]: ...
 
@@ -96,6 +111,19 @@ class TelemetryClient:
         except (httpx.HTTPError, ValueError) as exc:
             self.last_error = f"{SAMPLER_UNREACHABLE}: {type(exc).__name__}: {exc}"
             return None
+
+    def sample_at(self, t_ns: int) -> GpuSample | None:
+        """The sample at or just before ``t_ns`` among the sidecar's recent ones (``GET /v1/samples``), else the latest."""
+        latest = self.snapshot()
+        if latest is None:
+            return None
+        params = {"since_seq": max(-1, latest.seq - SAMPLE_AT_LOOKBACK), "limit": SAMPLE_AT_LOOKBACK + 1}
+        try:
+            records = [GpuSample.model_validate(r) for r in self._get("/v1/samples", params).get("samples", [])]
+        except (httpx.HTTPError, ValueError) as exc:  # the listing is an improvement; the latest sample is the fallback
+            self.last_error = f"{SAMPLER_UNREACHABLE}: {type(exc).__name__}: {exc}"
+            return latest
+        return sample_near(records, t_ns) or latest
 
     def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str | None = None) -> WindowStats:
         wait = self.wait_s if wait_s is None else wait_s

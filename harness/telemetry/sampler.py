@@ -15,7 +15,7 @@ from typing import Any
 from harness.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, probe_timing
 from harness.telemetry.store import SampleStore
-from harness.telemetry.windows import GpuSample, WindowStats
+from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
 from harness.timeutil import mono_ns, wall_ns
 
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 200.0
@@ -204,6 +204,14 @@ class InProcessSampler:
 
     def snapshot(self) -> GpuSample | None:
         return self.core.latest()
+
+    def sample_at(self, t_ns: int) -> GpuSample | None:
+        """The sample at or just before ``t_ns`` among the store's recent records, else the latest."""
+        latest = self.snapshot()
+        if latest is None:
+            return None
+        recent = self.core.store.since(max(-1, latest.seq - SAMPLE_AT_LOOKBACK), SAMPLE_AT_LOOKBACK + 1)
+        return sample_near(recent, t_ns) or latest
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:
         """Block until a sample carried a reading; raises ``ServiceUnavailableError`` with the last probe errors."""

@@ -12,9 +12,11 @@ and its finish (no per-token timestamps exist without streaming); J/token = ener
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from pydantic import BaseModel
+
+from harness.telemetry.windows import WindowStats
 
 WindowKind = str  # "measured" | "steady"
 
@@ -40,6 +42,8 @@ class WindowEnergy(BaseModel):
     joules_per_token: float | None = None
     valid: bool | None = None
     reasons: list[str] = []
+    source: str | None = None
+    """Where the edges came from: ``server`` or ``client`` stamps (``harness.bench``)."""
 
 
 def min_requests(batch_size: int) -> int:
@@ -71,13 +75,13 @@ def tokens_in(spans: Sequence[RequestSpan], start_ns: int, end_ns: int) -> float
     return total
 
 
-def window_energy(kind: str, window: Any, tokens: float | None, start_ns: int, end_ns: int) -> WindowEnergy:
-    """A ``WindowEnergy`` from a sampler window (``WindowStats`` or its dict) and the tokens generated inside it."""
-    get = window.get if isinstance(window, dict) else (lambda k: getattr(window, k, None))
-    energy, duration = get("energy_j"), get("duration_s")
+def window_energy(kind: str, window: WindowStats, tokens: float | None, start_ns: int, end_ns: int,
+                  source: str | None = None) -> WindowEnergy:
+    """A ``WindowEnergy`` from a sampler window and the tokens generated inside it."""
+    energy, duration = window.energy_j, window.duration_s
     return WindowEnergy(
         kind=kind, start_ns=start_ns, end_ns=end_ns, duration_s=duration, energy_j=energy,
         avg_power_w=energy / duration if energy is not None and duration else None, tokens=tokens,
         joules_per_token=energy / tokens if energy is not None and tokens else None,
-        valid=get("valid"), reasons=list(get("reasons") or []),
+        valid=window.valid, reasons=list(window.reasons), source=source,
     )  # fmt: skip

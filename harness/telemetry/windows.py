@@ -159,6 +159,22 @@ class WindowStats(BaseModel):
         return cls(start_ns=start_ns, end_ns=end_ns, wall_duration_s=(end_ns - start_ns) / 1e9, reasons=[reason])
 
 
+SAMPLE_AT_LOOKBACK = 64
+"""How many of the sampler's most recent records ``TelemetrySource.sample_at`` looks through."""
+
+
+def sample_near(records: Sequence[GpuSample], t_ns: int) -> GpuSample | None:
+    """The newest usable record taken at or before ``t_ns`` (the nearest one when none is that old); None when no
+    record is usable. What ``TelemetrySource.sample_at`` answers from the sampler's recent records."""
+    usable = [r for r in records if r.usable]
+    if not usable:
+        return None
+    before = [r for r in usable if r.t_wall_ns <= t_ns]
+    if before:
+        return max(before, key=lambda r: r.t_wall_ns)
+    return min(usable, key=lambda r: abs(r.t_wall_ns - t_ns))
+
+
 def _interp(x0: float, y0: float, x1: float, y1: float, x: float) -> float:
     if x1 == x0:
         return y1 if x >= x1 else y0

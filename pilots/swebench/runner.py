@@ -1,6 +1,6 @@
 """``harness pilot --suite swebench``: one patch-generation request per instance per config, telemetry per request.
 
-Outputs under RUN_DIR (besides the shared ones written by ``pilots.common.PilotRunner``): ``prompts/<id>.txt`` and
+Outputs under RUN_DIR (besides the shared ones written by ``pilots.runner.PilotRunner``): ``prompts/<id>.txt`` and
 ``prompts/index.jsonl`` (source, token estimate, files, truncation), ``outputs/<config>/<id>.txt`` (raw answers),
 ``predictions/<config>.jsonl`` (swebench format), ``reports/summary.json`` and ``eval/`` when graded.
 """
@@ -15,17 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.errors import ServiceUnavailableError
 from harness.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.timeutil import to_iso, wall_ns
-from pilots.common import (
-    ConfigRun,
-    PilotOptions,
-    PilotResult,
-    PilotRunner,
-    PilotTrial,
-    energy_from_window,
-    gpu_metrics,
-    pilot_console,
-    summary_table,
-)
+from pilots.console import pilot_console, summary_table
+from pilots.options import PilotOptions
+from pilots.runner import ConfigRun, PilotResult, PilotRunner
+from pilots.telemetry import energy_from_window, gpu_metrics
+from pilots.trial import PilotTrial
 from pilots.swebench import evaluate as ev
 from pilots.swebench.checkout import Checkout, build_fixture_repo, find_checkout
 from pilots.swebench.instances import DEFAULT_DATASET, DEFAULT_LIMIT, DEFAULT_SPLIT, Instance, fixture_path, load_file, load_hf, select
@@ -158,9 +152,9 @@ def _request_trial(run: ConfigRun, inst: Instance, built: BuiltPrompt, checkout:
         "output_tokens_per_s_meaning": SPEED_LABEL,
         "energy_joules": energy, "avg_power_watts": power,
         "joules_per_output_token": (energy / completion) if energy is not None and completion else None,
-        "energy_source": m.window.get("energy_method") if energy is not None else "unavailable",
-        "window_start_ns": m.start_ns, "window_end_ns": m.end_ns, "window_valid": bool(m.window.get("valid")),
-        "window_reasons": list(m.window.get("reasons") or []), "window": m.window,
+        "energy_source": m.window.energy_method if energy is not None else "unavailable",
+        "window_start_ns": m.start_ns, "window_end_ns": m.end_ns, "window_valid": m.window.valid,
+        "window_reasons": list(m.window.reasons), "window": m.window.model_dump(mode="json"),
         "gpu_metrics_before": before, "gpu_metrics_after": after,
         "per_request_accept_length": res.accept_length if res is not None else None,
         "spec_verify_ct": res.spec_verify_ct if res is not None else None,
@@ -175,8 +169,8 @@ def _request_trial(run: ConfigRun, inst: Instance, built: BuiltPrompt, checkout:
         prompt_tokens=record["prompt_tokens"], completion_tokens=completion,
         accept_length=res.accept_length if res is not None else None,
         accept_length_source="per_request" if res is not None and res.accept_length is not None else None,
-        energy_joules=energy, avg_power_watts=power, window=m.window, gpu_metrics_before=before,
-        gpu_metrics_after=after, telemetry_mode="snapshots", record=record,
+        energy_joules=energy, avg_power_watts=power, window=m.window, before=m.before, after=m.after,
+        telemetry_mode="snapshots", record=record,
         note=f"one patch-generation request ({built.source} prompt, ~{built.tokens_estimate} tokens); "
              "end-to-end request time, not controlled decode throughput",
     )

@@ -23,7 +23,11 @@ from rich.console import Console
 
 from harness.errors import HarnessError
 from harness.jsonl import write_json_atomic, write_jsonl_atomic
-from pilots.common import ConfigRun, PilotOptions, PilotResult, PilotRunner, PilotTrial, energy_from_window, window_for
+from harness.telemetry.windows import WindowStats
+from pilots.options import PilotOptions
+from pilots.runner import ConfigRun, PilotResult, PilotRunner
+from pilots.telemetry import energy_from_window, window_for
+from pilots.trial import PilotTrial
 from pilots.terminalbench.command import HarborRunSpec, ServerLimits, resolve_env
 from pilots.terminalbench.report import print_report
 from pilots.terminalbench.harbor_install import (
@@ -199,11 +203,11 @@ def trial_from_outcome(run: ConfigRun, o: TrialOutcome, *, engine: str, time_sca
                        problems: list[str] | None = None, meta: dict[str, Any] | None = None) -> PilotTrial:
     """One Harbor trial as a ``PilotTrial``: its ``agent_execution`` window on the sampler, world-second duration,
     tokens, per-call profile, and the full record (window-average telemetry, published pilot semantics)."""
-    window: dict[str, Any] = {}
+    window: WindowStats | None = None
     if o.agent_start_ns is not None and o.agent_end_ns is not None and o.agent_end_ns > o.agent_start_ns:
         window = window_for(run.telemetry, o.agent_start_ns, o.agent_end_ns)
     energy, power = energy_from_window(window)
-    dur = window.get("duration_s") if window.get("valid") else None
+    dur = window.duration_s if window is not None and window.valid else None
     elapsed = float(dur) if dur else (o.agent_wall_s * time_scale if o.agent_wall_s is not None else None)
     prof = call_profile(o, time_scale=time_scale, trial_s=elapsed, stuck_fraction=stuck_fraction)
     note = TWIN_FAILURE_NOTE if engine == "twin" and not o.success else ""
@@ -216,8 +220,8 @@ def trial_from_outcome(run: ConfigRun, o: TrialOutcome, *, engine: str, time_sca
         "output_tokens": o.n_output_tokens, "input_tokens": o.n_input_tokens, "cache_tokens": o.n_cache_tokens,
         "output_tokens_per_s": (o.n_output_tokens / elapsed) if o.n_output_tokens and elapsed else None,
         "energy_joules": energy, "avg_power_watts": power,
-        "avg_temp_c": window.get("avg_temp_c"), "avg_util_pct": window.get("avg_util_pct"),
-        "window_valid": bool(window.get("valid")), "window_reasons": window.get("reasons") or [],
+        "avg_temp_c": window.avg_temp_c if window else None, "avg_util_pct": window.avg_util_pct if window else None,
+        "window_valid": window is not None and window.valid, "window_reasons": list(window.reasons) if window else [],
         "window_problems": list(problems or []), "n_episodes": o.n_episodes, "n_steps": o.n_steps,
         "summarization_count": o.summarization_count, "calls": prof.model_dump(),
         "stuck_call": prof.stuck, "expected_failure": note or None,
