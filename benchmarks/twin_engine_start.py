@@ -7,8 +7,9 @@ The baseline's ``harness/`` is extracted from git (``git archive``) into a tempo
 contract is unchanged) with ``--twin-launch-scale 0``, so the simulated load/capture phases take no time and what is
 measured is the real cost: interpreter, imports, device handshake, HTTP bind, warm-up generation. Runs alternate
 (baseline, this tree, ...) so host load hits both alike. Prints per side the median wall seconds from process start
-to the first ``/health`` 200 and the median import time of the engine module, and the ratios this/baseline (goal:
-no slower, ratio <= 1 within noise). The default baseline is the last commit before the shared HTTP layer and the
+to the first ``/health`` 200 and the median import time of the engine module (and the minimum of each: on a loaded
+shared host the least disturbed run), and the ratios of the medians this/baseline (goal: no slower, ratio <= 1
+within noise). The default baseline is the last commit before the shared HTTP layer and the
 engine split.
 """
 
@@ -42,6 +43,7 @@ def extract(ref: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "harness"], capture_output=True)
     if archive.returncode != 0:
         sys.exit(f"cannot read {ref!r} from git: {archive.stderr.decode().strip()} (pass --baseline COMMIT)")
+    dest.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest
 
@@ -52,13 +54,13 @@ def env_for(side: str, base_dir: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def start_to_healthy(env: dict[str, str], gpu_url: str, timeout: float = 60.0) -> float:
+def start_to_healthy(env: dict[str, str], gpu_url: str, cwd: Path, timeout: float = 60.0) -> float:
     """Wall seconds from spawning ``harness twin engine`` to its first ``/health`` 200 (the process is stopped)."""
     port = free_port()
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "harness", "twin", "engine", *ENGINE_ARGS, "--host", "127.0.0.1",
                              "--port", str(port), "--twin-gpu", gpu_url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     try:
         with httpx.Client(timeout=1.0, trust_env=False) as client:
             while time.perf_counter() - t0 < timeout:
@@ -75,10 +77,10 @@ def start_to_healthy(env: dict[str, str], gpu_url: str, timeout: float = 60.0) -
         stop_process(proc)
 
 
-def import_seconds(env: dict[str, str], module: str) -> float:
+def import_seconds(env: dict[str, str], module: str, cwd: Path) -> float:
     """Wall seconds a fresh interpreter takes to import ``module`` (python -X importtime's cumulative figure)."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, cwd=cwd,
+                         capture_output=True, text=True, check=True)
     line = [ln for ln in out.stderr.splitlines() if ln.rstrip().endswith(f"| {module}")][-1]
     return int(line.split("|")[1]) / 1e6
 
@@ -91,25 +93,28 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     console = Console(highlight=False)
     with tempfile.TemporaryDirectory(prefix="engine-start-") as tmp:
-        base_dir = extract(args.baseline, Path(tmp))
+        base_dir = extract(args.baseline, Path(tmp) / "baseline")
+        cwd = Path(tmp)  # not the checkout: ``python -m``/``-c`` put the working directory first on sys.path
         envs = {side: env_for(side, base_dir) for side in ("baseline", "this")}
         for side, env in envs.items():  # the right code is imported on each side
             where = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], env=env,
-                                   capture_output=True, text=True, check=True).stdout.strip()
+                                   cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
             console.print(f"{side}: harness from {where}")
         starts: dict[str, list[float]] = {"baseline": [], "this": []}
         imports: dict[str, list[float]] = {"baseline": [], "this": []}
         with twin_gpu(time_scale=20.0) as gpu:
             for _ in range(args.runs):
                 for side, env in envs.items():
-                    starts[side].append(start_to_healthy(env, gpu.url))
-                    imports[side].append(import_seconds(env, ENGINE_MODULE[side]))
-    med = {k: {"start_s": statistics.median(starts[k]), "import_s": statistics.median(imports[k])} for k in starts}
+                    starts[side].append(start_to_healthy(env, gpu.url, cwd))
+                    imports[side].append(import_seconds(env, ENGINE_MODULE[side], cwd))
+    med = {k: {"start_s": statistics.median(starts[k]), "import_s": statistics.median(imports[k]),
+               "start_min_s": min(starts[k]), "import_min_s": min(imports[k])} for k in starts}
     t = Table(title=f"twin engine start-up, median of {args.runs} (baseline {args.baseline})", title_justify="left")
-    for col in ("side", "start -> /health 200 (s)", "import engine (s)"):
+    for col in ("side", "start -> /health 200 (s)", "min", "import engine (s)", "min"):
         t.add_column(col, justify="right")
     for side in ("baseline", "this"):
-        t.add_row(side, f"{med[side]['start_s']:.3f}", f"{med[side]['import_s']:.3f}")
+        m = med[side]
+        t.add_row(side, f"{m['start_s']:.3f}", f"{m['start_min_s']:.3f}", f"{m['import_s']:.3f}", f"{m['import_min_s']:.3f}")
     console.print(t)
     ratio_start = med["this"]["start_s"] / med["baseline"]["start_s"]
     ratio_import = med["this"]["import_s"] / med["baseline"]["import_s"]
