@@ -7,6 +7,7 @@ import json
 import threading
 from typing import Any
 
+from harness import promtext
 from harness.httpserve import BadRequest, Request, Response, Router, Server, error, make_server, serve_in_thread
 from harness.telemetry.metrics import render_metrics
 from harness.telemetry.sampler import SamplerCore
@@ -46,7 +47,7 @@ def build_router(core: SamplerCore) -> Router:
         return {"samples": [rec.to_record() for rec in core.store.since(since, limit)]}
 
     def metrics(req: Request) -> Response:
-        return Response(200, text=render_metrics(core), content_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(200, text=render_metrics(core), content_type=promtext.CONTENT_TYPE)
 
     def probe(ok: bool) -> Response:
         return Response(200 if ok else 503, {"ok": ok})

@@ -1,17 +1,13 @@
-"""The twin engine's ``/metrics`` (sglang's metric names, Prometheus text 0.0.4) through ``prometheus_client``.
-
-``prometheus_client`` is imported on the first scrape, not at engine start: its import (~60 ms here) would otherwise
-land on the start-up path of an engine that is launched once per sweep cell, most of them never scraped.
-"""
+"""The twin engine's ``/metrics``: sglang's metric names, rendered by ``harness.promtext`` (``prometheus_client``
+is imported on the first scrape, not at engine start: its ~60 ms import would otherwise land on the start-up path of
+an engine that is launched once per sweep cell, most of them never scraped)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.twin.engine import TwinEngine
-
-CONTENT_TYPE = "text/plain; version=0.0.4"
+from harness import promtext
+from harness.twin.engine import TwinEngine
 
 
 def _families(eng: TwinEngine) -> list[Any]:
@@ -55,11 +51,4 @@ def _families(eng: TwinEngine) -> list[Any]:
 
 def render_metrics(eng: TwinEngine) -> str:
     """The ``/metrics`` body of the engine now."""
-    from prometheus_client.exposition import generate_latest
-    from prometheus_client.registry import Collector
-
-    class _Scrape(Collector):
-        def collect(self) -> list[Any]:
-            return _families(eng)
-
-    return generate_latest(_Scrape()).decode()
+    return promtext.render(_families(eng))

@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from harness import promtext
 from harness.httpserve import Request, Response, Router, Stream, error, sse
 from harness.twin import openai_api
 from harness.twin.engine import TwinEngine
-from harness.twin.engine_metrics import CONTENT_TYPE, render_metrics
+from harness.twin.engine_metrics import render_metrics
 from harness.twin.engine_request import EngineRequest, iter_counts
 from harness.twin.loop_hint import parse_loop_hint
 from harness.twin.sglang_state import meta_info, server_info
@@ -116,7 +117,7 @@ def build_router(eng: TwinEngine) -> Router:
     def metrics(req: Request) -> Response:
         if not eng.args.enable_metrics:
             return error(404, "metrics are disabled (launch with --enable-metrics)")
-        return Response(200, None, text=render_metrics(eng), content_type=CONTENT_TYPE)
+        return Response(200, None, text=render_metrics(eng), content_type=promtext.CONTENT_TYPE)
 
     r.add("GET", "/health", health)
     r.add("GET", "/health_generate", health)
