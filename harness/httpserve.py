@@ -133,6 +133,9 @@ class JsonHandler(BaseHTTPRequestHandler):
     server_header = "harness"
     dumps: Callable[[Any], bytes] = staticmethod(_dumps)
 
+    def version_string(self) -> str:  # the one ``Server`` header (send_response writes it)
+        return self.server_header
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet: services log their own events
         return
 
@@ -173,7 +176,6 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.send_response(resp.status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Server", self.server_header)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
@@ -186,7 +188,6 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", st.content_type)
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Server", self.server_header)
             self.end_headers()
             for piece in st.chunks:
                 data = piece.encode()
