@@ -46,8 +46,7 @@ class TwinEngine:
     """Server state: args, clock, decoder, requests, counters."""
 
     def __init__(self, args: argparse.Namespace, cfg: SpecConfig, profile: TwinProfile, clock: ScaledClock, link: DeviceLink,
-                 seed: int, faults: set[str],
-                 version: str, warnings: list[str]) -> None:
+                 seed: int, faults: set[str], version: str, warnings: list[str]) -> None:
         self.args = args
         self.cfg = cfg
         self.profile = profile

@@ -7,6 +7,7 @@ sglang would and exits 1; flag errors exit 2 (argparse).
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -18,13 +19,14 @@ from typing import Any
 import httpx
 
 from harness.httpserve import make_server, serve_in_thread
+from harness.grid import SpecConfig
 from harness.timeutil import ScaledClock
 from harness.twin import engine_args as ea
 from harness.twin.device_link import DeviceLink
 from harness.twin.engine import TwinEngine
 from harness.twin.log import log
 from harness.twin.model import launch_seconds, memory_footprint_mb
-from harness.twin.profile import profile_from_dict
+from harness.twin.profile import TwinProfile, profile_from_dict
 from harness.twin.sglang_api import build_router
 from harness.twin.tokens import stable_hash
 
@@ -37,9 +39,9 @@ def _sleep_twin(clock: ScaledClock, seconds: float, stop: threading.Event | None
         time.sleep(wall)
 
 
-def main(argv: list[str]) -> int:
-    """Parse sglang flags, launch on the twin GPU, serve until SIGTERM; returns the exit code."""
-    sys.setswitchinterval(0.0005)  # hand the GIL over quickly: wall latency is multiplied by the time scale
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, ea.SpecChoice, set[str], str] | int:
+    """sglang's flags of the emulated version: (args, spec choice, faults, version), or the exit code (help: 0, a
+    flag error: 2, a rejected speculative setup: 1)."""
     version = ea.emulated_version(argv)
     try:
         parser = ea.build_parser(version)
@@ -61,12 +63,15 @@ def main(argv: list[str]) -> int:
         return 1
     for w in choice.warnings:
         log(w, "WARNING")
-    cfg = choice.config
-    log(f"server_args: model_path={args.model_path} speculative={cfg} dtype={args.dtype} "
+    log(f"server_args: model_path={args.model_path} speculative={choice.config} dtype={args.dtype} "
         f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, sglang {version})")
+    return args, choice, faults, version
 
-    engine_id = f"engine-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    link = DeviceLink(args.twin_gpu, engine_id)
+
+def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[DeviceLink, ScaledClock, TwinProfile, dict[str, Any]] | None:
+    """Handshake with the twin GPU (clock, profile, info, power limit) and resolve the attention backend on its
+    hardware; None (logged) when the device is unreachable or the backend does not run on it."""
+    link = DeviceLink(args.twin_gpu, f"engine-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     try:
         clock = ScaledClock.from_dict(link.get("/v1/clock"))
         profile = profile_from_dict(link.get("/v1/profile"))
@@ -75,17 +80,32 @@ def main(argv: list[str]) -> int:
             link.power_limit_w = float(dev_info["power_limit_w"])
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
-        return 1
+        return None
     cc = profile.device.compute_capability
     if version == "0.5.2":  # 0.5.2 validates the TensorRT-LLM backends against the GPU in ServerArgs.__post_init__
         try:
             ea.check_backend_hardware(args.attention_backend, cc)
         except ea.SpecRejected as exc:
             log(f"ValueError: {exc}", "ERROR")
-            return 1
+            return None
     args.resolved_attention_backend = ea.resolved_attention_backend(args.attention_backend, cfg, cc, version)
     log(f"Attention backend {'pinned' if args.attention_backend else 'not explicitly specified. Use'} "
         f"{args.resolved_attention_backend}{'' if args.attention_backend else ' backend by default'}.")
+    return link, clock, profile, dev_info
+
+
+def main(argv: list[str]) -> int:
+    """Parse sglang flags, launch on the twin GPU, serve until SIGTERM; returns the exit code."""
+    sys.setswitchinterval(0.0005)  # hand the GIL over quickly: wall latency is multiplied by the time scale
+    parsed = _parse(argv)
+    if isinstance(parsed, int):
+        return parsed
+    args, choice, faults, version = parsed
+    cfg = choice.config
+    connected = _connect(args, cfg, version)
+    if connected is None:
+        return 1
+    link, clock, profile, dev_info = connected
 
     graph_bs = ea.cuda_graph_max_bs(args) or min(args.max_running_requests or 16, 16)
     mem_fraction = args.mem_fraction_static if args.mem_fraction_static is not None else 0.65
@@ -139,35 +159,41 @@ def main(argv: list[str]) -> int:
             return 0
         eng = TwinEngine(args, cfg, profile, clock, link, seed, faults, version, choice.warnings)
         eng.memory = {**mem, "mem_fraction": mem_fraction}
-        try:
-            server = make_server(args.host, args.port, build_router(eng), server_header="sglang-twin")
-        except OSError as exc:
-            log(f"cannot bind {args.host}:{args.port}: {exc}", "ERROR")
-            return 1
-        sched = threading.Thread(target=eng.run_scheduler, name="scheduler", daemon=True)
-        sched.start()
-        serve_in_thread(server)
-        log(f"Uvicorn running on http://{args.host}:{args.port} (twin)")
-        warm = eng.new_request("The capital city of France is", None, {"max_new_tokens": 8, "temperature": 0}, rid="twin-warmup")
-        eng.submit(warm)
-        while not warm.done and not stop.is_set():
-            warm.event.wait(0.05)
-        eng.warmup_iters = eng.decoder.forward_ct
-        eng.launch_s = (clock.now_ns() - t_launch0) / 1e9
-        eng.status = "Up"
-        log(f"The server is fired up and ready to roll! (twin, launch {eng.launch_s:.1f} s on the twin clock)")
-        while not stop.wait(0.2):
-            if not sched.is_alive():
-                log("scheduler thread died", "ERROR")
-                return 1
-        eng.status = "Stopping"
-        eng.stop_event.set()
-        server.shutdown()
-        server.server_close()
-        return 0
+        return _serve(eng, stop, t_launch0)
     finally:
         link.stop()
         link.release()
+
+
+def _serve(eng: TwinEngine, stop: threading.Event, t_launch0: int) -> int:
+    """Bind, start the scheduler, run the warm-up generation, turn healthy, serve until ``stop``; the exit code."""
+    args = eng.args
+    try:
+        server = make_server(args.host, args.port, build_router(eng), server_header="sglang-twin")
+    except OSError as exc:
+        log(f"cannot bind {args.host}:{args.port}: {exc}", "ERROR")
+        return 1
+    sched = threading.Thread(target=eng.run_scheduler, name="scheduler", daemon=True)
+    sched.start()
+    serve_in_thread(server)
+    log(f"Uvicorn running on http://{args.host}:{args.port} (twin)")
+    warm = eng.new_request("The capital city of France is", None, {"max_new_tokens": 8, "temperature": 0}, rid="twin-warmup")
+    eng.submit(warm)
+    while not warm.done and not stop.is_set():
+        warm.event.wait(0.05)
+    eng.warmup_iters = eng.decoder.forward_ct
+    eng.launch_s = (eng.clock.now_ns() - t_launch0) / 1e9
+    eng.status = "Up"
+    log(f"The server is fired up and ready to roll! (twin, launch {eng.launch_s:.1f} s on the twin clock)")
+    while not stop.wait(0.2):
+        if not sched.is_alive():
+            log("scheduler thread died", "ERROR")
+            return 1
+    eng.status = "Stopping"
+    eng.stop_event.set()
+    server.shutdown()
+    server.server_close()
+    return 0
 
 
 if __name__ == "__main__":
