@@ -6,10 +6,10 @@ The baseline's ``harness/`` is extracted from git (``git archive``) into a tempo
 ``PYTHONPATH``; this tree runs from the checkout. Both engines start against one twin GPU of this tree (the device
 contract is unchanged) with ``--twin-launch-scale 0``, so the simulated load/capture phases take no time and what is
 measured is the real cost: interpreter, imports, device handshake, HTTP bind, warm-up generation. Runs alternate
-(baseline, this tree, ...) so host load hits both alike. Prints per side the median wall seconds from process start
-to the first ``/health`` 200 and the median import time of the engine module (and the minimum of each: on a loaded
-shared host the least disturbed run), and the ratios of the medians this/baseline (goal: no slower, ratio <= 1
-within noise). The default baseline is the last commit before the shared HTTP layer and the
+(baseline, this, this, baseline, ...) so host load and run order hit both alike. Prints per side the median wall seconds from process start
+to the first ``/health`` 200, the CPU seconds the engine process used (start-up and exit; much less sensitive to a
+loaded host than wall time) and the median import time of the engine module (minima too: on a loaded shared host the
+least disturbed run), and the ratios this/baseline (goal: no slower, ratio <= 1 within noise). The default baseline is the last commit before the shared HTTP layer and the
 engine split.
 """
 
@@ -54,27 +54,33 @@ def env_for(side: str, base_dir: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def start_to_healthy(env: dict[str, str], gpu_url: str, cwd: Path, timeout: float = 60.0) -> float:
-    """Wall seconds from spawning ``harness twin engine`` to its first ``/health`` 200 (the process is stopped)."""
+def start_to_healthy(env: dict[str, str], gpu_url: str, cwd: Path, timeout: float = 60.0) -> tuple[float, float]:
+    """(wall seconds from spawning ``harness twin engine`` to its first ``/health`` 200, CPU seconds the engine
+    process used by then and through its SIGTERM exit); CPU time hardly moves with host load, wall time does."""
     port = free_port()
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "harness", "twin", "engine", *ENGINE_ARGS, "--host", "127.0.0.1",
                              "--port", str(port), "--twin-gpu", gpu_url],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    wall: float | None = None
     try:
         with httpx.Client(timeout=1.0, trust_env=False) as client:
-            while time.perf_counter() - t0 < timeout:
+            while wall is None and time.perf_counter() - t0 < timeout:
                 if proc.poll() is not None:
                     sys.exit(f"engine exited with {proc.returncode} before it was healthy")
                 try:
                     if client.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                        return time.perf_counter() - t0
+                        wall = time.perf_counter() - t0
                 except httpx.HTTPError:
-                    pass
-                time.sleep(0.005)
-        sys.exit(f"engine not healthy after {timeout:g} s")
+                    time.sleep(0.005)
+        if wall is None:
+            sys.exit(f"engine not healthy after {timeout:g} s")
+        proc.terminate()
+        _, status, usage = os.wait4(proc.pid, 0)  # reaped here, with its resource usage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return wall, usage.ru_utime + usage.ru_stime
     finally:
-        stop_process(proc)
+        stop_process(proc)  # a no-op once reaped; kills it on every early exit
 
 
 def import_seconds(env: dict[str, str], module: str, cwd: Path) -> float:
@@ -101,28 +107,33 @@ def main(argv: list[str] | None = None) -> int:
                                    cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
             console.print(f"{side}: harness from {where}")
         starts: dict[str, list[float]] = {"baseline": [], "this": []}
+        cpus: dict[str, list[float]] = {"baseline": [], "this": []}
         imports: dict[str, list[float]] = {"baseline": [], "this": []}
         with twin_gpu(time_scale=20.0) as gpu:
-            for _ in range(args.runs):
-                for side, env in envs.items():
-                    starts[side].append(start_to_healthy(env, gpu.url, cwd))
+            for i in range(args.runs):
+                for side in (("baseline", "this") if i % 2 == 0 else ("this", "baseline")):  # ABBA: no order bias
+                    env = envs[side]
+                    wall, cpu = start_to_healthy(env, gpu.url, cwd)
+                    starts[side].append(wall)
+                    cpus[side].append(cpu)
                     imports[side].append(import_seconds(env, ENGINE_MODULE[side], cwd))
-    med = {k: {"start_s": statistics.median(starts[k]), "import_s": statistics.median(imports[k]),
-               "start_min_s": min(starts[k]), "import_min_s": min(imports[k])} for k in starts}
+    med = {k: {"start_s": statistics.median(starts[k]), "cpu_s": statistics.median(cpus[k]),
+               "import_s": statistics.median(imports[k]), "start_min_s": min(starts[k]), "import_min_s": min(imports[k])}
+           for k in starts}
     t = Table(title=f"twin engine start-up, median of {args.runs} (baseline {args.baseline})", title_justify="left")
-    for col in ("side", "start -> /health 200 (s)", "min", "import engine (s)", "min"):
+    for col in ("side", "start -> /health 200 (s)", "min", "engine CPU (s)", "import engine (s)", "min"):
         t.add_column(col, justify="right")
     for side in ("baseline", "this"):
         m = med[side]
-        t.add_row(side, f"{m['start_s']:.3f}", f"{m['start_min_s']:.3f}", f"{m['import_s']:.3f}", f"{m['import_min_s']:.3f}")
+        t.add_row(side, f"{m['start_s']:.3f}", f"{m['start_min_s']:.3f}", f"{m['cpu_s']:.3f}", f"{m['import_s']:.3f}",
+                  f"{m['import_min_s']:.3f}")
     console.print(t)
-    ratio_start = med["this"]["start_s"] / med["baseline"]["start_s"]
-    ratio_import = med["this"]["import_s"] / med["baseline"]["import_s"]
-    console.print(f"ratio this/baseline: start {ratio_start:.3f}, import {ratio_import:.3f}")
+    ratio = {key: med["this"][key] / med["baseline"][key] for key in ("start_s", "start_min_s", "cpu_s", "import_s")}
+    console.print(f"ratio this/baseline: start {ratio['start_s']:.3f} (min {ratio['start_min_s']:.3f}), "
+                  f"engine CPU {ratio['cpu_s']:.3f}, import {ratio['import_s']:.3f}")
     if args.json:
-        args.json.write_text(json.dumps({"baseline": args.baseline, "runs": args.runs, "median": med,
-                                         "ratio_start": ratio_start, "ratio_import": ratio_import,
-                                         "samples": {"start_s": starts, "import_s": imports}}, indent=2))
+        args.json.write_text(json.dumps({"baseline": args.baseline, "runs": args.runs, "median": med, "ratio": ratio,
+                                         "samples": {"start_s": starts, "cpu_s": cpus, "import_s": imports}}, indent=2))
     return 0
 
 
