@@ -1,6 +1,6 @@
 # Images of the harness. Targets:
 #   cpu      harness[report,export]: twin, sampler, sweep, report, dataset tools on a plain Python base (ARG BASE_IMAGE)
-#   sampler  small telemetry sidecar: the core install only (nvidia-ml-py, typer, rich, pydantic, httpx, numpy)
+#   sampler  small telemetry sidecar: the core install only (nvidia-ml-py, typer, rich, pydantic, httpx, numpy, prometheus_client, pyyaml)
 #   train    harness[all]: cpu + torch, scikit-learn, joblib (policy training)
 #   gpu      the official sglang image (pinned by ARG SGLANG_TAG) + harness[all] on sglang's own torch, so a sweep
 #            launches sglang per config

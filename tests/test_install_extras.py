@@ -123,12 +123,13 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     project = pyproject()
     extras = project["optional-dependencies"]
     core = _dist_names(project["dependencies"])
-    assert core == {"typer", "rich", "pydantic", "httpx", "numpy", "nvidia-ml-py"}
+    # issue 14: prometheus_client renders /metrics; pyyaml reads `harness sweep --config run.yaml`
+    assert core == {"typer", "rich", "pydantic", "httpx", "numpy", "nvidia-ml-py", "prometheus_client", "pyyaml"}
     assert [Requirement(r) for r in extras["all"]] == [Requirement("eagle-energy-harness[policies,report,export]")]
     everything = core | _dist_names(extras["policies"]) | _dist_names(extras["report"]) | _dist_names(extras["export"])
-    # the dependency list before the split (pyyaml dropped: nothing imports it)
+    # the dependency list before the split, plus prometheus_client (/metrics)
     assert everything == {"typer", "rich", "pydantic", "httpx", "numpy", "scikit-learn", "joblib", "matplotlib",
-                          "pyarrow", "datasets", "nvidia-ml-py", "torch"}
+                          "pyarrow", "datasets", "nvidia-ml-py", "torch", "prometheus_client", "pyyaml"}
     # each optional module maps to the extra that installs its distribution
     dist_of = {"torch": "torch", "sklearn": "scikit-learn", "joblib": "joblib", "matplotlib": "matplotlib",
                "pyarrow": "pyarrow", "datasets": "datasets"}

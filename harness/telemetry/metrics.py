@@ -1,4 +1,5 @@
-"""Prometheus text exposition (format 0.0.4, base units) of the latest sample and the sampler's own health.
+"""Prometheus text exposition (format 0.0.4, base units) of the latest sample and the sampler's own health, through
+``prometheus_client`` (imported on the first scrape, so a sampler never scraped does not load it).
 
 Values come from the store only; an absent value is left out, never written as 0.
 """
@@ -7,43 +8,44 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from harness import clock_events
+from harness import clock_events, promtext
 from harness.timeutil import wall_ns
 
 if TYPE_CHECKING:
     from harness.telemetry.sampler import SamplerCore
 
-
-def _esc(v: object) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+Labels = dict[str, str]
 
 
-def render_metrics(core: "SamplerCore") -> str:
+def render_metrics(core: SamplerCore) -> str:
     """The ``/metrics`` body."""
-    lines: list[str] = []
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    def metric(name: str, mtype: str, help_: str, samples: list[tuple[str, float | int | None]]) -> None:
+    families: list[Any] = []
+
+    def metric(name: str, mtype: str, help_: str, samples: list[tuple[Labels, float | int | None]]) -> None:
         vals = [(lbl, v) for lbl, v in samples if v is not None]
         if not vals:
             return
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {mtype}")
+        keys = list(vals[0][0])
+        fam = (CounterMetricFamily if mtype == "counter" else GaugeMetricFamily)(name, help_, labels=keys)
         for lbl, v in vals:
-            lines.append(f"{name}{lbl} {float(v)!r}" if isinstance(v, float) else f"{name}{lbl} {v}")
+            fam.add_metric([lbl[k] for k in keys], float(v))
+        families.append(fam)
 
     s = core.latest()
     ident = core.identity()
-    g = ""
+    g: Labels = {}
     if s is not None or ident:
         uuid = (s.uuid if s else None) or ident.get("uuid") or ""
         name = (s.name if s else None) or ident.get("name") or ""
-        g = f'{{uuid="{_esc(uuid)}",name="{_esc(name)}",backend="{_esc(core.probe.kind)}"}}'
+        g = {"uuid": str(uuid), "name": str(name), "backend": str(core.probe.kind)}
     if s is not None:
         metric("gpu_energy_joules_total", "counter", "GPU total-energy counter (since driver load; twin: since device start).",
                [(g, s.energy_mj / 1e3 if s.energy_mj is not None else None)])  # fmt: skip
-        gi, ga = g[:-1] + ',type="instant"}', g[:-1] + ',type="average"}'
+        gi, ga = {**g, "type": "instant"}, {**g, "type": "average"}
         metric("gpu_power_watts", "gauge", "GPU power draw.", [(gi, s.power_w), (ga, s.power_avg_w)])
         metric("gpu_temperature_celsius", "gauge", "GPU temperature.", [(g, s.temperature_c)])
         metric("gpu_sm_clock_hertz", "gauge", "SM clock.", [(g, s.sm_clock_mhz * 1e6 if s.sm_clock_mhz is not None else None)])
@@ -52,33 +54,33 @@ def render_metrics(core: "SamplerCore") -> str:
                [(g, s.utilization_pct / 100 if s.utilization_pct is not None else None)])  # fmt: skip
         mib = 1024 * 1024
         metric("gpu_memory_bytes", "gauge", "GPU memory by kind.", [
-            (g[:-1] + f',kind="{k}"}}', getattr(s, f"memory_{k}_mb") * mib if getattr(s, f"memory_{k}_mb") is not None else None)
+            ({**g, "kind": k}, getattr(s, f"memory_{k}_mb") * mib if getattr(s, f"memory_{k}_mb") is not None else None)
             for k in ("total", "reserved", "used", "free")
         ])  # fmt: skip
         metric("gpu_power_limit_watts", "gauge", "Power limits.",
-               [(g[:-1] + ',type="enforced"}', s.power_limit_w), (g[:-1] + ',type="configured"}', s.power_management_limit_w)])  # fmt: skip
+               [({**g, "type": "enforced"}, s.power_limit_w), ({**g, "type": "configured"}, s.power_management_limit_w)])  # fmt: skip
         if s.clock_event_reasons is not None:
             metric("gpu_clock_event_active", "gauge", "Clock-event reason bits (1 = active; gpu_idle is not throttling).",
-                   [(g[:-1] + f',reason="{n}"}}', int(bool(s.clock_event_reasons & bit))) for bit, n in clock_events.NAMES.items()])  # fmt: skip
+                   [({**g, "reason": n}, int(bool(s.clock_event_reasons & bit))) for bit, n in clock_events.NAMES.items()])  # fmt: skip
         metric("gpu_sample_timestamp_seconds", "gauge", "Wall time of the latest sample.", [(g, s.t_wall_ns / 1e9)])
-    metric("sampler_up", "gauge", "1 while the sampling loop runs.", [("", int(core.healthy()))])
-    metric("sampler_samples_total", "counter", "Samples taken by this process.", [("", core.samples_total)])
-    metric("sampler_error_samples_total", "counter", "Samples that recorded at least one probe error.", [("", core.error_samples_total)])
-    metric("sampler_errors_total", "counter", "Probe errors recorded.", [("", core.errors_total)])
-    metric("sampler_log_write_errors_total", "counter", "Records that could not be written to the log.", [("", core.store.log_errors_total)])
-    metric("sampler_loop_errors_total", "counter", "Loop iterations that failed outside the probe.", [("", core.loop_errors_total)])
-    metric("sampler_loop_overruns_total", "counter", "Ticks skipped because a sample ended past the next deadline.", [("", core.overruns_total)])
+    metric("sampler_up", "gauge", "1 while the sampling loop runs.", [({}, int(core.healthy()))])
+    metric("sampler_samples_total", "counter", "Samples taken by this process.", [({}, core.samples_total)])
+    metric("sampler_error_samples_total", "counter", "Samples that recorded at least one probe error.", [({}, core.error_samples_total)])
+    metric("sampler_errors_total", "counter", "Probe errors recorded.", [({}, core.errors_total)])
+    metric("sampler_log_write_errors_total", "counter", "Records that could not be written to the log.", [({}, core.store.log_errors_total)])
+    metric("sampler_loop_errors_total", "counter", "Loop iterations that failed outside the probe.", [({}, core.loop_errors_total)])
+    metric("sampler_loop_overruns_total", "counter", "Ticks skipped because a sample ended past the next deadline.", [({}, core.overruns_total)])
     metric("sampler_last_sample_timestamp_seconds", "gauge", "Wall time of the last sample taken.",
-           [("", core.last_sample_wall_ns / 1e9 if core.last_sample_wall_ns is not None else None)])  # fmt: skip
+           [({}, core.last_sample_wall_ns / 1e9 if core.last_sample_wall_ns is not None else None)])  # fmt: skip
     metric("sampler_sample_duration_seconds", "gauge", "Duration of the last probe read.",
-           [("", core.last_latency_ms / 1e3 if core.last_latency_ms is not None else None)])  # fmt: skip
-    metric("sampler_rate_hertz", "gauge", "Configured sampling rate.", [("", core.rate_hz)])
-    metric("sampler_ring_records", "gauge", "Records held in memory for window queries.", [("", len(core.store))])
+           [({}, core.last_latency_ms / 1e3 if core.last_latency_ms is not None else None)])  # fmt: skip
+    metric("sampler_rate_hertz", "gauge", "Configured sampling rate.", [({}, core.rate_hz)])
+    metric("sampler_ring_records", "gauge", "Records held in memory for window queries.", [({}, len(core.store))])
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    metric("process_cpu_seconds_total", "counter", "User + system CPU of the sampler process.", [("", ru.ru_utime + ru.ru_stime)])
-    metric("process_resident_memory_bytes", "gauge", "Peak resident set size.", [("", ru.ru_maxrss * 1024)])
-    metric("process_start_time_seconds", "gauge", "Start time of the sampler.", [("", core.started_wall_ns / 1e9)])
-    lbl = f'{{backend="{_esc(core.probe.kind)}",driver="{_esc(ident.get("driver_version") or "")}",pid="{os.getpid()}"}}'
+    metric("process_cpu_seconds_total", "counter", "User + system CPU of the sampler process.", [({}, ru.ru_utime + ru.ru_stime)])
+    metric("process_resident_memory_bytes", "gauge", "Peak resident set size.", [({}, ru.ru_maxrss * 1024)])
+    metric("process_start_time_seconds", "gauge", "Start time of the sampler.", [({}, core.started_wall_ns / 1e9)])
+    lbl = {"backend": str(core.probe.kind), "driver": str(ident.get("driver_version") or ""), "pid": str(os.getpid())}
     metric("sampler_build_info", "gauge", "Sampler backend and driver.", [(lbl, 1)])
-    metric("sampler_scrape_timestamp_seconds", "gauge", "Time this page was rendered.", [("", wall_ns() / 1e9)])
-    return "\n".join(lines) + "\n"
+    metric("sampler_scrape_timestamp_seconds", "gauge", "Time this page was rendered.", [({}, wall_ns() / 1e9)])
+    return promtext.render(families)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
         qs = [prompt_quality(prof.perf, prompts[i % len(prompts)]) for i in range(n)]
         return len(qs) / sum(1.0 / expected_accept_length(prof.perf, cfg, q) for q in qs)
 
-    def resid(x):
+    def resid(x: Sequence[float]) -> list[float]:
         for name, v in zip(ACCEPT_PARAMS, x):
             setattr(prof.perf, name, float(v))
         return [math.log(protocol_accept(cfg, bs) / val) / tol for cfg, bs, val, tol in targets]
@@ -268,11 +269,11 @@ def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinP
     hi = [math.log(1e3) for _ in STEP_POWER_PARAMS]
     x0 = [min(max(math.log(max(getattr(getattr(prof, s), n), 1e-6)), a + 1e-3), b - 1e-3) for (s, n), a, b in zip(STEP_POWER_PARAMS, lo, hi)]
 
-    def apply(x):
+    def apply(x: Sequence[float]) -> None:
         for (s, n), v in zip(STEP_POWER_PARAMS, x):
             _set(prof, s, n, math.exp(v))
 
-    def resid(x):
+    def resid(x: Sequence[float]) -> list[float]:
         apply(x)
         return _residuals(evaluate(prof, cal, seeds=(0,)))
 
@@ -295,11 +296,11 @@ def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinP
     prof = profile.model_copy(deep=True)
     x0 = [math.log(getattr(getattr(prof, s), n)) for s, n in POLISH_PARAMS]
 
-    def apply(x):  # Nelder-Mead is unbounded: hold the physical floors
+    def apply(x: Sequence[float]) -> None:  # Nelder-Mead is unbounded: hold the physical floors
         for (s, n), v in zip(POLISH_PARAMS, x):
             _set(prof, s, n, max(math.exp(v), LOWER_BOUNDS.get(n, 0.0)))
 
-    def err(x):
+    def err(x: Sequence[float]) -> float:
         apply(x)
         return sum(v * v for v in _residuals(evaluate(prof, cal, seeds=(0, 1, 2))))
 
@@ -309,7 +310,7 @@ def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinP
 
 
 def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spreads: tuple[float, ...] = (0.15, 0.2, 0.25, 0.3),
-                max_nfev: int = 60, log=print) -> tuple[TwinProfile, float]:
+                max_nfev: int = 60, log: Callable[..., None] = print) -> tuple[TwinProfile, float]:
     """All stages; returns the best profile and its total squared (normalised) error."""
     cal = cal or load_calibration()
     start = profile or load_profile()

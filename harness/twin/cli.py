@@ -23,7 +23,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help="address to bind"),
     ) -> None:
         """Run a twin GPU device (power, energy counter, temperature, clocks, memory) until SIGTERM."""
-        from harness.twin.device import serve
+        from harness.twin.device_http import serve
         from harness.twin.profile import load_profile
 
         if time_scale <= 0:
@@ -37,7 +37,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     )
     def engine(ctx: typer.Context) -> None:
         """Run an sglang-compatible twin engine: takes sglang launch_server flags plus --twin-gpu URL (see --help)."""
-        from harness.twin.engine import main as engine_main
+        from harness.twin.launch import main as engine_main
 
         code = engine_main(list(ctx.args))
         if code:
