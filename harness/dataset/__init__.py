@@ -10,35 +10,13 @@ One module per concern: ``source`` (which file, which layout, per-row facts), ``
 
 from harness.dataset.compare import METRICS, CellDiff, CompareResult, RankAgreement, compare, pooled_cv
 from harness.dataset.export import ExportFormat, export, to_arrow
-from harness.dataset.loader import (
-    CONSUMER_SOFT_CODES,
-    WINDOW_RULE_HELP,
-    Loaded,
-    WindowRule,
-    load,
-    load_many,
-    print_notes,
-)
+from harness.dataset.loader import CONSUMER_SOFT_CODES, WINDOW_RULE_HELP, Loaded, WindowRule, load, load_many
+from harness.dataset.loader import print_notes
 from harness.dataset.merge import MergeResult, merge, write_rows
-from harness.dataset.source import (
-    PILOT_ROWS,
-    PILOT_SOURCES,
-    Layout,
-    config_problem,
-    detect_layout,
-    invalid_window,
-    resolve_input,
-)
-from harness.dataset.validate import (
-    Inspection,
-    Issue,
-    Plan,
-    ValidationReport,
-    check_rows,
-    inspect,
-    is_pilot,
-    validate_file,
-)
+from harness.dataset.source import PILOT_ROWS, PILOT_SOURCES, Layout, config_problem, detect_layout, invalid_window
+from harness.dataset.source import resolve_input
+from harness.dataset.validate import Inspection, Issue, Plan, ValidationReport, check_rows, inspect, is_pilot
+from harness.dataset.validate import validate_file
 
 __all__ = [
     "CONSUMER_SOFT_CODES", "METRICS", "PILOT_ROWS", "PILOT_SOURCES", "WINDOW_RULE_HELP", "CellDiff", "CompareResult",

@@ -4,11 +4,11 @@ the rows a consumer may use and what it set aside."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Iterable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from harness.dataset.source import Layout, invalid_window, window_summary
+from harness.dataset.source import Layout, ReadRows, invalid_window, window_summary
 from harness.dataset.validate import inspect
 from harness.errors import DataError, UsageError
 from harness.rows import SweepRow
@@ -27,16 +27,10 @@ unreadable manifest. Every other validation error (schema, non-finite numbers, k
 conflicts, invalid configs) stops every consumer."""
 
 
-class Loaded(BaseModel):
+class Loaded(ReadRows):
     """A dataset read by the one loader: all records, the resolved rows it hands to consumers, what it set aside."""
 
-    model_config = {"arbitrary_types_allowed": True}
-
-    path: Path
     layout: Layout
-    records: list[dict[str, Any]]
-    all_rows: list[SweepRow]
-    rows: list[SweepRow]
     excluded: list[SweepRow] = Field(default_factory=list)  # invalid-window rows left out (``windows="exclude"``)
     flagged: list[SweepRow] = Field(default_factory=list)  # invalid-window rows kept (``windows="keep"``)
     warnings: list[str] = Field(default_factory=list)

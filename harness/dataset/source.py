@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from pydantic import BaseModel
+
 from harness.errors import MissingFileError
 from harness.grid import ACTIONS, SpecConfig, violated_rule
 from harness.rows import PILOT_SPEED_SOURCES, PUBLISHED_KEYS, RowStore, SweepRow
@@ -59,3 +61,14 @@ def window_summary(rows: Sequence[SweepRow], limit: int = 5) -> str:
     reasons = Counter(reason for r in rows for reason in (r.window_reasons or ["invalid"]))
     idx = ", ".join(str(r.index) for r in rows[:limit]) + (" ..." if len(rows) > limit else "")
     return f"indexes {idx}; reasons " + ", ".join(f"{k} x{n}" for k, n in reasons.most_common())
+
+
+class ReadRows(BaseModel):
+    """Rows read from one input: its records, every parsed row and the resolved rows (the last per cell)."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    path: Path
+    records: list[dict[str, Any]]
+    all_rows: list[SweepRow]
+    rows: list[SweepRow]

@@ -9,31 +9,13 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field
 
-from harness.dataset.source import (
-    PILOT_SOURCES,
-    Layout,
-    config_problem,
-    detect_layout,
-    invalid_window,
-    resolve_input,
-    window_summary,
-)
+from harness.dataset.source import PILOT_SOURCES, Layout, ReadRows, config_problem, detect_layout, invalid_window
+from harness.dataset.source import resolve_input, window_summary
 from harness.errors import DataError, HarnessError
 from harness.grid import ACTIONS, SpecConfig
 from harness.jsonl import read_jsonl
-from harness.rows import (
-    GRID_SPEED_SOURCES,
-    NATIVE_KEYS,
-    PILOT_ERROR_PREFIX,
-    PUBLISHED_KEYS,
-    RowStore,
-    SweepRow,
-    from_native,
-    key_order_problem,
-    non_finite_fields,
-    resolve_latest,
-    to_published,
-)
+from harness.rows import GRID_SPEED_SOURCES, NATIVE_KEYS, PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, SweepRow
+from harness.rows import from_native, key_order_problem, non_finite_fields, resolve_latest, to_published
 
 
 class Issue(BaseModel):
@@ -76,16 +58,10 @@ def is_pilot(row: SweepRow) -> bool:
     return row.is_pilot
 
 
-class Inspection(BaseModel):
-    """What ``inspect`` read: the report, the records, every parsed row and the resolved rows."""
+class Inspection(ReadRows):
+    """What ``inspect`` read (records, every parsed row, the resolved rows) and its validation report."""
 
-    model_config = {"arbitrary_types_allowed": True}
-
-    path: Path
     report: ValidationReport
-    records: list[dict[str, Any]]
-    all_rows: list[SweepRow]
-    rows: list[SweepRow]
 
 
 def validate_file(path: str | Path, *, subset: bool = False, strict: bool = False) -> ValidationReport:
