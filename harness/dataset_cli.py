@@ -13,12 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.dataset.loader import WINDOW_RULE_HELP
 from harness.errors import DataError, HarnessError, OutputError, UsageError
 
-WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
 
-
-def windows_option(default: str = "exclude", help_text: str = WINDOWS_HELP) -> Any:
+def windows_option(default: str = "exclude", help_text: str = WINDOW_RULE_HELP) -> Any:
     """The ``--invalid-windows`` option every dataset consumer takes."""
     return typer.Option(default, "--invalid-windows", help=help_text)
 

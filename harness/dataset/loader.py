@@ -16,7 +16,8 @@ from harness.rows import SweepRow
 WindowRule = Literal["exclude", "keep", "fail"]
 """What consumers do with successful rows whose measurement window is invalid (``window_valid`` false)."""
 
-WINDOW_RULE_HELP = "rows whose measurement window is invalid: exclude (default), keep (use them as measured) or fail"
+WINDOW_RULE_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+"""The ``--invalid-windows`` help and fix hint (one text for every consumer command)."""
 
 CONSUMER_SOFT_CODES = frozenset({
     "config_missing", "batch_size_missing", "index_gap", "baseline_missing", "baseline_failed", "unplanned_missing",
