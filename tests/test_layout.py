@@ -18,8 +18,11 @@ IN_PROGRESS = {
 
 
 def _tracked_python() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return [p for p in out.split() if (ROOT / p).is_file()]
+    """The repository's Python files (relative paths): git's list where there is a checkout, else the source folders."""
+    git = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True)
+    if git.returncode == 0 and git.stdout.strip():
+        return [p for p in git.stdout.split() if (ROOT / p).is_file()]
+    return [str(p.relative_to(ROOT)) for d in (*PACKAGES, "tests", "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
 
 
 def _module_name(rel: str) -> str:
