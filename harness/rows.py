@@ -42,7 +42,7 @@ __all__ = [
     "EXTRA_KEYS", "GRID_SPEED_SOURCES", "NATIVE_KEYS", "PILOT_ERROR_PREFIX", "PILOT_NOTE", "PILOT_SPEED_SOURCES",
     "PUBLISHED_HARDWARE", "PUBLISHED_KEYS", "EngineInfo", "Num", "SpeedSource", "SweepRow", "from_native", "from_published",
     "key_order_problem", "non_finite_fields", "to_native", "to_published",
-    "RowStore", "error_row", "grid_index", "hardware_label", "load_rows", "make_cell_id", "make_pilot_cell_id", "pilot_row",
+    "PILOT_ROWS", "RowStore", "error_row", "grid_index", "hardware_label", "load_rows", "make_cell_id", "make_pilot_cell_id", "pilot_row",
     "resolve_latest", "resolve_latest_published", "throttling_flags",
 ]
 
@@ -206,6 +206,10 @@ def resolve_latest_published(records: Iterable[dict[str, Any]]) -> list[dict[str
     for rec in records:
         latest[rec.get("index")] = rec
     return list(latest.values())
+
+
+PILOT_ROWS = "dataset_rows.jsonl"
+"""A pilot run folder's rows (published pilot semantics), written by the pilot runner, read by the dataset tools."""
 
 
 class RowStore:

@@ -10,11 +10,10 @@ from pydantic import BaseModel
 
 from harness.errors import MissingFileError
 from harness.grid import ACTIONS, SpecConfig, violated_rule
-from harness.rows import PILOT_SPEED_SOURCES, PUBLISHED_KEYS, RowStore, SweepRow
+from harness.rows import PILOT_ROWS, PILOT_SPEED_SOURCES, PUBLISHED_KEYS, RowStore, SweepRow
 
 Layout = Literal["published", "native"]
 PILOT_SOURCES = set(PILOT_SPEED_SOURCES.values())
-PILOT_ROWS = "dataset_rows.jsonl"  # a pilot run folder's rows (pilots/common.py)
 
 
 def resolve_input(path: str | Path) -> Path:
