@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of gradient modes of the neural trainer, run interleaved on the same data and seeds: "
                          "hand (policies.nets.forward_backward), func (torch.func vmap + grad), autograd; the first is the baseline")
     args = ap.parse_args(argv)
+    modes = args.gradients.split(",")
+    if any(m not in GRADIENT_MODES for m in modes) or len(set(modes)) != len(modes):
+        ap.error(f"--gradients takes a comma list of distinct modes out of {', '.join(GRADIENT_MODES)}, got {args.gradients!r}")
 
     t_import = time.perf_counter()
     from policies import nets
@@ -72,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dataset: {data.source}: {len(data) + data.skipped_errors} rows, {len(data)} used, {data.skipped_errors} skipped (errors)")
     print(f"cpus: {os.cpu_count()}  torch threads during training: 1  imports: {import_s:.2f} s")
 
-    modes = args.gradients.split(",")
-    if not modes or any(m not in GRADIENT_MODES for m in modes):
-        ap.error(f"--gradients takes a comma list of {', '.join(GRADIENT_MODES)}, got {args.gradients!r}")
     timings: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
     results: dict[str, dict[str, tuple]] = {m: {} for m in modes}
     for name in ALGORITHMS:
