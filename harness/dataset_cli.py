@@ -13,12 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.dataset.loader import WINDOW_RULE_HELP
 from harness.errors import DataError, HarnessError, OutputError, UsageError
 
-WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
 
-
-def windows_option(default: str = "exclude", help_text: str = WINDOWS_HELP) -> Any:
+def windows_option(default: str = "exclude", help_text: str = WINDOW_RULE_HELP) -> Any:
     """The ``--invalid-windows`` option every dataset consumer takes."""
     return typer.Option(default, "--invalid-windows", help=help_text)
 
@@ -43,6 +42,14 @@ class DatasetsDisagree(HarnessError):
     """``harness dataset compare``: the datasets differ beyond repeat noise (exit code 1)."""
 
     exit_code = 1
+
+
+def _write_json(json_out: Path | None, result: Any, **verdict: bool) -> None:
+    """``--json``: the result model plus its verdict (``ok`` / ``agrees``), written atomically; nothing when not asked."""
+    if json_out is not None:
+        from harness.jsonl import write_json_atomic
+
+        write_json_atomic(json_out, result.model_dump(mode="json") | verdict)
 
 
 def _console() -> Console:
@@ -135,12 +142,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     ) -> None:
         """Check schema, key order, 19 actions per batch size per repeat, baselines, pilot rules, indexes."""
         from harness.dataset import validate_file
-        from harness.jsonl import write_json_atomic
 
         result = validate_file(path, subset=subset, strict=strict)
         render_validation(result, _console())
-        if json_out is not None:
-            write_json_atomic(json_out, result.model_dump(mode="json") | {"ok": result.ok})
+        _write_json(json_out, result, ok=result.ok)
         if not result.ok:
             raise DataError(f"{result.path} is not a valid dataset: {len(result.errors)} problems", fix="see the errors listed above")
 
@@ -196,7 +201,6 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         Exit code 0 when the datasets agree, 1 when they do not.
         """
         from harness.dataset import compare, load, print_notes
-        from harness.jsonl import write_json_atomic
 
         la, lb = load(a, windows=invalid_windows), load(b, windows=invalid_windows)  # type: ignore[arg-type]
         print_notes(la)
@@ -208,8 +212,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         console = _console()
         console.print(f"A = {la.path}\nB = {lb.path}", markup=False)
         render_compare(result, console)
-        if json_out is not None:
-            write_json_atomic(json_out, result.model_dump(mode="json") | {"agrees": result.agrees})
+        _write_json(json_out, result, agrees=result.agrees)
         if not result.agrees:
             raise DatasetsDisagree(f"{la.path} and {lb.path} disagree beyond repeat noise", fix="see the cells and rankings above")
 

@@ -28,6 +28,7 @@ from harness.grid import SpecConfig
 from harness.jsonl import JsonlAppender, write_jsonl_atomic
 from harness.manifest import PilotManifest
 from harness.measurement import finite
+from harness.rows import PILOT_ROWS
 from harness.telemetry.client import TelemetrySource
 from harness.timeutil import WALL_CLOCK, ScaledClock, mono_ns
 from harness.world import World, open_world
@@ -191,7 +192,7 @@ class PilotRunner:
             [{"suite": o.suite, "config": t.config_name, "task_id": t.task_id, "record": t.record,
               "evaluation": t.evaluation} for t in result.trials],
         )
-        write_jsonl_atomic(rd / "dataset_rows.jsonl", result.rows)
+        write_jsonl_atomic(rd / PILOT_ROWS, result.rows)
         manifest.outputs = _listing(rd)
         manifest.finished()
         manifest.save(rd)

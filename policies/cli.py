@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from harness.errors import UsageError
+from harness.dataset.loader import WINDOW_RULE_HELP
 
 if TYPE_CHECKING:
     from policies.contract import RewardOptions
 
 EVALUATION_FILE = "evaluation.json"
-WINDOWS_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+WINDOWS_HELP = WINDOW_RULE_HELP
 PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pickle can run code; load models only "
                   "from folders you trust (artifacts are read only from MODELS/<algo>/).")
 

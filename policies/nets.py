@@ -8,7 +8,7 @@ lr 1e-3, minibatch 8, a seeded shuffle per epoch, one CPU thread (tiny nets run 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -95,7 +95,11 @@ def _gelu_grad(z: torch.Tensor) -> torch.Tensor:
 def forward_backward(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
                      loss: Loss) -> None:  # fmt: skip
     """Forward a stacked Linear/GELU MLP (weights (M, in, out), biases (M, 1, out)) and set each parameter's ``grad``
-    by hand-written backpropagation of ``loss`` (no autograd graph: several times cheaper for these tiny nets)."""
+    by hand-written backpropagation of ``loss`` (no autograd graph).
+
+    Kept because it pays: ``benchmarks/train_all.py --gradients hand,func,autograd`` measured the neural algorithms'
+    train + evaluate at 36.4 s CPU by hand, 139.0 s with torch.func vmap + grad (3.8x), 71.9 s with autograd (2.0x),
+    same picks and figures (docs/policies.md, "Benchmark")."""
     pre, act = [], [x]
     h = x
     last = len(weights) - 1
@@ -113,6 +117,56 @@ def forward_backward(weights: Sequence[torch.Tensor], biases: Sequence[torch.Ten
         biases[j].grad = g.sum(1, keepdim=True)
         if j:
             g = torch.bmm(g, weights[j].transpose(1, 2)) * _gelu_grad(pre[j - 1])
+
+
+def _mlp(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """The stacked Linear/GELU MLP's output; works batched (weights (M, in, out)) and per member under vmap."""
+    h = x
+    for j, (w, b) in enumerate(zip(weights, biases)):
+        h = b + h @ w
+        if j != len(weights) - 1:
+            h = torch.nn.functional.gelu(h)
+    return h
+
+
+GRADIENTS = "hand"
+"""How ``train_batched`` computes gradients: ``hand`` (``forward_backward``), ``func`` (torch.func vmap + grad) or
+``autograd`` (one backward through the stacked forward). Set by ``benchmarks/train_all.py --gradients``."""
+
+
+def _func_step(loss: Loss) -> Callable[..., None]:
+    """A step that sets each stacked parameter's ``grad`` by torch.func: vmap over members of grad of the member's loss."""
+    per_member = torch.func.vmap(torch.func.grad(lambda ws, bs, x, oh, r: loss.value(_mlp(ws, bs, x), oh, r), argnums=(0, 1)))
+
+    def step(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
+             loss: Loss) -> None:  # fmt: skip
+        gw, gb = per_member(tuple(weights), tuple(biases), x, onehot, r)
+        for p, g in zip([*weights, *biases], [*gw, *gb]):
+            p.grad = g
+
+    return step
+
+
+def _autograd_step(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
+                   loss: Loss) -> None:  # fmt: skip
+    """Autograd through the stacked forward: M x the mean over (M, b) is the sum of the members' own mean losses."""
+    params = [*weights, *biases]
+    with torch.enable_grad():
+        value = loss.value(_mlp(weights, biases, x), onehot, r) * x.shape[0]
+        grads = torch.autograd.grad(value, params)
+    for p, g in zip(params, grads):
+        p.grad = g
+
+
+def _gradient_step(loss: Loss) -> Callable[..., None]:
+    """The step that sets the stacked parameters' gradients, as ``GRADIENTS`` chooses."""
+    if GRADIENTS == "hand":
+        return forward_backward
+    if GRADIENTS == "func":
+        return _func_step(loss)
+    if GRADIENTS == "autograd":
+        return _autograd_step
+    raise ValueError(f"policies.nets.GRADIENTS is {GRADIENTS!r}; expected hand, func or autograd")
 
 
 def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Loss, *, epochs: int, seeds: list[int] | None = None,
@@ -137,6 +191,7 @@ def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Lo
     gens = generators if generators is not None else [torch.Generator().manual_seed(s) for s in seeds or []]
     if len(gens) != len(nets):
         raise ValueError("train_batched needs one seed or generator per net")
+    step = _gradient_step(loss)
     with torch.no_grad():
         for _ in range(epochs):
             perm = torch.stack([torch.randperm(n, generator=g) for g in gens])  # (M, n)
@@ -145,7 +200,7 @@ def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Lo
             r_ep = torch.take_along_dim(rs, perm, dim=1)
             for start in range(0, n, batch_size):
                 end = start + batch_size
-                forward_backward(weights, biases, x_ep[:, start:end], oh_ep[:, start:end], r_ep[:, start:end], loss)
+                step(weights, biases, x_ep[:, start:end], oh_ep[:, start:end], r_ep[:, start:end], loss)
                 opt.step()
     with torch.no_grad():
         for m, ls in enumerate(layers):

@@ -114,6 +114,26 @@ def test_batched_fold_training_equals_training_each_fold_alone(synthetic_files):
     assert all(np.allclose(p.scores(f.states), fit_policy("mlp_bandit", f, seed=0, epochs=2).scores(f.states), atol=1e-5) for p, f in zip(fitted, folds))
 
 
+@pytest.mark.parametrize("mode", ["func", "autograd"])
+def test_gradient_modes_train_the_same_nets(synthetic_files, monkeypatch, mode):
+    """The benchmark's alternatives to the hand-derived backprop (torch.func vmap + grad, plain autograd) train the
+    same folds to the same nets, so benchmarks/train_all.py --gradients compares like with like."""
+    from policies import losses, nets
+    from policies.nets import QNetwork, predict, seeded, train_batched
+
+    data = load_dataset(synthetic_files["rows"])
+    folds = [data.subset(data.repeats != r) for r in (0, 1)]
+    trained = {}
+    for m in ("hand", mode):
+        monkeypatch.setattr(nets, "GRADIENTS", m)
+        with seeded(0):
+            trained[m] = [QNetwork(), QNetwork()]
+        train_batched(trained[m], folds, losses.CQL(0.7, "huber"), epochs=3, seeds=[0, 1])
+    for a, b, f in zip(trained["hand"], trained[mode], folds):
+        assert np.allclose(predict(a, f.states), predict(b, f.states), atol=1e-5)
+    assert not np.allclose(predict(trained["hand"][0], data.states), predict(trained["hand"][1], data.states), atol=1e-3)
+
+
 @pytest.mark.parametrize("loss_name", ["MSE", "Huber", "CrossEntropy", "CQL", "CQL_huber"])
 def test_hand_written_gradients_equal_autograd(loss_name):
     """The trainer's hand-derived backprop equals autograd on the published network, for every training loss."""
