@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from email.message import Message
@@ -224,6 +225,12 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-response (timeout, cancelled stream) is routine, not a traceback in the log."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def make_server(host: str, port: int, router: Router, server_header: str = "harness",

@@ -18,9 +18,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from harness.errors import UsageError
 from pilots import cli_flags as f
-from pilots.console import check_result
 from pilots.options import SUITES, PilotOptions, options_from_flags, validated
-from pilots.runner import PilotResult
 from pilots.terminalbench import cli as terminalbench_cli
 
 SUITE_HELP = ["-h", "--help", "--suite-help"]
@@ -79,6 +77,9 @@ def run_suite(ctx: typer.Context, suite: str) -> None:
     options = options_from_flags(common, suite)
     module = _suite_module(suite, "runner")
     result = module.run(options, validated(module.SUITE_OPTIONS, own))
+    from pilots.console import check_result  # the runner's imports load on a run, not on every `harness` command
+    from pilots.runner import PilotResult
+
     if isinstance(result, PilotResult):
         check_result(result)
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from harness.errors import EngineLaunchError
-from pilots.runner import PilotResult
+
+if TYPE_CHECKING:
+    from pilots.runner import PilotResult
 
 
 
