@@ -94,8 +94,9 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     run = tmp_path / "run"
     grid = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2", "--repeats", "2"]
     rng = random.Random(20261202)
-    first = True
-    for k in range(5):
+    first, k, attempts = True, 0, 0
+    while k < 5 and attempts < 15:  # five kills of a run whose folder exists (a slow start may be killed before it)
+        attempts += 1
         cmd = harness_cmd("sweep", "--engine", "twin", *grid, "--out", str(run), *FAST) if first else \
             harness_cmd("sweep", "--resume", str(run), "--plain")
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -113,6 +114,8 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
         if k == 2 and (run / "rows.jsonl").exists():  # simulate a write torn by the kill
             with open(run / "rows.jsonl", "ab") as f:
                 f.write(b'{"hardware":"twin:rtx4060-laptop","index":3,"repe')
+        k += 1
+    assert k == 5, f"only {k} of 5 kills hit an existing run folder in {attempts} starts"
     r = run_harness("sweep", "--resume", str(run), "--plain", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     native = read_lines(run / "rows.jsonl")
