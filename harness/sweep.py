@@ -79,6 +79,12 @@ class SweepOptions(BaseModel):
     """``set``: the harness sets each cap and restores the original limit; ``record``: only record the enforced limit."""
     energy_window: Literal["measured", "steady"] = "measured"
     """Which window feeds ``energy_joules``: today's measured window (published) or the steady-state one."""
+    executor: Literal["local", "ray"] = Field("local", description="local: cells one after another on this machine's "
+                                              "GPU; ray: each cell a Ray task on its own GPU (harness.executors)")
+    ray_address: str | None = Field(None, description="with --executor ray: a running cluster (auto or HOST:PORT); "
+                                    "None starts a local one (per session, like the sampler URL)")
+    twin_gpus: int | None = Field(None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per "
+                                  "Ray GPU (None: 1 on a local cluster, all GPUs of a given cluster)")
 
     @property
     def stream_requests(self) -> bool:
@@ -199,8 +205,10 @@ class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
     def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: dict[str, Any],
-                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False) -> None:
+                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False,
+                 executor: Any | None = None) -> None:
         self.opts = opts
+        self.executor = executor  # None: run cells here; else ``executor.run(self, cells)`` runs them elsewhere
         self.power_cap = power_cap
         self.enforced_w: float | None = None
         self.world = world
@@ -250,7 +258,9 @@ class SweepRunner:
                 if c.cell_id not in done or (c.cell_id in self._retry and c.cell_id not in self._written)]
 
     def _run_pending(self, pending: list[Cell]) -> None:
-        if self.opts.launch_per == "cell":
+        if self.executor is not None:  # cells run elsewhere (harness.executors); rows come back through _commit
+            self.executor.run(self, pending)
+        elif self.opts.launch_per == "cell":
             for cell in pending:
                 self._run_cell_mode(cell)
         else:
@@ -545,6 +555,10 @@ class SweepRunner:
         """Append the cell's row, unless it is an error or an invalid window caused by a lost world service."""
         if row.is_error or row.window_valid is False:
             self._check_world(cell)
+        self._commit(row, cell)
+
+    def _commit(self, row: SweepRow, cell: Cell) -> None:
+        """The driver's only write of a cell: the row store, the manifest and the console."""
         self.store.append(row)
         self._written.add(cell.cell_id)
         self.manifest["cells_done"] = self.manifest.get("cells_done", 0) + 1
@@ -621,7 +635,8 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             manifest = read_manifest(resume)  # re-read under the lock: the previous writer may have just finished
             saved = read_options(resume)
             # Services of the killed run are gone; use the URLs given now (or start fresh ones).
-            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url,
+                                            "ray_address": opts.ray_address})
             _check_resume_version(opts, spec.python)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
@@ -652,7 +667,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
 def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], resumed: bool, retry_errors: bool,
                 argv: list[str] | None, console: SweepConsole) -> tuple[Path, list[SweepRow], dict[str, Any]]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
-    from harness.world import open_world
+    from harness.executors import open_sweep_world
 
     manifest["sglang_version"] = opts.sglang_version
     manifest["attention_backend"] = opts.attention_backend
@@ -670,10 +685,7 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = mono_ns()
     try:
-        with open_world(opts.engine, sampler_url=opts.sampler_url, twin_gpu_url=opts.twin_gpu_url,
-                        time_scale=opts.time_scale, seed=opts.seed, run_dir=run_dir, spec=spec,
-                        launch_timeout_s=opts.launch_timeout_s, request_timeout_s=opts.request_timeout_s,
-                        stop_timeout_s=opts.stop_timeout_s, hardware=opts.hardware) as world:
+        with open_sweep_world(opts, run_dir, spec, manifest, console) as world:
             session["world"] = world.identity()
             manifest["world"] = world.identity()
             manifest["hardware"] = world.hardware
@@ -681,7 +693,8 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
             manifest["memory_total_mb"] = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
             manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             power_cap = open_power_cap(opts, world, manifest, lambda: write_manifest(run_dir, manifest))
-            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors)
+            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors,
+                                 executor=getattr(world, "executor", None))
             try:
                 rows = runner.run()
                 manifest["status"] = "complete"
@@ -771,6 +784,9 @@ def check_options(opts: SweepOptions) -> None:
             parse_twin_fault(item)
     check_energy_window(opts)
     check_attention_backend(opts.attention_backend)
+    from harness.executors import check_executor_options
+
+    check_executor_options(opts)
 
 
 def check_attention_backend(backend: str | None) -> None:

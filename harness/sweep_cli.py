@@ -109,6 +109,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         power_caps: Optional[str] = typer.Option(None, "--power-caps", help="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"),
         power_cap_mode: str = typer.Option("set", "--power-cap-mode", help="set (needs root on NVML; the original limit is restored) or record (only record the enforced limit)"),
         energy_window: str = typer.Option("measured", "--energy-window", help="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)"),
+        executor: str = typer.Option("local", "--executor", help="local (cells one after another here) or ray (each cell a Ray task on its own GPU; needs the [ray] extra)"),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="with --executor ray: auto or HOST:PORT of a running cluster (default: start a local one)"),
+        twin_gpus: Optional[int] = typer.Option(None, "--twin-gpus", min=1, help="with --engine twin --executor ray: twin GPU devices, one per Ray GPU (default 1 locally, all of a given cluster)"),
     ) -> None:
         """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
         import sys
@@ -137,6 +140,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         if power_cap_mode == "record" and power_caps:
             raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
                              fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as root with --power-cap-mode set")
+        if executor not in ("local", "ray"):
+            raise UsageError(f"unknown --executor {executor!r}", fix="use --executor local or --executor ray")
         if energy_window not in ("measured", "steady"):
             raise UsageError(f"unknown --energy-window {energy_window!r}", fix="use --energy-window measured or steady")
         base: dict[str, Any] = dict(QUICK) if quick else {}
@@ -167,7 +172,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 prompts_file=str(prompts) if prompts else None, request_timeout_s=request_timeout,
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
-                stream=stream, engine_args=list(engine_arg), power_cap_mode=power_cap_mode, energy_window=energy_window, **base,
+                stream=stream, engine_args=list(engine_arg), power_cap_mode=power_cap_mode, energy_window=energy_window,
+                executor=executor, ray_address=ray_address, twin_gpus=twin_gpus, **base,
             )
         except ValidationError as exc:
             err = exc.errors()[0]
