@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here (default: a temp folder)")
     args = ap.parse_args()
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=160)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ray-scaling-") as tmp_dir:
         tmp = str(args.keep) if args.keep else tmp_dir

@@ -253,11 +253,12 @@ def open_ray_world(opts: Any, run_dir: Path, spec: Any, manifest: dict[str, Any]
         yield RayWorld(opts.engine, slots, executor, opts.ray_address)
     finally:
         for s in slots:
-            if s.state != "lost":
+            if s.state == "idle":  # stop its servers, twin device and sampler in order
                 try:
                     ray.get(s.actor.close.remote(), timeout=60)
                 except Exception:  # noqa: BLE001 - closing must not hide the run's own error
                     pass
+            if s.state != "lost":  # a busy one (Ctrl-C, SIGTERM) is killed: its children die with it (PDEATHSIG)
                 ray.kill(s.actor)
         if connected:
             ray.shutdown()
