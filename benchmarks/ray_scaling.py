@@ -1,7 +1,7 @@
 """Sharding a sweep on Ray: the same seeded twin grid serially and on 1, 2 and 4 twin GPUs, in one run.
 
     .venv/bin/python benchmarks/ray_scaling.py [--configs 0:0:0,1:1:2,3:4:8,5:4:16] [--batch-sizes 1,4,8,16]
-        [--time-scale 20] [--output-tokens 256] [--gpus 1,2,4] [--json out.json]
+        [--time-scale 10] [--output-tokens 256] [--gpus 1,2,4] [--json out.json]
 
 Runs ``harness sweep --engine twin --seed S`` with ``--executor local`` (the baseline, measured in this same run), then
 ``--executor ray --twin-gpus N`` (a local Ray cluster per run) for each N. Prints per run: the process wall time, the
@@ -84,7 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="0:0:0,1:1:2,3:4:8,5:4:16")
     ap.add_argument("--batch-sizes", default="1,4,8,16")
-    ap.add_argument("--time-scale", type=float, default=20.0)
+    ap.add_argument("--time-scale", type=float, default=10.0)
     ap.add_argument("--output-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpus", default="1,2,4")
