@@ -250,6 +250,7 @@ def open_ray_world(opts: Any, run_dir: Path, spec: Any, manifest: dict[str, Any]
         executor.record.update(kind="ray", address=opts.ray_address or "local",
                                slots=[{k: v for k, v in s.info.items() if k != "world"} for s in slots],
                                slots_start_s=round(time.monotonic() - t0, 3))
+        write_manifest(run_dir, manifest)  # the slots (GPU UUIDs, nodes, service pids) are on disk before any row
         yield RayWorld(opts.engine, slots, executor, opts.ray_address)
     finally:
         for s in slots:
