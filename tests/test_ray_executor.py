@@ -20,6 +20,8 @@ from tests._telemetry_helpers import free_port
 
 GRID = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,4,8,16", "--num-prompts", "16", *FAST]
 """8 cells, about 2 s each on the twin at scale 50."""
+HOST_LOAD = {"slow_probe", "gap_over_3_periods", "coverage_below_95pct"}
+"""Window validity codes a CPU-starved sampler produces (``harness.telemetry.windows``)."""
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HARBOR_TELEMETRY": "0"}
 """A loopback test cluster without token auth (the drivers below join it with the same setting)."""
 
@@ -73,8 +75,9 @@ def _assert_each_cell_once_and_no_overlap(out: Path) -> list[dict[str, Any]]:
     rows = read_lines(out / "rows.jsonl")
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == 8 and len(set(ids)) == 8, ids  # every cell, exactly once (no line written twice)
-    # no error rows; a window may only be flagged for a probe slowed by the host (4 twin GPUs on 2 loaded cores)
-    assert all(r["error"] is None and (r["window_valid"] or set(r["window_reasons"]) <= {"slow_probe"}) for r in rows), \
+    # no error rows; a window may only be flagged for a sampler the host starved (4 twin GPUs, 4 samplers at 50 Hz on
+    # 2 cores shared with other suites): never for a lost GPU (probe errors, unreachable sampler, counter reset, ...)
+    assert all(r["error"] is None and (r["window_valid"] or set(r["window_reasons"]) <= HOST_LOAD) for r in rows), \
         [(r["error"], r["window_reasons"]) for r in rows]
     by_gpu: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in rows:
