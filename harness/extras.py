@@ -8,6 +8,7 @@ so it can go into an sglang environment without touching sglang's torch. Everyth
 | ``policies`` | torch, sklearn (scikit-learn), joblib | ``harness train / evaluate / recommend``, ``policies`` |
 | ``report`` | matplotlib | PNG figures of ``harness report sweep`` and ``harness report policies`` |
 | ``export`` | pyarrow, datasets | ``harness dataset export --format parquet|hf``, parquet / HF SWE-bench instances |
+| ``ray`` | ray | ``harness sweep --executor ray`` (cells sharded across GPUs and nodes, ``harness.executors``) |
 | ``all`` | all of the above | everything |
 
 Code imports these modules lazily, inside ``needs(...)`` (or the CLI's last-resort mapping in ``harness.cli``),
@@ -28,6 +29,7 @@ EXTRA_OF: dict[str, str] = {
     "torch": "policies", "sklearn": "policies", "joblib": "policies",
     "matplotlib": "report",
     "pyarrow": "export", "datasets": "export",
+    "ray": "ray",
 }
 
 

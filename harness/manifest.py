@@ -166,7 +166,7 @@ class SweepManifest(RunManifest):
 
     OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
         "writer", "world", "engine_identity", "power_cap", "infrastructure_events", "seeds", "wall_s",
-        "sglang_version", "sglang_version_requested", "attention_backend"}
+        "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus"}
 
     schema_: int = Field(SCHEMA, alias="schema")
     created_ns: int | None = None
@@ -189,6 +189,10 @@ class SweepManifest(RunManifest):
     power_cap: dict[str, Any] | None = None
     infrastructure_events: list[dict[str, Any]] | None = None
     wall_s: float | None = None
+    executor: dict[str, Any] | None = None
+    """``--executor ray``: the GPU slots, their events, busy seconds per GPU (harness.executors)."""
+    cell_gpus: dict[str, Any] | None = None
+    """``--executor ray``: which GPU (UUID, index, node, host) ran each cell."""
     _launches_before: int = PrivateAttr(0)
 
     @classmethod

@@ -49,8 +49,10 @@ class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
     def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: SweepManifest,
-                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False) -> None:
+                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False,
+                 executor: Any | None = None) -> None:
         self.opts = opts
+        self.executor = executor  # None: run cells here; else ``executor.run(self, cells)`` runs them elsewhere
         self.power_cap = power_cap
         self.enforced_w: float | None = None
         self.world = world
@@ -100,7 +102,9 @@ class SweepRunner:
                 if c.cell_id not in done or (c.cell_id in self._retry and c.cell_id not in self._written)]
 
     def _run_pending(self, pending: list[Cell]) -> None:
-        if self.opts.launch_per == "cell":
+        if self.executor is not None:  # cells run elsewhere (harness.executors); rows come back through _commit
+            self.executor.run(self, pending)
+        elif self.opts.launch_per == "cell":
             for cell in pending:
                 self._run_cell_mode(cell)
         else:
@@ -381,6 +385,10 @@ class SweepRunner:
         """Append the cell's row, unless it is an error or an invalid window caused by a lost world service."""
         if row.is_error or row.window_valid is False:
             self._check_world(cell)
+        self._commit(row, cell)
+
+    def _commit(self, row: SweepRow, cell: Cell) -> None:
+        """The driver's only write of a cell: the row store, the manifest and the console."""
         self.store.append(row)
         self._written.add(cell.cell_id)
         self.manifest.cell_done()

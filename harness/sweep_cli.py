@@ -85,7 +85,8 @@ def sweep(
     if resume is not None and (out is not None or force or config is not None):
         raise UsageError("--resume cannot be combined with --out, --force or --config",
                          fix="--resume RUN_DIR continues that folder with the options saved in its manifest")
-    opts = resolve_sweep_options(ctx, options, quick=quick, config=config, grid=(steps, topk, draft_tokens))
+    opts = resolve_sweep_options(ctx, options, quick=quick, config=config, grid=(steps, topk, draft_tokens),
+                                 check=resume is None)  # a resume's flags only overlay the saved options: run_sweep checks those
     if print_config:
         if resume is not None:
             from harness.manifest import read_options
@@ -102,7 +103,7 @@ with_parameters(sweep, model_parameters(SweepOptions))
 
 
 def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, config: Path | None,
-                          grid: tuple[str | None, str | None, str | None]) -> SweepOptions:
+                          grid: tuple[str | None, str | None, str | None], check: bool = True) -> SweepOptions:
     """The model defaults, overlaid by ``--quick``, then the ``--config`` file, then the flags on the command line;
     checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
     from harness.sweep_options import check_options
@@ -115,7 +116,8 @@ def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, confi
         cli["configs"] = build_grid(given.get("configs"), *grid)
     values.update(cli)
     opts: SweepOptions = build(SweepOptions, values)
-    check_options(opts)
+    if check:
+        check_options(opts)
     return opts
 
 

@@ -17,7 +17,7 @@ from harness.errors import UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.model_cli import Flag
 
-GRID, ENGINE, BENCH, WORLD, CAPS = "Grid", "Engine", "Workload", "World", "Power caps"
+GRID, ENGINE, BENCH, WORLD, CAPS, EXEC = "Grid", "Engine", "Workload", "World", "Power caps", "Executor (many GPUs)"
 """Help panels of ``harness sweep``."""
 
 
@@ -111,6 +111,13 @@ class SweepOptions(BaseModel):
                            "enforced limit)")
     energy_window: Annotated[Literal["measured", "steady"], Flag(BENCH)] = Field(
         "measured", description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)")
+    executor: Annotated[Literal["local", "ray"], Flag(EXEC)] = Field(
+        "local", description="local (cells one after another on this machine's GPU) or ray (each cell a Ray task on its "
+                             "own GPU; needs the [ray] extra)")
+    ray_address: Annotated[str | None, Flag(EXEC, default_text="start a local cluster")] = Field(
+        None, description="with --executor ray: auto or HOST:PORT of a running cluster")
+    twin_gpus: Annotated[int | None, Flag(EXEC, default_text="1 locally, all of a given cluster")] = Field(
+        None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per Ray GPU")
 
     @property
     def stream_requests(self) -> bool:
@@ -177,6 +184,9 @@ def check_options(opts: SweepOptions) -> None:
             parse_twin_fault(item)
     check_energy_window(opts)
     check_attention_backend(opts.attention_backend)
+    from harness.executors import check_executor_options
+
+    check_executor_options(opts)
 
 
 def check_attention_backend(backend: str | None) -> None:

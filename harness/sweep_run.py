@@ -40,7 +40,8 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             manifest = read_manifest(resume)  # re-read under the lock: the previous writer may have just finished
             saved = read_options(resume)
             # Services of the killed run are gone; use the URLs given now (or start fresh ones).
-            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url})
+            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url,
+                                            "ray_address": opts.ray_address})
             _check_resume_version(opts, spec.python)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
@@ -89,7 +90,7 @@ def _engine_spec(opts: SweepOptions) -> EngineSpec:
 def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resumed: bool, retry_errors: bool,
                 argv: list[str] | None, console: SweepConsole) -> tuple[Path, list[SweepRow], SweepManifest]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
-    from harness.world import open_world
+    from harness.executors import open_sweep_world
 
     manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.attention_backend
     session = manifest.begin_session(argv or sys.argv, resumed=resumed, retry_errors=retry_errors)
@@ -97,15 +98,13 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
     old = signal.signal(signal.SIGTERM, on_sigterm)
     t0 = mono_ns()
     try:
-        with open_world(opts.engine, sampler_url=opts.sampler_url, twin_gpu_url=opts.twin_gpu_url,
-                        time_scale=opts.time_scale, seed=opts.seed, run_dir=run_dir, spec=_engine_spec(opts),
-                        launch_timeout_s=opts.launch_timeout_s, request_timeout_s=opts.request_timeout_s,
-                        stop_timeout_s=opts.stop_timeout_s, hardware=opts.hardware) as world:
+        with open_sweep_world(opts, run_dir, _engine_spec(opts), manifest, console) as world:
             session.world = manifest.record_world(world)
             manifest.memory_total_mb = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             power_cap = open_power_cap(opts, world, manifest, lambda: manifest.save(run_dir))
-            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors)
+            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors,
+                                 executor=getattr(world, "executor", None))
             try:
                 rows = runner.run()
                 manifest.finished()

@@ -161,8 +161,9 @@ def _spawn_service(args: list[str], log: Path, health_path: str, what: str) -> t
     return url, p
 
 
-def _start_twin_gpu(run_dir: Path, time_scale: float, seed: int, profile: str | None) -> tuple[str, Any]:
+def _start_twin_gpu(run_dir: Path, time_scale: float, seed: int, profile: str | None, index: int = 0) -> tuple[str, Any]:
     args = ["twin", "gpu", "--time-scale", f"{time_scale:g}", "--seed", str(seed)] + (["--profile", profile] if profile else [])
+    args += ["--index", str(index)] if index else []
     return _spawn_service(args, run_dir / "logs" / "twin-gpu.log", "/health", "the twin GPU")
 
 
@@ -215,7 +216,7 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
                 raise UsageError("--engine twin with --sampler-url also needs --twin-gpu URL (the device the sampler watches)",
                                  fix="pass --twin-gpu, or neither URL to let the harness start both")
             if twin_gpu_url is None:
-                twin_gpu_url, p = _start_twin_gpu(run_dir, time_scale, seed, profile)
+                twin_gpu_url, p = _start_twin_gpu(run_dir, time_scale, seed, profile, gpu_index)
                 children.append(("twin-gpu", p))
             twin_gpu_url = twin_gpu_url.rstrip("/")
             info = _check_service(twin_gpu_url, "/v1/info", "the twin GPU", "--twin-gpu")
@@ -225,7 +226,7 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
                 sampler_url, p = _start_sampler(run_dir, twin_gpu_url, rate_hz)
                 children.append(("sampler", p))
             spec = spec.model_copy(update={"twin_gpu_url": twin_gpu_url})
-            gpu_identity = {k: info.get(k) for k in ("name", "uuid", "driver_version", "profile", "memory_total_mb", "seed")}
+            gpu_identity = {k: info.get(k) for k in ("name", "uuid", "driver_version", "profile", "memory_total_mb", "seed", "index")}
             hw = hardware or info.get("hardware") or hardware_label(None, info.get("profile"))
             power_limit = info.get("power_limit_w")
         else:

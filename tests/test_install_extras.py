@@ -23,7 +23,7 @@ from harness.extras import EXTRA_OF, needs
 
 from _install_helpers import STANDIN_TORCH_VERSION, copy_sources, core_wheelhouse, new_venv, pip, pyproject, standin_torch_wheel
 
-OPTIONAL = ("torch", "sklearn", "joblib", "matplotlib", "pyarrow", "datasets")
+OPTIONAL = ("torch", "sklearn", "joblib", "matplotlib", "pyarrow", "datasets", "ray")
 
 
 class CoreVenv:
@@ -125,14 +125,16 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     core = _dist_names(project["dependencies"])
     # issue 14: prometheus_client renders /metrics; pyyaml reads `harness sweep --config run.yaml`
     assert core == {"typer", "rich", "pydantic", "httpx", "numpy", "nvidia-ml-py", "prometheus_client", "pyyaml"}
-    assert [Requirement(r) for r in extras["all"]] == [Requirement("eagle-energy-harness[policies,report,export]")]
+    assert [Requirement(r) for r in extras["all"]] == [Requirement("eagle-energy-harness[policies,report,export,ray]")]
     everything = core | _dist_names(extras["policies"]) | _dist_names(extras["report"]) | _dist_names(extras["export"])
-    # the dependency list before the split, plus prometheus_client (/metrics)
+    assert _dist_names(extras["ray"]) == {"ray"}  # added with --executor ray (issue 16), not a former dependency
+    everything -= {"ray"}
+    # the dependency list before the split, plus prometheus_client (/metrics) and pyyaml (--config)
     assert everything == {"typer", "rich", "pydantic", "httpx", "numpy", "scikit-learn", "joblib", "matplotlib",
                           "pyarrow", "datasets", "nvidia-ml-py", "torch", "prometheus_client", "pyyaml"}
     # each optional module maps to the extra that installs its distribution
     dist_of = {"torch": "torch", "sklearn": "scikit-learn", "joblib": "joblib", "matplotlib": "matplotlib",
-               "pyarrow": "pyarrow", "datasets": "datasets"}
+               "pyarrow": "pyarrow", "datasets": "datasets", "ray": "ray"}
     assert set(EXTRA_OF) == set(OPTIONAL)
     assert all(dist_of[m] in _dist_names(extras[e]) for m, e in EXTRA_OF.items())
     # [policies] accepts another torch; the suite pins the one it is verified with

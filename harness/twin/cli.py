@@ -21,6 +21,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, "--seed", help="seed for ambient temperature, power jitter and the UUID"),
         time_scale: float = typer.Option(1.0, "--time-scale", help="the twin world runs this many times faster than the wall clock"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to bind"),
+        index: int = typer.Option(0, "--index", min=0, help="device index on this node (N devices of one seed get N UUIDs)"),
     ) -> None:
         """Run a twin GPU device (power, energy counter, temperature, clocks, memory) until SIGTERM."""
         from harness.twin.device_http import serve
@@ -28,7 +29,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
         if time_scale <= 0:
             raise UsageError(f"--time-scale must be > 0, got {time_scale}", fix="e.g. --time-scale 20")
-        serve(port, load_profile(profile), seed=seed, time_scale=time_scale, host=host)
+        serve(port, load_profile(profile), seed=seed, time_scale=time_scale, host=host, index=index)
 
     @twin.command(
         "engine",

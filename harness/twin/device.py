@@ -56,14 +56,16 @@ def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float
 class TwinGpu:
     """Thread-safe state of one twin GPU. All times are device (twin) epoch ns."""
 
-    def __init__(self, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0) -> None:
+    def __init__(self, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, index: int = 0) -> None:
         self.profile = profile
+        self.index = index  # the NVML-style device index on its node; only the UUID depends on it
         self.p = profile.device
         self.seed = seed
         self.clock = ScaledClock.starting_now(time_scale)
         self.rng = random.Random(seed)
         self.lock = threading.RLock()
-        self.uuid = f"GPU-twin-{uuidlib.UUID(int=random.Random(f'uuid-{seed}').getrandbits(128), version=4)}"
+        uuid_key = f"uuid-{seed}" if index == 0 else f"uuid-{seed}-gpu{index}"  # N devices of one seed: N UUIDs
+        self.uuid = f"GPU-twin-{uuidlib.UUID(int=random.Random(uuid_key).getrandbits(128), version=4)}"
         self.ambient_c = self.p.ambient_c + self.rng.uniform(-1.0, 1.0) * self.p.ambient_spread_c
         now = self.clock.anchor_wall_ns
         self.t_ns = now
@@ -377,6 +379,7 @@ class TwinGpu:
             "memory_total_mb": self.p.memory_total_mb,
             "time_scale": self.clock.scale,
             "seed": self.seed,
+            "index": self.index,
         }
 
     def clock_info(self) -> dict:

@@ -107,9 +107,9 @@ def build_router(gpu: TwinGpu) -> Router:
 
 
 def serve(port: int, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, host: str = "127.0.0.1",
-          announce: Callable[..., None] = print) -> None:
+          announce: Callable[..., None] = print, index: int = 0) -> None:
     """Run the device until SIGTERM/SIGINT. ``port`` 0 picks a free port; the ready line names the URL."""
-    gpu = TwinGpu(profile, seed=seed, time_scale=time_scale)
+    gpu = TwinGpu(profile, seed=seed, time_scale=time_scale, index=index)
     try:
         server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
     except OSError as exc:
