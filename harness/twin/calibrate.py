@@ -421,12 +421,13 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{100 * v:+.1f}%"
 
 
-def print_fit_table(fits: list[RowFit]) -> None:
+def print_fit_table(fits: list[RowFit], title: str = "twin vs published (calibration.json)", ref: str = "pub") -> None:
+    """The fit table: model vs reference (``ref``: the column label of the reference figures) per row."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="twin vs published (calibration.json)")
-    for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "reward", "pub", "ok"):
+    t = Table(title=title)
+    for col in ("bs", "config", "accept", ref, "err", "speed", ref, "err", "J/tok", ref, "err", "util", ref, "err", "step ms", ref, "reward", ref, "ok"):
         t.add_column(col, justify="right")
     for r in fit_table(fits):
         t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", _pct(r["accept_err"]),
