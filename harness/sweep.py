@@ -79,6 +79,11 @@ class SweepOptions(BaseModel):
     """``set``: the harness sets each cap and restores the original limit; ``record``: only record the enforced limit."""
     energy_window: Literal["measured", "steady"] = "measured"
     """Which window feeds ``energy_joules``: today's measured window (published) or the steady-state one."""
+    strategy: Literal["grid", "active"] = Field("grid", description="grid: measure every planned cell; active: "
+                                                "measure only the cells that can still change the recipe (docs/active.md)")
+    budget: float | None = Field(None, gt=0, le=1, description="active: GPU-seconds (launch + measure) as a fraction "
+                                 "of the predicted full grid's (default 0.2 when --budget-s is not given)")
+    budget_s: float | None = Field(None, gt=0, description="active: GPU-seconds (device time) the sweep may spend")
 
     @property
     def stream_requests(self) -> bool:
@@ -231,17 +236,28 @@ class SweepRunner:
         pending = self._pending()
         self.console.start(len(self.cells), len(self.cells) - len(pending))
         try:
-            while pending:
-                try:
-                    self._run_pending(pending)
-                    break
-                except InfrastructureLost as lost:
-                    self._recover(lost)  # raises WorldLost when the service cannot come back
-                pending = self._pending()
+            if self.opts.strategy == "active":  # measures only the planned cells that can change the recipe
+                from harness.active.loop import ActiveSweep
+
+                ActiveSweep(self).run()
+            else:
+                self.run_cells(self.cells)
         finally:
             self.console.close()
             self.store.close()
         return self.store.latest()
+
+    def run_cells(self, cells: list[Cell]) -> None:
+        """Measure those of ``cells`` still pending; a lost sampler is restarted (bounded) and the cut cell runs again."""
+        wanted = {c.cell_id for c in cells}
+        pending = [c for c in self._pending() if c.cell_id in wanted]
+        while pending:
+            try:
+                self._run_pending(pending)
+                break
+            except InfrastructureLost as lost:
+                self._recover(lost)  # raises WorldLost when the service cannot come back
+            pending = [c for c in self._pending() if c.cell_id in wanted]
 
     def _pending(self) -> list[Cell]:
         """Cells without a row, plus (``--retry-errors``) cells whose error row this session has not replaced."""
@@ -679,6 +695,8 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: dict[str, Any], res
             manifest["hardware"] = world.hardware
             manifest["power_limit_w"] = world.power_limit_w
             manifest["memory_total_mb"] = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
+            if "idle_power_w" not in manifest:  # the board before any server (twin calibrate --from reads it)
+                manifest["idle_power_w"] = getattr(world.telemetry.snapshot(), "power_w", None)
             manifest["seeds"] = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             power_cap = open_power_cap(opts, world, manifest, lambda: write_manifest(run_dir, manifest))
             runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors)
@@ -771,6 +789,10 @@ def check_options(opts: SweepOptions) -> None:
             parse_twin_fault(item)
     check_energy_window(opts)
     check_attention_backend(opts.attention_backend)
+    if opts.strategy == "active" or opts.budget is not None or opts.budget_s is not None:
+        from harness.active.options import check_active_options
+
+        check_active_options(opts)
 
 
 def check_attention_backend(backend: str | None) -> None:

@@ -109,6 +109,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         power_caps: Optional[str] = typer.Option(None, "--power-caps", help="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"),
         power_cap_mode: str = typer.Option("set", "--power-cap-mode", help="set (needs root on NVML; the original limit is restored) or record (only record the enforced limit)"),
         energy_window: str = typer.Option("measured", "--energy-window", help="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)"),
+        strategy: str = typer.Option("grid", "--strategy", help="grid (every planned cell) or active (only the cells that can still change the recipe; docs/active.md)"),
+        budget: Optional[float] = typer.Option(None, "--budget", help="active: GPU-seconds as a fraction of the predicted full grid's (default 0.2)"),
+        budget_s: Optional[float] = typer.Option(None, "--budget-s", help="active: GPU-seconds (device time, launch + measure) the sweep may spend"),
     ) -> None:
         """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
         import sys
@@ -139,6 +142,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                              fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as root with --power-cap-mode set")
         if energy_window not in ("measured", "steady"):
             raise UsageError(f"unknown --energy-window {energy_window!r}", fix="use --energy-window measured or steady")
+        if strategy not in ("grid", "active"):
+            raise UsageError(f"unknown --strategy {strategy!r}", fix="use --strategy grid or --strategy active")
+        base_active: dict[str, Any] = {"strategy": strategy, "budget": budget, "budget_s": budget_s}
         base: dict[str, Any] = dict(QUICK) if quick else {}
         if power_caps:
             from harness.powercap import parse_power_caps
@@ -168,6 +174,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 launch_timeout_s=launch_timeout, seed=seed, sampler_url=sampler_url, twin_gpu_url=twin_gpu,
                 model_path=model_path, draft_model_path=draft_model_path, twin_faults=list(twin_fault), hardware=hardware,
                 stream=stream, engine_args=list(engine_arg), power_cap_mode=power_cap_mode, energy_window=energy_window, **base,
+                **base_active,
             )
         except ValidationError as exc:
             err = exc.errors()[0]

@@ -1,0 +1,185 @@
+"""Every cell's reward, measured or predicted, with an uncertainty.
+
+- A measured cell's estimate is the mean published reward of its rows (an error row scores 0); its uncertainty is
+  the repeat noise over the square root of its rows (the noise pooled from cells measured more than once, else
+  ``DEFAULT_NOISE_SD``).
+- An unmeasured cell's estimate is the published reward of the fitted twin's prediction (pure model, the run's
+  protocol, nominal launch) against the measured baseline speed of its batch size; a config the model says cannot
+  launch at any mem fraction of the ladder scores 0. Its uncertainty propagates the model's own error on the
+  measured cells (RMS relative speed error, RMS utilization error; floors below) through the reward.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.active.cost import CellCost, CostModel
+from harness.grid import SpecConfig
+from harness.rows import SweepRow
+from harness.twin.calibrate import Protocol, published_reward
+from harness.twin.fit_rows import CellMeans, baseline_speeds, cell_means
+from harness.twin.model import device_power, launch_seconds, memory_footprint_mb, simulate_cell, step_cost
+from harness.twin.profile import TwinProfile
+
+SPEED_SIGMA_FLOOR = 0.02
+"""Relative speed error assumed for an unmeasured cell however well the measured ones fit (the twin target is 5 %)."""
+UTIL_SIGMA_FLOOR = 0.01
+"""Utilization error floor (the twin target is 0.03)."""
+DEFAULT_NOISE_SD = 0.01
+"""Repeat-to-repeat sd of one row's reward before any cell has been measured twice (twin grids: 0.004-0.015)."""
+MIN_NOISE_DOF = 4
+"""Repeat degrees of freedom before the measured noise may undercut ``DEFAULT_NOISE_SD``."""
+NOISE_SD_FLOOR = 0.003
+"""A row's reward is never trusted to repeat more closely than this (seeded twins repeat almost exactly)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The fitted model's figures for one cell (pure model, nominal launch)."""
+
+    speed: float
+    util: float
+    jpt: float
+    accept: float
+    capped: bool
+    fits: bool
+    model_launch_s: float
+    model_measure_s: float
+
+
+def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol,
+                 mem_fractions: Sequence[float]) -> Prediction:
+    launches = sum(launch_seconds(profile, cfg, bs).values())
+    if not any(memory_footprint_mb(profile, cfg, mf, bs)["fits"] for mf in mem_fractions):
+        return Prediction(0.0, 0.0, 0.0, 0.0, False, False, launches * len(mem_fractions), 0.0)
+    sim = simulate_cell(profile, cfg, bs, list(protocol.prompts), max_new_tokens=protocol.output_tokens,
+                        num_requests=protocol.num_prompts, seed=0, nominal_launch=True)
+    measured = protocol.num_prompts or max(16, bs)
+    _, clock = device_power(profile, step_cost(profile, cfg, bs).dyn_w)
+    return Prediction(sim.speed_tok_s, sim.utilization, sim.joules_per_token, sim.accept_length, clock < 0.999, True,
+                      launches, sim.wall_s * protocol.requests(bs) / measured)
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """How far the fitted model is from the measured cells, plus the repeat noise of a row's reward."""
+
+    speed_rel: float
+    util_abs: float
+    noise_sd: float
+
+    @classmethod
+    def of(cls, cells: Sequence[CellMeans], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> "ModelError":
+        speed, util = [], []
+        for c in cells:
+            p = preds.get((c.batch_size, c.config))
+            if p is None or not p.fits or p.speed <= 0:
+                continue
+            speed.append(math.log(c.speed / p.speed) ** 2)
+            if c.util is not None:
+                util.append((c.util - p.util) ** 2)
+        return cls(max(SPEED_SIGMA_FLOOR, math.sqrt(statistics.fmean(speed))) if speed else 0.05,
+                   max(UTIL_SIGMA_FLOOR, math.sqrt(statistics.fmean(util))) if util else 0.03,
+                   pooled_noise_sd(cells))
+
+
+def pooled_noise_sd(cells: Sequence[CellMeans]) -> float:
+    """The pooled within-cell sd of a row's reward; below ``MIN_NOISE_DOF`` degrees of freedom it is not trusted
+    to be smaller than ``DEFAULT_NOISE_SD``; never below ``NOISE_SD_FLOOR``."""
+    dof = sum(len(c.rewards) - 1 for c in cells if len(c.rewards) > 1)
+    if dof == 0:
+        return DEFAULT_NOISE_SD
+    pooled = math.sqrt(sum(statistics.variance(c.rewards) * (len(c.rewards) - 1) for c in cells if len(c.rewards) > 1) / dof)
+    return max(NOISE_SD_FLOOR, pooled if dof >= MIN_NOISE_DOF else max(pooled, DEFAULT_NOISE_SD))
+
+
+def predicted_reward(p: Prediction, baseline: float) -> float:
+    if not p.fits or baseline <= 0:
+        return 0.0
+    return published_reward(p.util, p.speed, baseline, throttled=p.capped)
+
+
+def reward_sigma(p: Prediction, baseline: float, err: ModelError) -> float:
+    """Half the reward's swing over speed and utilization moved by one model error each, in quadrature."""
+    if not p.fits or baseline <= 0:
+        return 0.0
+
+    def r(speed: float, util: float) -> float:
+        return published_reward(util, speed, baseline, throttled=p.capped)
+
+    ds = r(p.speed * (1 + err.speed_rel), p.util) - r(p.speed * (1 - err.speed_rel), p.util)
+    du = r(p.speed, p.util + err.util_abs) - r(p.speed, p.util - err.util_abs)
+    return math.hypot(ds / 2, du / 2)
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    """What the planner knows about one (batch size, config)."""
+
+    batch_size: int
+    config: tuple[int, int, int]
+    prediction: Prediction
+    predicted_reward: float
+    rewards: tuple[float, ...]
+    reward: float
+    sigma: float
+    cost: CellCost
+
+    @property
+    def measured(self) -> int:
+        return len(self.rewards)
+
+
+def measured_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
+    """Per cell, the published reward of each row (error rows score 0; rows without a baseline are left out)."""
+    from harness.twin.fit_rows import row_reward, usable
+
+    base = baseline_speeds(rows)
+    out: dict[tuple[int, tuple[int, int, int]], list[float]] = {}
+    for r in rows:
+        if not r.is_error and not usable(r):
+            continue  # an invalid window says nothing about the config
+        x = row_reward(r, base.get(r.batch_size), fallback_limit_w)
+        if x is not None:
+            out.setdefault((r.batch_size, r.config.as_tuple()), []).append(x)
+    return out
+
+
+def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> CostModel:
+    """The cost model fitted to every row's GPU-seconds against its cell's model launch and protocol time."""
+    from harness.active.cost import row_cost
+
+    samples = []
+    for r in rows:
+        p = preds.get((r.batch_size, r.config.as_tuple()))
+        if p is not None:
+            samples.append((p.model_launch_s, p.model_measure_s, row_cost(r)))
+    return CostModel.fit(samples)
+
+
+def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequence[SpecConfig], batch_sizes: Sequence[int],
+                   protocol: Protocol, mem_fractions: Sequence[float],
+                   fallback_limit_w: float | None) -> tuple[list[CellEstimate], ModelError, CostModel]:
+    """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model."""
+    preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions)
+             for bs in batch_sizes for cfg in configs}
+    cost_model = fit_cost_model(rows, preds)
+    cells = cell_means(list(rows), fallback_limit_w)
+    err = ModelError.of(cells, preds)
+    measured = measured_rewards(rows, fallback_limit_w)
+    base = baseline_speeds(rows)
+    out = []
+    for (bs, cfg), p in preds.items():
+        model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
+        baseline = base.get(bs) or model_base
+        pr = predicted_reward(p, baseline)
+        rs = tuple(measured.get((bs, cfg), ()))
+        if rs:
+            reward, sigma = statistics.fmean(rs), err.noise_sd / math.sqrt(len(rs))
+        else:
+            reward, sigma = pr, reward_sigma(p, baseline, err)
+        out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
+    return out, err, cost_model
