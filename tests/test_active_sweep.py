@@ -87,7 +87,7 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
 
 
 def _cell(bs: int, cfg: tuple[int, int, int], reward: float, sigma: float, rows: int) -> CellEstimate:
-    pred = Prediction(100.0, 0.9, 0.5, 2.0, False, True, 30.0, 10.0)
+    pred = Prediction(100.0, 0.9, 0.5, 2.0, 0.0, -0.1, True, 30.0, 10.0)
     rs = tuple([reward] * rows)
     return CellEstimate(bs, cfg, pred, reward, rs, reward, sigma, CellCost(30.0, 10.0))
 

@@ -21,7 +21,7 @@ from harness.grid import SpecConfig
 from harness.rows import SweepRow
 from harness.twin.calibrate import Protocol, published_reward
 from harness.twin.fit_rows import CellMeans, baseline_speeds, cell_means
-from harness.twin.model import device_power, launch_seconds, memory_footprint_mb, simulate_cell, step_cost
+from harness.twin.model import base_power_w, launch_seconds, memory_footprint_mb, simulate_cell, step_cost
 from harness.twin.profile import TwinProfile
 
 SPEED_SIGMA_FLOOR = 0.02
@@ -32,6 +32,11 @@ DEFAULT_NOISE_SD = 0.01
 """Repeat-to-repeat sd of one row's reward before any cell has been measured twice (twin grids: 0.004-0.015)."""
 MIN_NOISE_DOF = 4
 """Repeat degrees of freedom before the measured noise may undercut ``DEFAULT_NOISE_SD``."""
+THROTTLE_FACTOR = 0.3
+"""The published reward's multiplier for a throttled row: with the published rule (any clock-event bit) a config
+running at the power cap is flagged whenever the after-run snapshot falls in a capped stretch."""
+FLAG_P_SIGMA = 0.25
+"""Uncertainty of the predicted chance of that flag at a coin flip (sampling instants, the batch's drain)."""
 NOISE_SD_FLOOR = 0.003
 """A row's reward is never trusted to repeat more closely than this (seeded twins repeat almost exactly)."""
 
@@ -44,23 +49,37 @@ class Prediction:
     util: float
     jpt: float
     accept: float
-    capped: bool
+    tail_capped: float
+    """Share of the last snapshot period of decoding the model spends at the power cap."""
+    cap_margin: float
+    """Full-batch power demand at full clocks minus the cap, over the limit (> 0: the model runs it at the cap)."""
     fits: bool
     model_launch_s: float
     model_measure_s: float
 
 
-def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol,
-                 mem_fractions: Sequence[float]) -> Prediction:
+def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol, mem_fractions: Sequence[float],
+                 snapshot_period_s: float = 0.1) -> Prediction:
+    """The model's figures for one cell; ``snapshot_period_s``: the sampler's period in device seconds (the
+    after-run snapshot is the last sample before the window's end, so it reads the state of that last period)."""
     launches = sum(launch_seconds(profile, cfg, bs).values())
     if not any(memory_footprint_mb(profile, cfg, mf, bs)["fits"] for mf in mem_fractions):
-        return Prediction(0.0, 0.0, 0.0, 0.0, False, False, launches * len(mem_fractions), 0.0)
+        return Prediction(0.0, 0.0, 0.0, 0.0, 0.0, -1.0, False, launches * len(mem_fractions), 0.0)
     sim = simulate_cell(profile, cfg, bs, list(protocol.prompts), max_new_tokens=protocol.output_tokens,
-                        num_requests=protocol.num_prompts, seed=0, nominal_launch=True)
+                        num_requests=protocol.num_prompts, seed=0, nominal_launch=True, tail_s=snapshot_period_s)
     measured = protocol.num_prompts or max(16, bs)
-    _, clock = device_power(profile, step_cost(profile, cfg, bs).dyn_w)
-    return Prediction(sim.speed_tok_s, sim.utilization, sim.joules_per_token, sim.accept_length, clock < 0.999, True,
-                      launches, sim.wall_s * protocol.requests(bs) / measured)
+    d = profile.device
+    demand = (base_power_w(profile) + step_cost(profile, cfg, bs).dyn_w) / d.power_limit_w
+    return Prediction(sim.speed_tok_s, sim.utilization, sim.joules_per_token, sim.accept_length,
+                      sim.capped_tail_frac or 0.0, demand - (1 + d.cap_overshoot_frac), True, launches,
+                      sim.wall_s * protocol.requests(bs) / measured)
+
+
+def flag_chance(p: Prediction, err: "ModelError") -> float:
+    """Chance of the published throttle flag: the model's capped share of the snapshot period, times the chance
+    that the cell is at the cap at all given the model's utilization error (a demand just above the cap in the model
+    may be just below it on the GPU, and then no cap bit is ever read)."""
+    return p.tail_capped * 0.5 * math.erfc(-p.cap_margin / (max(err.util_abs, 0.005) * math.sqrt(2)))
 
 
 @dataclass(frozen=True)
@@ -96,23 +115,33 @@ def pooled_noise_sd(cells: Sequence[CellMeans]) -> float:
     return max(NOISE_SD_FLOOR, pooled if dof >= MIN_NOISE_DOF else max(pooled, DEFAULT_NOISE_SD))
 
 
-def predicted_reward(p: Prediction, baseline: float) -> float:
+def _reward(speed: float, util: float, baseline: float, flag_p: float) -> float:
+    """The published reward's expectation over the throttle flag (x0.3 when set)."""
+    return published_reward(util, speed, baseline) * (1.0 - (1.0 - THROTTLE_FACTOR) * flag_p)
+
+
+def predicted_reward(p: Prediction, baseline: float, err: ModelError) -> float:
     if not p.fits or baseline <= 0:
         return 0.0
-    return published_reward(p.util, p.speed, baseline, throttled=p.capped)
+    return _reward(p.speed, p.util, baseline, flag_chance(p, err))
 
 
 def reward_sigma(p: Prediction, baseline: float, err: ModelError) -> float:
-    """Half the reward's swing over speed and utilization moved by one model error each, in quadrature."""
+    """Half the reward's swing over speed, utilization and flag chance moved by one model error each, in quadrature
+    (the flag chance by ``FLAG_P_SIGMA``)."""
     if not p.fits or baseline <= 0:
         return 0.0
 
-    def r(speed: float, util: float) -> float:
-        return published_reward(util, speed, baseline, throttled=p.capped)
+    q = flag_chance(p, err)
+
+    def r(speed: float, util: float, flag_p: float = q) -> float:
+        return _reward(speed, util, baseline, min(1.0, max(0.0, flag_p)))
 
     ds = r(p.speed * (1 + err.speed_rel), p.util) - r(p.speed * (1 - err.speed_rel), p.util)
     du = r(p.speed, p.util + err.util_abs) - r(p.speed, p.util - err.util_abs)
-    return math.hypot(ds / 2, du / 2)
+    dq = FLAG_P_SIGMA * 2 * math.sqrt(q * (1 - q))  # largest at a coin flip, none when the model is sure
+    df = r(p.speed, p.util, q - dq) - r(p.speed, p.util, q + dq)
+    return math.sqrt((ds / 2) ** 2 + (du / 2) ** 2 + (df / 2) ** 2)
 
 
 @dataclass(frozen=True)
@@ -161,10 +190,10 @@ def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, i
 
 
 def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequence[SpecConfig], batch_sizes: Sequence[int],
-                   protocol: Protocol, mem_fractions: Sequence[float],
-                   fallback_limit_w: float | None) -> tuple[list[CellEstimate], ModelError, CostModel]:
+                   protocol: Protocol, mem_fractions: Sequence[float], fallback_limit_w: float | None,
+                   snapshot_period_s: float = 0.1) -> tuple[list[CellEstimate], ModelError, CostModel]:
     """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model."""
-    preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions)
+    preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions, snapshot_period_s)
              for bs in batch_sizes for cfg in configs}
     cost_model = fit_cost_model(rows, preds)
     cells = cell_means(list(rows), fallback_limit_w)
@@ -175,7 +204,7 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
     for (bs, cfg), p in preds.items():
         model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
         baseline = base.get(bs) or model_base
-        pr = predicted_reward(p, baseline)
+        pr = predicted_reward(p, baseline, err)
         rs = tuple(measured.get((bs, cfg), ()))
         if rs:
             reward, sigma = statistics.fmean(rs), err.noise_sd / math.sqrt(len(rs))
