@@ -58,6 +58,8 @@ class ActiveSweep:
         slug = str(manifest.get("hardware") or "gpu").replace(":", "-").replace("/", "-")
         self.start = with_device(start or load_profile(), manifest, name=f"fitted-{slug}")
         self.limit_w = manifest.get("power_limit_w")
+        world = runner.world  # the after-run snapshot reads the last sampler period before the window's end
+        self.snapshot_period_s = world.clock.scale / float(getattr(world, "sampler_rate_hz", 10.0) or 10.0)
         self.cells_by_key = {(c.repeat, c.batch_size, c.config.as_tuple()): c for c in runner.cells}
         self.record: dict[str, Any] = manifest.setdefault("active", {"rounds": []})
         self.record.update(strategy="active", budget_fraction=self.opts.budget, budget_s_given=self.opts.budget_s,
@@ -68,7 +70,7 @@ class ActiveSweep:
         rows = self.runner.store.latest()
         profile = fit_cells(self.start, targets_of(cell_means(rows, self.limit_w)), self.protocol, max_nfev=FIT_EVALS)
         cells, err, _ = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes, self.protocol,
-                                       self.opts.mem_fractions, self.limit_w)
+                                       self.opts.mem_fractions, self.limit_w, self.snapshot_period_s)
         full = sum(c.cost.total_s for c in cells) * self.opts.repeats
         return State(rows, profile, cells, err, spent(rows), full, budget_of(self.opts, full))
 
