@@ -52,12 +52,15 @@ class Pick:
     open_rivals: tuple[CellEstimate, ...]
 
 
-def picks(cells: Sequence[CellEstimate]) -> dict[int, Pick]:
-    """Per batch size: the leader, its confidence, the rivals still open."""
+def picks(cells: Sequence[CellEstimate], measured_only: bool = False) -> dict[int, Pick]:
+    """Per batch size: the leader, its confidence, the rivals still open. ``measured_only``: the leader among the
+    cells with rows (the recipe: a run stopped by its budget may not have measured the model's leader), still
+    compared with every rival."""
     out: dict[int, Pick] = {}
     for bs in sorted({c.batch_size for c in cells}):
         group = [c for c in cells if c.batch_size == bs and c.config != (0, 0, 0)] or [c for c in cells if c.batch_size == bs]
-        leader = max(group, key=lambda c: (c.reward, c.measured))
+        pool = [c for c in group if c.measured] if measured_only else group
+        leader = max(pool or group, key=lambda c: (c.reward, c.measured))
         rivals = [c for c in group if c is not leader]
         conf = math.prod(1.0 - p_beats(c, leader) for c in rivals)
         out[bs] = Pick(bs, leader, conf, tuple(c for c in rivals if p_beats(c, leader) > P_OPEN))

@@ -134,7 +134,7 @@ class ActiveSweep:
     # --- results --------------------------------------------------------------------------------------------------
     def finish(self, state: State, stop: str) -> None:
         run_dir: Path = self.runner.run_dir
-        chosen = picks(state.cells)
+        chosen = picks(state.cells, measured_only=True)
         write_json_atomic(run_dir / RECIPE_FILE, recipe_json(chosen, state))
         prof = state.profile.model_copy(deep=True)
         targets = targets_of(cell_means(state.rows, self.limit_w))
@@ -165,7 +165,7 @@ class ActiveSweep:
 
 
 def recipe_json(chosen: dict[int, Pick], state: State) -> dict[str, Any]:
-    """``{"<bs>": {"config": [s,k,d], "confidence", "predicted": {...}, "measured": {...}, "settled", "open_rivals"}}``."""
+    """``{"<bs>": {"config": [s,k,d], "confidence", "predicted": {...}, "measured": {...}, "settled", "open_rivals"}}`` (the leader among measured cells)."""
     out: dict[str, Any] = {}
     for bs, p in chosen.items():
         c, pred = p.leader, p.leader.prediction
