@@ -67,7 +67,7 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
     # budget: GPU-seconds spent (launch + measure) within the fraction of the predicted full grid
     spent = active["gpu_seconds"]
     assert spent["total"] == pytest.approx(spent["launch"] + spent["measure"], abs=0.05) and spent["launch"] > 0
-    assert active["budget_s"] == pytest.approx(0.35 * active["full_grid_predicted_s"], rel=1e-3)
+    assert active["budget_s"] == pytest.approx(0.35 * active["budget_from_full_grid_predicted_s"], rel=1e-3)
     assert spent["total"] <= active["budget_s"]
     assert active["fraction_of_full_grid"] == pytest.approx(spent["total"] / active["full_grid_predicted_s"], abs=1e-3)
     assert active["stop_reason"] in ("settled", "budget") and active["rounds"]

@@ -72,7 +72,10 @@ class ActiveSweep:
         cells, err, _ = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes, self.protocol,
                                        self.opts.mem_fractions, self.limit_w, self.snapshot_period_s)
         full = sum(c.cost.total_s for c in cells) * self.opts.repeats
-        return State(rows, profile, cells, err, spent(rows), full, budget_of(self.opts, full))
+        if self.record.get("budget_s") is None:  # fixed once, after the calibration set (kept across --resume)
+            self.record["budget_s"] = round(budget_of(self.opts, full), 2)
+            self.record["budget_from_full_grid_predicted_s"] = round(full, 2)
+        return State(rows, profile, cells, err, spent(rows), full, float(self.record["budget_s"]))
 
     def _free_repeat(self, bs: int, cfg: tuple[int, int, int], done: set[str]) -> int | None:
         for r in range(self.opts.repeats):
@@ -148,7 +151,7 @@ class ActiveSweep:
             cells_measured=len(state.rows), cells_planned=len(self.runner.cells),
             gpu_seconds={"launch": round(state.spent.launch_s, 2), "measure": round(state.spent.measure_s, 2),
                          "total": round(state.spent.total_s, 2)},
-            full_grid_predicted_s=round(state.full_grid_s, 2), budget_s=round(state.budget_s, 2),
+            full_grid_predicted_s=round(state.full_grid_s, 2),
             fraction_of_full_grid=None if frac is None else round(frac, 4),
             model_error={"speed_rel": round(state.error.speed_rel, 4), "util_abs": round(state.error.util_abs, 4),
                          "reward_noise_sd": round(state.error.noise_sd, 4)},
