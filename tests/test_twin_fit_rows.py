@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from _engine_helpers import run_harness
+from _engine_helpers import read_lines, run_harness
 from _twin_helpers import twin_gpu
 from harness.twin.fit_rows import split_holdout, with_device
 from harness.twin.profile import TwinProfile, load_profile
@@ -33,11 +33,16 @@ def test_calibrate_from_run_reports_fitted_and_held_out_cells_and_runs_as_a_twin
     prof = TwinProfile.model_validate_json(path.read_text())
     manifest = json.loads((run / "manifest.json").read_text())
     cal = prof.calibration
-    assert cal["source"] == str(run) and cal["cells_fitted"] == 3 and cal["cells_held_out"] == 2
-    assert {tuple(r["config"]) for r in cal["rows"] if r["held_out"]} == {(3, 2, 4), (5, 4, 16)}
+    # every usable cell is fitted or held out (a window the loaded host's sampler cut is not usable); every 2nd spec
+    # cell in (batch size, config) order is held out
+    usable = sorted(tuple(x[k] for k in ("steps", "topk", "num_draft_tokens")) for x in read_lines(run / "rows.jsonl")
+                    if x["error"] is None and x["window_valid"])
+    spec = [c for c in usable if c != (0, 0, 0)]
+    assert cal["source"] == str(run) and cal["cells_fitted"] + cal["cells_held_out"] == len(usable)
+    assert [tuple(r["config"]) for r in cal["rows"] if r["held_out"]] == spec[1::2] and spec[1::2]
     for row in cal["rows"]:  # per-cell fit error against the run's own figures
         assert row["speed_err"] is not None and row["jpt_err"] is not None and isinstance(row["ok"], bool)
-    assert cal["fitted_within_targets"] >= 2  # a 3-evaluation fit of a committed-profile run is already close
+    assert cal["fitted_within_targets"] >= cal["cells_fitted"] - 1  # a 3-evaluation fit of a committed-profile run
     assert prof.device.power_limit_w == manifest["power_limit_w"] and prof.device.idle_power_w == pytest.approx(manifest["idle_power_w"])
     assert prof.name == "fitted-twin-rtx4060-laptop"
     with twin_gpu(time_scale=50, profile=str(path)) as gpu:

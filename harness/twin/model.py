@@ -506,6 +506,7 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
                           arrival_ns=at_ns + int(perf.request_overhead_ms * 1e6), seed=stable_hash(seed, "req", counter))
 
     capped: list[tuple[int, int]] = []  # (start, end) ns of capped iterations of the current phase
+    last_decode_ns = 0  # end of the current phase's last iteration
 
     def run_phase(n: int, t0: int) -> tuple[int, float, int]:
         capped.clear()
@@ -544,7 +545,6 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
         energy += base * (end - now) / 1e9
         return end, energy, tokens
 
-    last_decode_ns = 0
     t, _, _ = run_phase(batch_size, t)
     t += int(5e6)
     t0 = t
