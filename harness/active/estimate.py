@@ -162,19 +162,42 @@ class CellEstimate:
         return len(self.rewards)
 
 
-def measured_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
-    """Per cell, the published reward of each row (error rows score 0; rows without a baseline are left out)."""
-    from harness.twin.fit_rows import row_reward, usable
+@dataclass(frozen=True)
+class RowReward:
+    reward: float
+    unflagged: float
+    """The same row's reward without the throttle multiplier."""
+    flagged: bool
+
+
+def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
+    """Per cell, each row's published reward (error rows score 0; rows without a baseline are left out)."""
+    from harness.twin.fit_rows import row_reward, row_utilization, usable
 
     base = baseline_speeds(rows)
-    out: dict[tuple[int, tuple[int, int, int]], list[float]] = {}
+    out: dict[tuple[int, tuple[int, int, int]], list[RowReward]] = {}
     for r in rows:
         if not r.is_error and not usable(r):
             continue  # an invalid window says nothing about the config
         x = row_reward(r, base.get(r.batch_size), fallback_limit_w)
-        if x is not None:
-            out.setdefault((r.batch_size, r.config.as_tuple()), []).append(x)
+        if x is None:
+            continue
+        u, b = row_utilization(r, fallback_limit_w), base.get(r.batch_size)
+        plain = published_reward(u, float(r.speed_tok_s), b, r.gpu_temp_c) if u is not None and b and r.speed_tok_s else x
+        out.setdefault((r.batch_size, r.config.as_tuple()), []).append(RowReward(x, plain, bool(r.gpu_throttling)))
     return out
+
+
+def measured_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
+    """Per cell, the published reward of each row."""
+    return {k: [x.reward for x in v] for k, v in measured_row_rewards(rows, fallback_limit_w).items()}
+
+
+def flag_sd(rs: Sequence[RowReward], model_q: float) -> float:
+    """Per-row sd of a measured cell's reward from the throttle flag: the flag's chance blended from the rows' own
+    flags and the model's (as two pseudo-rows), times the reward the flag takes away."""
+    q = (sum(x.flagged for x in rs) + 2 * model_q) / (len(rs) + 2)
+    return (1.0 - THROTTLE_FACTOR) * statistics.fmean(x.unflagged for x in rs) * math.sqrt(q * (1 - q))
 
 
 def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> CostModel:
@@ -198,16 +221,18 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
     cost_model = fit_cost_model(rows, preds)
     cells = cell_means(list(rows), fallback_limit_w)
     err = ModelError.of(cells, preds)
-    measured = measured_rewards(rows, fallback_limit_w)
+    measured = measured_row_rewards(rows, fallback_limit_w)
     base = baseline_speeds(rows)
     out = []
     for (bs, cfg), p in preds.items():
         model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
         baseline = base.get(bs) or model_base
         pr = predicted_reward(p, baseline, err)
-        rs = tuple(measured.get((bs, cfg), ()))
-        if rs:
-            reward, sigma = statistics.fmean(rs), err.noise_sd / math.sqrt(len(rs))
+        detail = measured.get((bs, cfg), [])
+        rs = tuple(x.reward for x in detail)
+        if rs:  # repeat noise plus the throttle flag's coin flip (a cell near the cap is flagged some runs only)
+            row_sd = math.hypot(err.noise_sd, flag_sd(detail, flag_chance(p, err)) if p.fits else 0.0)
+            reward, sigma = statistics.fmean(rs), row_sd / math.sqrt(len(rs))
         else:
             reward, sigma = pr, reward_sigma(p, baseline, err)
         out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
