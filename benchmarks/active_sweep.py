@@ -143,13 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random-draws", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("results/bench-active"))
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--only", default=None, help="run only the profile with this name (e.g. hidden-a-65w)")
+    ap.add_argument("--skip-calibrate", action="store_true", help="leave out check 4 (calibrate --from held-out cells)")
     args = ap.parse_args(argv)
     console = Console(width=170, highlight=False)
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "profiles": []}
     t_start = time.monotonic()
     ok_all = True
-    for prof in variants()[: args.profiles]:
+    for prof in [v for v in variants() if v.name == args.only] if args.only else variants()[: args.profiles]:
         pdir = args.out / prof.name
         pdir.mkdir(parents=True, exist_ok=True)
         path = pdir / "hidden_profile.json"
@@ -197,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                           f"{recipe.get(str(bs), {}).get('confidence', float('nan')):.2f}", f"{rnd}/{len(draws)}")
         ok_all &= act_s / full_s <= args.budget
         console.print(table)
+        report["profiles"].append(entry)
+        if args.skip_calibrate:
+            continue
         # calibrate --from on the full grid: held-out cells
         from harness.twin.fit_rows import calibrate_from_run
 
@@ -214,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"calibrate --from {pdir / 'full'}: held-out cells within targets {held_ok}/{len(held)}; worst held-out "
                       f"errors speed {worst['speed']:.3f}, J/token {worst['jpt']:.3f}, accept {worst['accept']:.3f}, "
                       f"utilization {worst['util']:.3f}")
-        report["profiles"].append(entry)
     fracs = [p["fraction"] for p in report["profiles"]]
     hits = [b["ok"] for p in report["profiles"] for b in p["batch_sizes"]]
     rnd_hits = [b["random_ok"] / b["random_draws"] for p in report["profiles"] for b in p["batch_sizes"]]
