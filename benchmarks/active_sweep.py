@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random-draws", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("results/bench-active"))
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
-    ap.add_argument("--only", default=None, help="run only the profile with this name (e.g. hidden-a-65w)")
+    ap.add_argument("--only", default=None, help="run only these profiles (comma-separated names, e.g. hidden-a-65w)")
     ap.add_argument("--skip-calibrate", action="store_true", help="leave out check 4 (calibrate --from held-out cells)")
     args = ap.parse_args(argv)
     console = Console(width=170, highlight=False)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "profiles": []}
     t_start = time.monotonic()
     ok_all = True
-    for prof in [v for v in variants() if v.name == args.only] if args.only else variants()[: args.profiles]:
+    for prof in [v for v in variants() if v.name in args.only.split(",")] if args.only else variants()[: args.profiles]:
         pdir = args.out / prof.name
         pdir.mkdir(parents=True, exist_ok=True)
         path = pdir / "hidden_profile.json"
