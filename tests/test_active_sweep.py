@@ -131,3 +131,17 @@ def test_bad_active_options_are_refused_before_anything_is_written(tmp_path, arg
     r = run_harness("sweep", "--engine", "twin", *args, "--out", str(run), "--plain")
     assert r.returncode != 0 and needle in r.stderr + r.stdout, r.stderr + r.stdout
     assert not (run / "manifest.json").exists()
+
+
+def test_throttle_flag_coin_flip_widens_a_measured_cell():
+    """Near the cap the published flag (x0.3) is a coin flip: one unflagged row where the model expects the flag is
+    not trusted; a cell well below the cap keeps only the repeat noise."""
+    from harness.active.estimate import ModelError, RowReward, flag_chance, flag_sd
+
+    err = ModelError(0.02, 0.01, 0.01)
+    at_cap = Prediction(140.0, 1.0, 0.5, 2.2, 1.0, 0.01, True, 30.0, 10.0)
+    below = Prediction(140.0, 0.9, 0.5, 2.2, 0.0, -0.1, True, 30.0, 10.0)
+    assert 0.5 < flag_chance(at_cap, err) < 1.0 and flag_chance(below, err) == 0.0
+    one_unflagged = [RowReward(0.42, 0.42, False)]
+    assert flag_sd(one_unflagged, flag_chance(at_cap, err)) > 0.1
+    assert flag_sd(one_unflagged, flag_chance(below, err)) == 0.0
