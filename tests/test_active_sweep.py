@@ -94,11 +94,11 @@ def _cell(bs: int, cfg: tuple[int, int, int], reward: float, sigma: float, rows:
 
 def test_near_tie_gets_repeats_clear_winner_settles():
     tie = [_cell(1, (0, 0, 0), 0.0, 0.003, 1), _cell(1, (3, 4, 8), 0.530, 0.01, 1), _cell(1, (5, 4, 16), 0.526, 0.01, 1)]
-    actions = next_actions(tie, repeats=3)
-    assert [(a.config, a.repeat) for a in actions] == [((5, 4, 16), 1)] and "near tie" in actions[0].reason
-    # after the rival's repeat the leader has fewer rows: it is repeated next
-    tie[2] = _cell(1, (5, 4, 16), 0.526, 0.007, 2)
-    assert [(a.config, a.repeat) for a in next_actions(tie, repeats=3)] == [((3, 4, 8), 1)]
+    actions = next_actions(tie, repeats=3)  # equal rows: the leader (the recipe's own rows) is repeated first
+    assert [(a.config, a.repeat) for a in actions] == [((3, 4, 8), 1)] and "near tie" in actions[0].reason
+    # after the leader's repeat the rival has fewer rows: it is repeated next
+    tie[1] = _cell(1, (3, 4, 8), 0.530, 0.007, 2)
+    assert [(a.config, a.repeat) for a in next_actions(tie, repeats=3)] == [((5, 4, 16), 1)]
     # every repeat used: a tie is settled as a tie
     assert next_actions([tie[0], _cell(1, (3, 4, 8), 0.530, 0.006, 3), _cell(1, (5, 4, 16), 0.526, 0.006, 3)], 3) == []
     clear = [tie[0], _cell(1, (3, 4, 8), 0.530, 0.005, 1), _cell(1, (5, 4, 16), 0.40, 0.005, 1)]

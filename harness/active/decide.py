@@ -5,8 +5,8 @@ mean reward beats the leader's, under independent normal errors, is above ``P_OP
 
 1. the leader itself while it has no row (the recipe must rest on measured rows);
 2. an open rival without a row (its estimate is only the model's);
-3. an open rival with rows (a near tie on measured rows): the next repeat of whichever of the two has fewer rows,
-   while the plan has repeats left; a tie that survives every repeat is settled as a tie (either is within noise).
+3. an open rival with rows (a near tie on measured rows): the next repeat of whichever of the two has fewer rows
+   (the leader on equal rows: the recipe's own rows first), while the plan has repeats left; a tie that survives every repeat is settled as a tie (either is within noise).
 
 A batch size with nothing worth measuring is settled; its confidence is the product over rivals of the chance that
 the rival does not beat the leader.
@@ -85,7 +85,7 @@ def next_actions(cells: Sequence[CellEstimate], repeats: int) -> list[Action]:
             if not rival.measured:
                 add(rival, f"may beat the leader {leader.config} (p {p:.2f})", p)
             elif leader.measured:
-                fewer = rival if rival.measured <= leader.measured else leader
+                fewer = leader if leader.measured <= rival.measured else rival  # the recipe's own rows first
                 if fewer.measured >= repeats:
                     fewer = leader if fewer is rival else rival
                 add(fewer, f"near tie {rival.config} vs {leader.config} (p {p:.2f}): repeat", 0.5 * p)
