@@ -166,7 +166,8 @@ class SweepManifest(RunManifest):
 
     OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
         "writer", "world", "engine_identity", "power_cap", "infrastructure_events", "seeds", "wall_s",
-        "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus"}
+        "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus", "idle_power_w",
+        "active"}
 
     schema_: int = Field(SCHEMA, alias="schema")
     created_ns: int | None = None
@@ -193,6 +194,10 @@ class SweepManifest(RunManifest):
     """``--executor ray``: the GPU slots, their events, busy seconds per GPU (harness.executors)."""
     cell_gpus: dict[str, Any] | None = None
     """``--executor ray``: which GPU (UUID, index, node, host) ran each cell."""
+    idle_power_w: float | None = None
+    """The board's power before any server started (``harness twin calibrate --from`` reads it)."""
+    active: dict[str, Any] | None = None
+    """``--strategy active``: rounds, GPU-seconds spent vs the predicted full grid, budget, stop reason."""
     _launches_before: int = PrivateAttr(0)
 
     @classmethod

@@ -10,7 +10,11 @@ from pathlib import Path
 from harness.errors import OutputError
 from harness.runlock import RunLock
 
-RUN_FILES = ("rows.jsonl", "dataset.jsonl", "manifest.json", "published.jsonl")
+RECIPE_FILE = "recipe.json"
+"""``--strategy active``: the recipe per batch size (harness.active)."""
+PROFILE_FILE = "twin_profile.json"
+"""``--strategy active``: the twin profile fitted to the run's rows."""
+RUN_FILES = ("rows.jsonl", "dataset.jsonl", "manifest.json", "published.jsonl", RECIPE_FILE, PROFILE_FILE)
 RUN_DIRS = ("logs", "sampler", "reports")
 
 

@@ -83,17 +83,28 @@ class SweepRunner:
         pending = self._pending()
         self.console.start(len(self.cells), len(self.cells) - len(pending))
         try:
-            while pending:
-                try:
-                    self._run_pending(pending)
-                    break
-                except InfrastructureLost as lost:
-                    self._recover(lost)  # raises WorldLost when the service cannot come back
-                pending = self._pending()
+            if self.opts.strategy == "active":  # measures only the planned cells that can change the recipe
+                from harness.active.loop import ActiveSweep
+
+                ActiveSweep(self).run()
+            else:
+                self.run_cells(self.cells)
         finally:
             self.console.close()
             self.store.close()
         return self.store.latest()
+
+    def run_cells(self, cells: list[Cell]) -> None:
+        """Measure those of ``cells`` still pending; a lost sampler is restarted (bounded) and the cut cell runs again."""
+        wanted = {c.cell_id for c in cells}
+        pending = [c for c in self._pending() if c.cell_id in wanted]
+        while pending:
+            try:
+                self._run_pending(pending)
+                break
+            except InfrastructureLost as lost:
+                self._recover(lost)  # raises WorldLost when the service cannot come back
+            pending = [c for c in self._pending() if c.cell_id in wanted]
 
     def _pending(self) -> list[Cell]:
         """Cells without a row, plus (``--retry-errors``) cells whose error row this session has not replaced."""

@@ -17,7 +17,8 @@ from harness.errors import UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.model_cli import Flag
 
-GRID, ENGINE, BENCH, WORLD, CAPS, EXEC = "Grid", "Engine", "Workload", "World", "Power caps", "Executor (many GPUs)"
+GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = ("Grid", "Engine", "Workload", "World", "Power caps",
+                                                 "Executor (many GPUs)", "Strategy (active sweep)")
 """Help panels of ``harness sweep``."""
 
 
@@ -118,6 +119,13 @@ class SweepOptions(BaseModel):
         None, description="with --executor ray: auto or HOST:PORT of a running cluster")
     twin_gpus: Annotated[int | None, Flag(EXEC, default_text="1 locally, all of a given cluster")] = Field(
         None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per Ray GPU")
+    strategy: Annotated[Literal["grid", "active"], Flag(ACTIVE)] = Field(
+        "grid", description="grid (every planned cell) or active (only the cells that can still change the recipe; "
+                            "docs/active.md)")
+    budget: Annotated[float | None, Flag(ACTIVE, default_text="0.2 unless --budget-s")] = Field(
+        None, gt=0, le=1, description="active: GPU-seconds (launch + measure) as a fraction of the predicted full grid's")
+    budget_s: Annotated[float | None, Flag(ACTIVE)] = Field(
+        None, gt=0, description="active: GPU-seconds (device time, launch + measure) the sweep may spend")
 
     @property
     def stream_requests(self) -> bool:
@@ -187,6 +195,10 @@ def check_options(opts: SweepOptions) -> None:
     from harness.executors import check_executor_options
 
     check_executor_options(opts)
+    if opts.strategy == "active" or opts.budget is not None or opts.budget_s is not None:
+        from harness.active.options import check_active_options
+
+        check_active_options(opts)
 
 
 def check_attention_backend(backend: str | None) -> None:

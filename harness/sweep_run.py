@@ -100,7 +100,10 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
     try:
         with open_sweep_world(opts, run_dir, _engine_spec(opts), manifest, console) as world:
             session.world = manifest.record_world(world)
-            manifest.memory_total_mb = getattr(world.telemetry.snapshot(), "memory_total_mb", None)  # policies' mem/total
+            snapshot = world.telemetry.snapshot()
+            manifest.memory_total_mb = getattr(snapshot, "memory_total_mb", None)  # policies' mem/total
+            if manifest.idle_power_w is None:  # the board before any server (twin calibrate --from reads it)
+                manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             power_cap = open_power_cap(opts, world, manifest, lambda: manifest.save(run_dir))
             runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors,

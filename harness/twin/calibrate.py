@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.errors import MissingFileError
 from harness.grid import ACTIONS, BASELINE, SpecConfig
 from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
-from harness.twin.profile import PROFILES_DIR, DEFAULT_PROFILE, TwinProfile, load_profile
+from harness.twin.profile import PROFILES_DIR, DEFAULT_PROFILE, PerfParams, TwinProfile, load_profile
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 CALIBRATION_PATH = DATA_DIR / "calibration.json"
@@ -108,25 +108,71 @@ class RowFit:
         return all(v is None or abs(v) <= TARGETS[k] for k, v in self.errors.items())
 
 
-def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ...] = (0, 1, 2)) -> list[RowFit]:
-    """Simulate every published row (mean over ``seeds``) and pair it with the published figures."""
-    cal = cal or load_calibration()
-    prompts = load_prompts()
+@dataclass(frozen=True)
+class Protocol:
+    """What one cell's bench ran: the prompts cycled, tokens per request, measured requests (None: max(16, bs))."""
+
+    prompts: tuple[str, ...]
+    output_tokens: int = 512
+    num_prompts: int | None = None
+
+    @classmethod
+    def published(cls) -> "Protocol":
+        return cls(tuple(load_prompts()))
+
+    def requests(self, batch_size: int) -> int:
+        """Requests a cell's server sees: the warm-up wave of ``batch_size`` plus the measured ones."""
+        return batch_size + (self.num_prompts or max(16, batch_size))
+
+
+@dataclass(frozen=True)
+class Target:
+    """Measured figures of one cell (published or a run's mean over repeats); None where not measured."""
+
+    batch_size: int
+    config: tuple[int, int, int]
+    accept: float
+    speed: float
+    jpt: float
+    util: float | None = None
+    step_ms: float | None = None
+    reward: float | None = None
+
+
+def published_targets(cal: dict) -> list[Target]:
+    """The published rows as fit targets (utilizations derived from the rewards, published p20 step times)."""
     out = []
     for row in published_rows(cal):
-        cfg, bs = SpecConfig(*row["config"]), int(row["batch_size"])
-        sims = [simulate_cell(profile, cfg, bs, prompts, seed=s, nominal_launch=True) for s in seeds]
-        key = (bs, tuple(row["config"]))
+        key = (int(row["batch_size"]), tuple(row["config"]))
+        out.append(Target(key[0], key[1], accept=row["accept_length"], speed=row["speed_tok_s"],
+                          jpt=row["joules_per_token"], util=row.get("utilization", DERIVED_UTILIZATION.get(key)),
+                          step_ms=PUBLISHED_STEP_MS.get(key), reward=row.get("reward")))
+    return out
+
+
+def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ...] = (0, 1, 2)) -> list[RowFit]:
+    """Simulate every published row (mean over ``seeds``) and pair it with the published figures."""
+    return evaluate_targets(profile, published_targets(cal or load_calibration()), Protocol.published(), seeds)
+
+
+def evaluate_targets(profile: TwinProfile, targets: list[Target], protocol: Protocol,
+                     seeds: tuple[int, ...] = (0, 1, 2)) -> list[RowFit]:
+    """Simulate every target's cell under ``protocol`` (mean over ``seeds``, nominal launches) and pair them."""
+    prompts = list(protocol.prompts)
+    out = []
+    for t in targets:
+        cfg, bs = SpecConfig(*t.config), t.batch_size
+        sims = [simulate_cell(profile, cfg, bs, prompts, max_new_tokens=protocol.output_tokens,
+                              num_requests=protocol.num_prompts, seed=s, nominal_launch=True) for s in seeds]
         out.append(RowFit(
-            bs, tuple(row["config"]),
+            bs, t.config,
             accept=statistics.fmean(c.accept_length for c in sims),
             speed=statistics.fmean(c.speed_tok_s for c in sims),
             jpt=statistics.fmean(c.joules_per_token for c in sims),
             util=statistics.fmean(c.utilization for c in sims),
             step_ms=statistics.fmean(c.step_time_p20_s or 0.0 for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
-            pub_accept=row["accept_length"], pub_speed=row["speed_tok_s"], pub_jpt=row["joules_per_token"],
-            pub_util=row.get("utilization", DERIVED_UTILIZATION.get(key)), pub_step_ms=PUBLISHED_STEP_MS.get(key),
-            pub_reward=row.get("reward"),
+            pub_accept=t.accept, pub_speed=t.speed, pub_jpt=t.jpt, pub_util=t.util, pub_step_ms=t.step_ms,
+            pub_reward=t.reward,
         ))
     baseline = {f.batch_size: f.speed for f in out if f.config == (0, 0, 0)}
     for f in out:
@@ -183,9 +229,6 @@ def _set(profile: TwinProfile, section: str, name: str, value: float) -> None:
 
 def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
     """Stage 1: accept_first, accept_decay, rank_share from every published accept length (analytic)."""
-    from scipy.optimize import least_squares
-
-    prompts = load_prompts()
     targets: list[tuple[SpecConfig, int, float, float]] = []  # config, bs, accept, tolerance
     for row in published_rows(cal):
         if row["config"] != [0, 0, 0]:
@@ -193,21 +236,35 @@ def fit_acceptance(profile: TwinProfile, cal: dict) -> TwinProfile:
     for key, val in cal.get("other_accept_lengths", {}).items():
         if key.startswith("("):
             targets.append((SpecConfig(*map(int, key.strip("()").split(","))), 8, float(val), 0.015))
-    prof = profile.model_copy(deep=True)
+    return fit_accept_targets(profile, targets, Protocol.published())
 
-    def protocol_accept(cfg: SpecConfig, bs: int) -> float:
-        """Tokens per verify over the protocol's requests (warm-up of bs, then max(16, bs), prompts cycled)."""
-        n = bs + max(16, bs)
-        qs = [prompt_quality(prof.perf, prompts[i % len(prompts)]) for i in range(n)]
-        return len(qs) / sum(1.0 / expected_accept_length(prof.perf, cfg, q) for q in qs)
+
+ACCEPT_BOUNDS = ([0.2, 0.5, 0.3, 0.05, 0.6], [0.95, 1.0, 3.0, 0.95, 1.0])
+
+
+def protocol_accept(perf: PerfParams, cfg: SpecConfig, bs: int, protocol: Protocol) -> float:
+    """Tokens per verify over a cell's requests (warm-up of bs, then the measured ones, prompts cycled)."""
+    qs = [prompt_quality(perf, protocol.prompts[i % len(protocol.prompts)]) for i in range(protocol.requests(bs))]
+    return len(qs) / sum(1.0 / expected_accept_length(perf, cfg, q) for q in qs)
+
+
+def fit_accept_targets(profile: TwinProfile, targets: list[tuple[SpecConfig, int, float, float]], protocol: Protocol,
+                       prior: float | None = None) -> TwinProfile:
+    """The acceptance parameters (``ACCEPT_PARAMS``) by least squares on (config, bs, accept length, tolerance)
+    targets (analytic, no sampling). ``prior``: each parameter's distance from the start, in its own units, counts
+    as one tolerance per ``prior`` (keeps parameters the targets do not pin where they started)."""
+    from scipy.optimize import least_squares
+
+    prof = profile.model_copy(deep=True)
+    x0 = [min(max(getattr(prof.perf, n), lo + 1e-6), hi - 1e-6) for n, lo, hi in zip(ACCEPT_PARAMS, *ACCEPT_BOUNDS)]
 
     def resid(x: Sequence[float]) -> list[float]:
         for name, v in zip(ACCEPT_PARAMS, x):
             setattr(prof.perf, name, float(v))
-        return [math.log(protocol_accept(cfg, bs) / val) / tol for cfg, bs, val, tol in targets]
+        r = [math.log(protocol_accept(prof.perf, cfg, bs, protocol) / val) / tol for cfg, bs, val, tol in targets]
+        return r + ([(v - v0) / prior for v, v0 in zip(x, x0)] if prior else [])
 
-    x0 = [getattr(prof.perf, n) for n in ACCEPT_PARAMS]
-    res = least_squares(resid, x0, bounds=([0.2, 0.5, 0.3, 0.05, 0.6], [0.95, 1.0, 3.0, 0.95, 1.0]), diff_step=1e-3)
+    res = least_squares(resid, x0, bounds=ACCEPT_BOUNDS, diff_step=1e-3)
     for name, v in zip(ACCEPT_PARAMS, res.x):
         setattr(prof.perf, name, float(v))
     return prof
@@ -239,16 +296,18 @@ def fit_long_context(profile: TwinProfile, cal: dict) -> TwinProfile:
     return prof
 
 
-def _residuals(fits: list[RowFit]) -> list[float]:
+def _residuals(fits: list[RowFit], band_walls: bool = True) -> list[float]:
+    """Normalised misfits of simulated cells against their targets. ``band_walls``: the published rows' band
+    constraints (in band stays in band, an overshooting row stays at or above the limit)."""
     r: list[float] = []
     for f in fits:
         r.append(math.log(f.speed / f.pub_speed) / TARGETS["speed"])
         r.append(math.log(f.jpt / f.pub_jpt) / TARGETS["jpt"])
         if f.pub_util is not None:
             r.append((f.util - f.pub_util) / TARGETS["util"])
-            if 0.95 <= f.pub_util <= 0.98:  # the published row sits in the band: so must the twin's
+            if band_walls and 0.95 <= f.pub_util <= 0.98:  # the published row sits in the band: so must the twin's
                 r.append(max(0.0, 0.953 - f.util, f.util - 0.977) / 0.003)
-            elif f.pub_util > 0.98:  # the published row overshoots the band (power-capped)
+            elif band_walls and f.pub_util > 0.98:  # the published row overshoots the band (power-capped)
                 r.append(max(0.0, 1.0 - f.util) / 0.003)
         if f.pub_reward is not None and f.reward is not None:  # speed and power as the reward combines them
             r.append((f.reward - f.pub_reward) / REWARD_TOLERANCE)
@@ -262,6 +321,13 @@ def _residuals(fits: list[RowFit]) -> list[float]:
 
 def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinProfile:
     """Stage 2: step-time and power parameters by least squares on the simulated published protocol."""
+    return fit_step_power_targets(profile, published_targets(cal), Protocol.published(), max_nfev=max_nfev)
+
+
+def fit_step_power_targets(profile: TwinProfile, targets: list[Target], protocol: Protocol, max_nfev: int = 60,
+                           prior: float | None = None, band_walls: bool = True) -> TwinProfile:
+    """``STEP_POWER_PARAMS`` (log scale) by least squares on the simulated cells of ``targets`` (one seed, nominal
+    launches). ``prior``: a log-distance of ``prior`` from the start counts as one target tolerance."""
     from scipy.optimize import least_squares
 
     prof = profile.model_copy(deep=True)
@@ -275,7 +341,8 @@ def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinP
 
     def resid(x: Sequence[float]) -> list[float]:
         apply(x)
-        return _residuals(evaluate(prof, cal, seeds=(0,)))
+        r = _residuals(evaluate_targets(prof, targets, protocol, seeds=(0,)), band_walls=band_walls)
+        return r + ([(v - v0) / prior for v, v0 in zip(x, x0)] if prior else [])
 
     res = least_squares(resid, x0, bounds=(lo, hi), diff_step=0.02, max_nfev=max_nfev, x_scale=1.0)
     apply(res.x)
@@ -355,12 +422,13 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{100 * v:+.1f}%"
 
 
-def print_fit_table(fits: list[RowFit]) -> None:
+def print_fit_table(fits: list[RowFit], title: str = "twin vs published (calibration.json)", ref: str = "pub") -> None:
+    """The fit table: model vs reference (``ref``: the column label of the reference figures) per row."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="twin vs published (calibration.json)")
-    for col in ("bs", "config", "accept", "pub", "err", "speed", "pub", "err", "J/tok", "pub", "err", "util", "pub", "err", "step ms", "pub", "reward", "pub", "ok"):
+    t = Table(title=title)
+    for col in ("bs", "config", "accept", ref, "err", "speed", ref, "err", "J/tok", ref, "err", "util", ref, "err", "step ms", ref, "reward", ref, "ok"):
         t.add_column(col, justify="right")
     for r in fit_table(fits):
         t.add_row(str(r["batch_size"]), str(tuple(r["config"])), f"{r['accept']:.3f}", f"{r['pub_accept']:.3f}", _pct(r["accept_err"]),

@@ -51,10 +51,24 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         spreads: str = typer.Option("0.25,0.3,0.35", "--spreads", help="prompt-quality spreads to try (outer loop)"),
         max_evals: int = typer.Option(50, "--max-evals", help="least-squares evaluations per spread (each ~0.3 s)"),
         start: str = typer.Option("rtx4060-laptop", "--start", help="profile to start from (name or path)"),
+        from_run: Optional[Path] = typer.Option(None, "--from", help="fit a sweep run folder's own rows instead of the "
+                                                "published table (the board's limit, memory and idle power from its manifest)"),
+        holdout_every: int = typer.Option(0, "--holdout-every", min=0, help="with --from: hold out every N-th spec "
+                                          "cell and report its prediction error (0: fit every cell)"),
     ) -> None:
-        """Fit the twin's model parameters to the published measurements and write the profile (minutes)."""
+        """Fit the twin's model parameters to the published measurements (or to a run's rows with --from) and write
+        the profile (minutes). A profile written with --from runs as a twin GPU: harness twin gpu --profile FILE."""
         from harness.twin.calibrate import run_calibration
         from harness.twin.profile import load_profile
+
+        if from_run is not None:
+            from harness.twin.fit_rows import calibrate_from_run
+
+            if calibration is not None:
+                raise UsageError("--from fits a run's rows; --calibration names the published table",
+                                 fix="pass one of --from RUN_DIR or --calibration FILE")
+            calibrate_from_run(from_run, out, load_profile(start), holdout_every=holdout_every, max_evals=max_evals)
+            return
 
         try:
             spread_values = tuple(float(x) for x in spreads.split(",") if x.strip())

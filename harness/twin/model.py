@@ -466,6 +466,9 @@ class CellSim:
     avg_power_w: float
     joules_per_token: float
     utilization: float
+    capped_tail_frac: float | None = None
+    """Share of the last ``tail_s`` device seconds of the measured decoding spent at the power cap (the chance that
+    a snapshot taken then reads the cap's clock-event bit); None without ``tail_s``."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -480,11 +483,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompts: list[str], max_new_tokens: int = 512,
                   num_requests: int | None = None, seed: int = 0, client_gap_ms: float = CLIENT_TURNAROUND_MS,
-                  nominal_launch: bool = False) -> CellSim:
+                  nominal_launch: bool = False, tail_s: float = 0.0) -> CellSim:
     """The published protocol on the pure model: warm-up of bs requests, then max(16, bs) measured requests at
     concurrency bs, energy and wall time over the measured phase, accept length and p20 step time from the
     server's counters (warm-up included, as in the reference). ``client_gap_ms``: the client's turnaround between a
-    response and its next request; ``nominal_launch``: see ``Decoder``."""
+    response and its next request; ``nominal_launch``: see ``Decoder``; ``tail_s``: see ``CellSim.capped_tail_frac``."""
     from harness.twin.tokens import count_tokens
 
     perf = profile.perf
@@ -502,7 +505,11 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
         return SimRequest(rid=str(counter), prompt_tokens=count_tokens(text), max_new_tokens=max_new_tokens, quality=q,
                           arrival_ns=at_ns + int(perf.request_overhead_ms * 1e6), seed=stable_hash(seed, "req", counter))
 
+    capped: list[tuple[int, int]] = []  # (start, end) ns of capped iterations of the current phase
+    last_decode_ns = 0  # end of the current phase's last iteration
+
     def run_phase(n: int, t0: int) -> tuple[int, float, int]:
+        capped.clear()
         energy = 0.0
         tokens = 0
         now = t0
@@ -519,8 +526,10 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
                 energy += base * (nxt - now) / 1e9
             _, f = device_power(profile, dec.demand(len(dec.running))[0] if dec.running else 0.0)
             it = dec.run_iteration(f)
-            power, _ = device_power(profile, it.dyn_w)
+            power, f_it = device_power(profile, it.dyn_w)
             energy += power * (it.end_ns - it.start_ns) / 1e9
+            if f_it < 0.999:
+                capped.append((it.start_ns, it.end_ns))
             now = it.end_ns
             for r in it.finished:
                 tokens += r.generated
@@ -529,6 +538,8 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
                     dec.submit(make(now + int(client_gap_ms * 1e6)))
                     started += 1
                     inflight += 1
+        nonlocal last_decode_ns
+        last_decode_ns = now
         # the response reaches the client after detokenize/HTTP
         end = now + int(perf.request_overhead_ms * 0.25e6)
         energy += base * (end - now) / 1e9
@@ -544,4 +555,9 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
     p20 = percentile(st, 20) if st else None
     speed = acc / p20 if p20 else tokens / wall / batch_size
     avg_p = energy / wall
-    return CellSim(acc, st, p20, speed, wall, tokens, energy, avg_p, energy / tokens, avg_p / profile.device.power_limit_w)
+    tail = None
+    if tail_s > 0:
+        lo = last_decode_ns - int(tail_s * 1e9)
+        tail = sum(max(0, e - max(s, lo)) for s, e in capped if e > lo) / (tail_s * 1e9)
+    return CellSim(acc, st, p20, speed, wall, tokens, energy, avg_p, energy / tokens, avg_p / profile.device.power_limit_w,
+                   tail)

@@ -1,0 +1,239 @@
+"""Every cell's reward, measured or predicted, with an uncertainty.
+
+- A measured cell's estimate is the mean published reward of its rows (an error row scores 0); its uncertainty is
+  the repeat noise over the square root of its rows (the noise pooled from cells measured more than once, else
+  ``DEFAULT_NOISE_SD``).
+- An unmeasured cell's estimate is the published reward of the fitted twin's prediction (pure model, the run's
+  protocol, nominal launch) against the measured baseline speed of its batch size; a config the model says cannot
+  launch at any mem fraction of the ladder scores 0. Its uncertainty propagates the model's own error on the
+  measured cells (RMS relative speed error, RMS utilization error; floors below) through the reward.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.active.cost import CellCost, CostModel
+from harness.grid import SpecConfig
+from harness.rows import SweepRow
+from harness.twin.calibrate import Protocol, published_reward
+from harness.twin.fit_rows import CellMeans, baseline_speeds, cell_means
+from harness.twin.model import base_power_w, launch_seconds, memory_footprint_mb, simulate_cell, step_cost
+from harness.twin.profile import TwinProfile
+
+SPEED_SIGMA_FLOOR = 0.02
+"""Relative speed error assumed for an unmeasured cell however well the measured ones fit (the twin target is 5 %)."""
+UTIL_SIGMA_FLOOR = 0.01
+"""Utilization error floor (the twin target is 0.03)."""
+DEFAULT_NOISE_SD = 0.01
+"""Repeat-to-repeat sd of one row's reward before any cell has been measured twice (twin grids: 0.004-0.015)."""
+MIN_NOISE_DOF = 4
+"""Repeat degrees of freedom before the measured noise may undercut ``DEFAULT_NOISE_SD``."""
+THROTTLE_FACTOR = 0.3
+"""The published reward's multiplier for a throttled row: with the published rule (any clock-event bit) a config
+running at the power cap is flagged whenever the after-run snapshot falls in a capped stretch."""
+FLAG_P_SIGMA = 0.25
+"""Uncertainty of the predicted chance of that flag at a coin flip (sampling instants, the batch's drain)."""
+NOISE_SD_FLOOR = 0.003
+"""A row's reward is never trusted to repeat more closely than this (seeded twins repeat almost exactly)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The fitted model's figures for one cell (pure model, nominal launch)."""
+
+    speed: float
+    util: float
+    jpt: float
+    accept: float
+    tail_capped: float
+    """Share of the last snapshot period of decoding the model spends at the power cap."""
+    cap_margin: float
+    """Full-batch power demand at full clocks minus the cap, over the limit (> 0: the model runs it at the cap)."""
+    fits: bool
+    model_launch_s: float
+    model_measure_s: float
+
+
+def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol, mem_fractions: Sequence[float],
+                 snapshot_period_s: float = 0.1) -> Prediction:
+    """The model's figures for one cell; ``snapshot_period_s``: the sampler's period in device seconds (the
+    after-run snapshot is the last sample before the window's end, so it reads the state of that last period)."""
+    launches = sum(launch_seconds(profile, cfg, bs).values())
+    if not any(memory_footprint_mb(profile, cfg, mf, bs)["fits"] for mf in mem_fractions):
+        return Prediction(0.0, 0.0, 0.0, 0.0, 0.0, -1.0, False, launches * len(mem_fractions), 0.0)
+    sim = simulate_cell(profile, cfg, bs, list(protocol.prompts), max_new_tokens=protocol.output_tokens,
+                        num_requests=protocol.num_prompts, seed=0, nominal_launch=True, tail_s=snapshot_period_s)
+    measured = protocol.num_prompts or max(16, bs)
+    d = profile.device
+    demand = (base_power_w(profile) + step_cost(profile, cfg, bs).dyn_w) / d.power_limit_w
+    return Prediction(sim.speed_tok_s, sim.utilization, sim.joules_per_token, sim.accept_length,
+                      sim.capped_tail_frac or 0.0, demand - (1 + d.cap_overshoot_frac), True, launches,
+                      sim.wall_s * protocol.requests(bs) / measured)
+
+
+def flag_chance(p: Prediction, err: "ModelError") -> float:
+    """Chance of the published throttle flag: the model's capped share of the snapshot period, times the chance
+    that the cell is at the cap at all given the model's utilization error (a demand just above the cap in the model
+    may be just below it on the GPU, and then no cap bit is ever read)."""
+    return p.tail_capped * 0.5 * math.erfc(-p.cap_margin / (max(err.util_abs, 0.005) * math.sqrt(2)))
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """How far the fitted model is from the measured cells, plus the repeat noise of a row's reward."""
+
+    speed_rel: float
+    util_abs: float
+    noise_sd: float
+
+    @classmethod
+    def of(cls, cells: Sequence[CellMeans], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> "ModelError":
+        speed, util = [], []
+        for c in cells:
+            p = preds.get((c.batch_size, c.config))
+            if p is None or not p.fits or p.speed <= 0:
+                continue
+            speed.append(math.log(c.speed / p.speed) ** 2)
+            if c.util is not None:
+                util.append((c.util - p.util) ** 2)
+        return cls(max(SPEED_SIGMA_FLOOR, math.sqrt(statistics.fmean(speed))) if speed else 0.05,
+                   max(UTIL_SIGMA_FLOOR, math.sqrt(statistics.fmean(util))) if util else 0.03,
+                   pooled_noise_sd(cells))
+
+
+def pooled_noise_sd(cells: Sequence[CellMeans]) -> float:
+    """The pooled within-cell sd of a row's reward; below ``MIN_NOISE_DOF`` degrees of freedom it is not trusted
+    to be smaller than ``DEFAULT_NOISE_SD``; never below ``NOISE_SD_FLOOR``."""
+    dof = sum(len(c.rewards) - 1 for c in cells if len(c.rewards) > 1)
+    if dof == 0:
+        return DEFAULT_NOISE_SD
+    pooled = math.sqrt(sum(statistics.variance(c.rewards) * (len(c.rewards) - 1) for c in cells if len(c.rewards) > 1) / dof)
+    return max(NOISE_SD_FLOOR, pooled if dof >= MIN_NOISE_DOF else max(pooled, DEFAULT_NOISE_SD))
+
+
+def _reward(speed: float, util: float, baseline: float, flag_p: float) -> float:
+    """The published reward's expectation over the throttle flag (x0.3 when set)."""
+    return published_reward(util, speed, baseline) * (1.0 - (1.0 - THROTTLE_FACTOR) * flag_p)
+
+
+def predicted_reward(p: Prediction, baseline: float, err: ModelError) -> float:
+    if not p.fits or baseline <= 0:
+        return 0.0
+    return _reward(p.speed, p.util, baseline, flag_chance(p, err))
+
+
+def reward_sigma(p: Prediction, baseline: float, err: ModelError) -> float:
+    """Half the reward's swing over speed, utilization and flag chance moved by one model error each, in quadrature
+    (the flag chance by ``FLAG_P_SIGMA``)."""
+    if not p.fits or baseline <= 0:
+        return 0.0
+
+    q = flag_chance(p, err)
+
+    def r(speed: float, util: float, flag_p: float = q) -> float:
+        return _reward(speed, util, baseline, min(1.0, max(0.0, flag_p)))
+
+    ds = r(p.speed * (1 + err.speed_rel), p.util) - r(p.speed * (1 - err.speed_rel), p.util)
+    du = r(p.speed, p.util + err.util_abs) - r(p.speed, p.util - err.util_abs)
+    dq = FLAG_P_SIGMA * 2 * math.sqrt(q * (1 - q))  # largest at a coin flip, none when the model is sure
+    df = r(p.speed, p.util, q - dq) - r(p.speed, p.util, q + dq)
+    return math.sqrt((ds / 2) ** 2 + (du / 2) ** 2 + (df / 2) ** 2)
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    """What the planner knows about one (batch size, config)."""
+
+    batch_size: int
+    config: tuple[int, int, int]
+    prediction: Prediction
+    predicted_reward: float
+    rewards: tuple[float, ...]
+    reward: float
+    sigma: float
+    cost: CellCost
+
+    @property
+    def measured(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass(frozen=True)
+class RowReward:
+    reward: float
+    unflagged: float
+    """The same row's reward without the throttle multiplier."""
+    flagged: bool
+
+
+def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
+    """Per cell, each row's published reward (error rows score 0; rows without a baseline are left out)."""
+    from harness.twin.fit_rows import row_reward, row_utilization, usable
+
+    base = baseline_speeds(rows)
+    out: dict[tuple[int, tuple[int, int, int]], list[RowReward]] = {}
+    for r in rows:
+        if not r.is_error and not usable(r):
+            continue  # an invalid window says nothing about the config
+        x = row_reward(r, base.get(r.batch_size), fallback_limit_w)
+        if x is None:
+            continue
+        u, b = row_utilization(r, fallback_limit_w), base.get(r.batch_size)
+        plain = published_reward(u, float(r.speed_tok_s), b, r.gpu_temp_c) if u is not None and b and r.speed_tok_s else x
+        out.setdefault((r.batch_size, r.config.as_tuple()), []).append(RowReward(x, plain, bool(r.gpu_throttling)))
+    return out
+
+
+def measured_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
+    """Per cell, the published reward of each row."""
+    return {k: [x.reward for x in v] for k, v in measured_row_rewards(rows, fallback_limit_w).items()}
+
+
+def flag_sd(rs: Sequence[RowReward], model_q: float) -> float:
+    """Per-row sd of a measured cell's reward from the throttle flag: the flag's chance blended from the rows' own
+    flags and the model's (as two pseudo-rows), times the reward the flag takes away."""
+    q = (sum(x.flagged for x in rs) + 2 * model_q) / (len(rs) + 2)
+    return (1.0 - THROTTLE_FACTOR) * statistics.fmean(x.unflagged for x in rs) * math.sqrt(q * (1 - q))
+
+
+def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> CostModel:
+    """The cost model fitted to every row's GPU-seconds against its cell's model launch and protocol time."""
+    from harness.active.cost import row_cost
+
+    samples = []
+    for r in rows:
+        p = preds.get((r.batch_size, r.config.as_tuple()))
+        if p is not None:
+            samples.append((p.model_launch_s, p.model_measure_s, row_cost(r)))
+    return CostModel.fit(samples)
+
+
+def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequence[SpecConfig], batch_sizes: Sequence[int],
+                   protocol: Protocol, mem_fractions: Sequence[float], fallback_limit_w: float | None,
+                   snapshot_period_s: float = 0.1) -> tuple[list[CellEstimate], ModelError, CostModel]:
+    """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model."""
+    preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions, snapshot_period_s)
+             for bs in batch_sizes for cfg in configs}
+    cost_model = fit_cost_model(rows, preds)
+    cells = cell_means(list(rows), fallback_limit_w)
+    err = ModelError.of(cells, preds)
+    measured = measured_row_rewards(rows, fallback_limit_w)
+    base = baseline_speeds(rows)
+    out = []
+    for (bs, cfg), p in preds.items():
+        model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
+        baseline = base.get(bs) or model_base
+        pr = predicted_reward(p, baseline, err)
+        detail = measured.get((bs, cfg), [])
+        rs = tuple(x.reward for x in detail)
+        if rs:  # repeat noise plus the throttle flag's coin flip (a cell near the cap is flagged some runs only)
+            row_sd = math.hypot(err.noise_sd, flag_sd(detail, flag_chance(p, err)) if p.fits else 0.0)
+            reward, sigma = statistics.fmean(rs), row_sd / math.sqrt(len(rs))
+        else:
+            reward, sigma = pr, reward_sigma(p, baseline, err)
+        out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
+    return out, err, cost_model

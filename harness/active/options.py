@@ -1,0 +1,39 @@
+"""Usage checks of the active strategy's options (before any run folder exists)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import UsageError
+
+DEFAULT_BUDGET = 0.2
+"""``--strategy active`` without a budget: a fifth of the predicted full grid's GPU-seconds."""
+
+
+def check_active_options(opts: Any) -> None:
+    """``--budget``/``--budget-s`` only with ``--strategy active``, one of them; a plan the strategy can work on."""
+    if opts.strategy != "active":
+        raise UsageError("--budget and --budget-s only apply to --strategy active",
+                         fix="add --strategy active, or drop the budget")
+    if opts.budget is not None and opts.budget_s is not None:
+        raise UsageError("--budget (a fraction of the full grid) and --budget-s (seconds) are two ways to say the same",
+                         fix="pass one of them")
+    if opts.launch_per != "cell":
+        raise UsageError("--strategy active measures single cells, so it launches a server per cell",
+                         fix="drop --launch-per config")
+    if opts.power_caps:
+        raise UsageError("--strategy active settles one recipe per GPU setting; it does not sweep --power-caps",
+                         fix="run one active sweep per cap (set the cap beforehand), or use --strategy grid")
+    if (0, 0, 0) not in [tuple(c) for c in opts.configs]:
+        raise UsageError("--strategy active needs the baseline (0,0,0) in the grid: rewards are speed-ups over it",
+                         fix="include 0:0:0 in --configs (the default grid has it)")
+    if not any(tuple(c) != (0, 0, 0) for c in opts.configs):
+        raise UsageError("--strategy active needs at least one speculative config to choose from",
+                         fix="add configs to --configs, e.g. 3:4:8,3:2:4")
+
+
+def budget_of(opts: Any, predicted_full_s: float) -> float:
+    """The GPU-seconds the active sweep may spend: ``--budget-s``, else the fraction of the predicted full grid."""
+    if opts.budget_s is not None:
+        return float(opts.budget_s)
+    return (opts.budget if opts.budget is not None else DEFAULT_BUDGET) * predicted_full_s

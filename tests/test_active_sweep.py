@@ -1,0 +1,147 @@
+"""``harness sweep --strategy active`` on real twin worlds: interrupted and resumed it continues its plan, stays in its
+budget and writes recipe.json and a fitted profile; the decision rule repeats near ties; bad budgets are refused."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from _engine_helpers import ROOT, harness_cmd, read_lines, run_harness
+from harness.active.calibset import calibration_cells
+from harness.active.cost import CellCost, fit_line
+from harness.active.decide import next_actions, picks
+from harness.active.estimate import CellEstimate, Prediction
+from harness.grid import SpecConfig
+from harness.rows import PUBLISHED_KEYS
+from harness.twin.profile import TwinProfile
+
+GRID = ["--configs", "0:0:0,3:4:8,3:2:4,1:4:2,3:1:4,5:4:16", "--batch-sizes", "1,16", "--repeats", "3"]
+TWIN = ["--time-scale", "50", "--output-tokens", "128", "--settle", "0", "--plain", "--engine-arg=--twin-launch-scale",
+        "--engine-arg=0.2"]
+
+
+@pytest.mark.slow
+def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(harness_cmd("sweep", "--engine", "twin", "--strategy", "active", "--budget", "0.35", *GRID,
+                                        "--out", str(run), *TWIN), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (not (run / "rows.jsonl").exists() or len(read_lines(run / "rows.jsonl")) < 3):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    first = {r["cell_id"]: r["recorded_wall_ns"] for r in read_lines(run / "rows.jsonl")}
+    assert 3 <= len(first) < 8 and not (run / "recipe.json").exists()
+
+    r = run_harness("sweep", "--resume", str(run), "--plain", timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_lines(run / "rows.jsonl")
+    counts = Counter(row["cell_id"] for row in rows)
+    assert set(counts.values()) == {1}, counts  # nothing measured twice
+    by_id = {x["cell_id"]: x for x in rows}
+    assert all(by_id[c]["recorded_wall_ns"] == ns for c, ns in first.items())  # the first session's rows are kept
+    manifest = json.loads((run / "manifest.json").read_text())
+    active = manifest["active"]
+    assert manifest["status"] == "complete" and len(manifest["sessions"]) == 2
+    calib = {f"r0-bs{bs}-s{c.steps}k{c.topk}d{c.draft_tokens}"
+             for bs, c in calibration_cells([SpecConfig(*t) for t in manifest["options"]["configs"]], [1, 16])}
+    assert set(active["calibration_cells"]) == calib and calib <= set(counts)
+    # every measured cell is an ordinary planned row in the published layout; repeats are the cell's repeat index
+    assert all(list(rec) == list(PUBLISHED_KEYS) for rec in read_lines(run / "dataset.jsonl"))
+    assert len(rows) < manifest["cells_planned"] == 36
+    for c in {(row["batch_size"], row["steps"], row["topk"], row["num_draft_tokens"]) for row in rows}:
+        reps = sorted(row["repeat"] for row in rows if (row["batch_size"], row["steps"], row["topk"], row["num_draft_tokens"]) == c)
+        assert reps == list(range(len(reps)))
+    # budget: GPU-seconds spent (launch + measure) within the fraction of the predicted full grid
+    spent = active["gpu_seconds"]
+    assert spent["total"] == pytest.approx(spent["launch"] + spent["measure"], abs=0.05) and spent["launch"] > 0
+    assert active["budget_s"] == pytest.approx(0.35 * active["budget_from_full_grid_predicted_s"], rel=1e-3)
+    assert spent["total"] <= active["budget_s"]
+    assert active["fraction_of_full_grid"] == pytest.approx(spent["total"] / active["full_grid_predicted_s"], abs=1e-3)
+    assert active["stop_reason"] in ("settled", "budget") and active["rounds"]
+    assert "GPU-seconds" in r.stderr + r.stdout and "of a predicted full grid" in r.stderr + r.stdout
+    # recipe.json schema
+    recipe = json.loads((run / "recipe.json").read_text())
+    assert set(recipe) == {"1", "16"}
+    planned = {tuple(c) for c in manifest["options"]["configs"]}
+    for entry in recipe.values():
+        assert tuple(entry["config"]) in planned and tuple(entry["config"]) != (0, 0, 0)
+        assert 0.0 <= entry["confidence"] <= 1.0
+        assert set(entry["predicted"]) == {"reward", "speed_tok_s", "utilization", "joules_per_token", "accept_length"}
+        assert entry["measured"]["rows"] >= 1  # the recipe rests on measured rows
+        assert entry["settled"] == (entry["open_rivals"] == [])
+    prof = TwinProfile.model_validate_json((run / "twin_profile.json").read_text())
+    assert prof.name.startswith("fitted-") and prof.calibration["rows"]
+
+
+def _cell(bs: int, cfg: tuple[int, int, int], reward: float, sigma: float, rows: int) -> CellEstimate:
+    pred = Prediction(100.0, 0.9, 0.5, 2.0, 0.0, -0.1, True, 30.0, 10.0)
+    rs = tuple([reward] * rows)
+    return CellEstimate(bs, cfg, pred, reward, rs, reward, sigma, CellCost(30.0, 10.0))
+
+
+def test_near_tie_gets_repeats_clear_winner_settles():
+    tie = [_cell(1, (0, 0, 0), 0.0, 0.003, 1), _cell(1, (3, 4, 8), 0.530, 0.01, 1), _cell(1, (5, 4, 16), 0.526, 0.01, 1)]
+    actions = next_actions(tie, repeats=3)  # equal rows: the leader (the recipe's own rows) is repeated first
+    assert [(a.config, a.repeat) for a in actions] == [((3, 4, 8), 1)] and "near tie" in actions[0].reason
+    # after the leader's repeat the rival has fewer rows: it is repeated next
+    tie[1] = _cell(1, (3, 4, 8), 0.530, 0.007, 2)
+    assert [(a.config, a.repeat) for a in next_actions(tie, repeats=3)] == [((5, 4, 16), 1)]
+    # every repeat used: a tie is settled as a tie
+    assert next_actions([tie[0], _cell(1, (3, 4, 8), 0.530, 0.006, 3), _cell(1, (5, 4, 16), 0.526, 0.006, 3)], 3) == []
+    clear = [tie[0], _cell(1, (3, 4, 8), 0.530, 0.005, 1), _cell(1, (5, 4, 16), 0.40, 0.005, 1)]
+    assert next_actions(clear, repeats=3) == [] and picks(clear)[1].confidence > 0.99
+
+
+def test_unmeasured_leader_first_then_open_rivals():
+    cells = [_cell(16, (0, 0, 0), 0.0, 0.003, 1), _cell(16, (3, 2, 4), 0.40, 0.02, 0), _cell(16, (1, 4, 4), 0.39, 0.02, 0),
+             _cell(16, (5, 4, 8), 0.10, 0.02, 0)]
+    actions = next_actions(cells, repeats=2)
+    assert [a.config for a in actions] == [(3, 2, 4), (1, 4, 4)] and all(a.repeat == 0 for a in actions)
+
+
+def test_cost_line_fit():
+    assert fit_line([10.0, 20.0, 30.0], [15.0, 25.0, 35.0]).a == pytest.approx(5.0)
+    one = fit_line([10.0], [40.0])
+    assert one.a == 0.0 and one(20.0) == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--budget", "0.2"], "only apply to --strategy active"),
+    (["--strategy", "active", "--budget", "1.5"], "--budget"),
+    (["--strategy", "active", "--budget", "0.2", "--budget-s", "100"], "pass one of them"),
+    (["--strategy", "active", "--launch-per", "config"], "--launch-per config"),
+    (["--strategy", "active", "--configs", "3:4:8,3:2:4"], "baseline"),
+    (["--strategy", "sometimes"], "unknown --strategy"),
+])
+def test_bad_active_options_are_refused_before_anything_is_written(tmp_path, args, needle):
+    run = tmp_path / "run"
+    r = run_harness("sweep", "--engine", "twin", *args, "--out", str(run), "--plain")
+    assert r.returncode != 0 and needle in r.stderr + r.stdout, r.stderr + r.stdout
+    assert not (run / "manifest.json").exists()
+
+
+def test_throttle_flag_coin_flip_widens_a_measured_cell():
+    """Near the cap the published flag (x0.3) is a coin flip: one unflagged row where the model expects the flag is
+    not trusted; a cell well below the cap keeps only the repeat noise."""
+    from harness.active.estimate import ModelError, RowReward, flag_chance, flag_sd
+
+    err = ModelError(0.02, 0.01, 0.01)
+    at_cap = Prediction(140.0, 1.0, 0.5, 2.2, 1.0, 0.01, True, 30.0, 10.0)
+    below = Prediction(140.0, 0.9, 0.5, 2.2, 0.0, -0.1, True, 30.0, 10.0)
+    assert 0.5 < flag_chance(at_cap, err) < 1.0 and flag_chance(below, err) == 0.0
+    one_unflagged = [RowReward(0.42, 0.42, False)]
+    assert flag_sd(one_unflagged, flag_chance(at_cap, err)) > 0.1
+    assert flag_sd(one_unflagged, flag_chance(below, err)) == 0.0
