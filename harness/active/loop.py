@@ -20,7 +20,8 @@ from harness.active.options import budget_of
 from harness.jsonl import write_json_atomic
 from harness.rows import SweepRow
 from harness.run_folder import PROFILE_FILE, RECIPE_FILE
-from harness.twin.calibrate import Protocol, fit_table
+from harness.twin.calibrate import Protocol
+from harness.twin.fit_report import fit_table
 from harness.twin.fit_rows import cell_means, fit_cells, fit_errors, targets_of, with_device
 from harness.twin.profile import TwinProfile, load_profile
 

@@ -188,7 +188,7 @@ def calibrate_from_run(run_dir: Path, out: Path | None, start: TwinProfile, hold
     """``harness twin calibrate --from RUN_DIR``: fit, write the profile (default ``RUN_DIR/twin_profile.json``),
     print the per-cell fit error of the fitted and the held-out cells; returns (path, fitted, held-out)."""
     from harness.jsonl import write_json_atomic
-    from harness.twin.calibrate import fit_table, print_fit_table
+    from harness.twin.fit_report import fit_table, print_fit_table
 
     rows, manifest, protocol = load_run(run_dir)
     cells = cell_means(rows, manifest.get("power_limit_w"))
