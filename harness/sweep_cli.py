@@ -200,7 +200,13 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     t.add_row("engine", f"{opts.engine} sglang {opts.sglang_version}, attention {opts.attention_backend or 'auto'}, "
                         f"launch per {opts.launch_per}")
     t.add_row("hardware", escape(str(manifest.hardware)))
-    t.add_row("cells", f"{len(cells) - len(pending)} / {len(cells)} done")
+    if opts.strategy == "active":  # measures the cells that can change the recipe; the rest are not pending
+        active = manifest.active or {}
+        t.add_row("cells", f"{len(cells) - len(pending)} of {len(cells)} planned measured (--strategy active"
+                           + (f", stopped: {active['stop_reason']}" if active.get("stop_reason") else "") + ")")
+        pending = [] if manifest.status == "complete" else pending
+    else:
+        t.add_row("cells", f"{len(cells) - len(pending)} / {len(cells)} done")
     t.add_row("error rows", str(sum(1 for r in rows if r.is_error)))
     t.add_row("recovered by the ladder", str(sum(1 for r in rows if r.retry_mem_fraction is not None)))
     t.add_row("lost services", str(len(manifest.infrastructure_events or [])))

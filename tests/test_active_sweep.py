@@ -84,6 +84,11 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
         assert entry["settled"] == (entry["open_rivals"] == [])
     prof = TwinProfile.model_validate_json((run / "twin_profile.json").read_text())
     assert prof.name.startswith("fitted-") and prof.calibration["rows"]
+    # the unmeasured cells are the strategy's choice: validate warns (active_subset), it does not fail the run
+    v = run_harness("dataset", "validate", str(run))
+    assert v.returncode == 0 and "active_subset" in v.stdout + v.stderr, v.stdout + v.stderr
+    st = run_harness("status", str(run))
+    assert st.returncode == 0 and "planned measured (--strategy active" in st.stdout, st.stdout + st.stderr
 
 
 def _cell(bs: int, cfg: tuple[int, int, int], reward: float, sigma: float, rows: int) -> CellEstimate:

@@ -339,11 +339,10 @@ def test_a_full_disk_stops_the_sweep_cleanly_and_resume_finishes_it(tmp_path) ->
             if rows.exists() and rows.read_bytes().count(b"\n") >= 2:
                 break
             time.sleep(0.2)
-        with open(disk / "filler", "wb") as f:  # fill the disk to the last byte
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
+        with open(disk / "filler", "wb", buffering=0) as f:  # fill the disk to the last byte (unbuffered: nothing
+            try:                                              # is left to flush when the file closes)
+                while f.write(b"\0" * 65536):
+                    pass
             except OSError:
                 pass
         out, err = proc.communicate(timeout=120)

@@ -21,6 +21,9 @@ def check_active_options(opts: Any) -> None:
     if opts.launch_per != "cell":
         raise UsageError("--strategy active measures single cells, so it launches a server per cell",
                          fix="drop --launch-per config")
+    if getattr(opts, "executor", "local") != "local":
+        raise UsageError("--strategy active picks a few cells per round from the rows so far; it does not run on "
+                         "--executor ray yet", fix="use --executor local (the default) with --strategy active")
     if opts.power_caps:
         raise UsageError("--strategy active settles one recipe per GPU setting; it does not sweep --power-caps",
                          fix="run one active sweep per cap (set the cap beforehand), or use --strategy grid")

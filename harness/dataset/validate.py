@@ -126,6 +126,7 @@ class Plan(BaseModel):
     repeats: int
     indexes: dict[str, int]  # cell id -> planned index
     cells: dict[str, tuple[int, int, SpecConfig]] = Field(default_factory=dict)  # cell id -> (repeat, bs, config)
+    active: bool = False  # --strategy active: the run measures only the cells that can change the recipe
 
     model_config = {"arbitrary_types_allowed": True}
 
@@ -145,7 +146,7 @@ def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
     cells = plan_cells(opts)
     return Plan(configs=opts.spec_configs, batch_sizes=list(opts.batch_sizes), repeats=opts.repeats,
                 indexes={c.cell_id: c.index for c in cells},
-                cells={c.cell_id: (c.repeat, c.batch_size, c.config) for c in cells})
+                cells={c.cell_id: (c.repeat, c.batch_size, c.config) for c in cells}, active=opts.strategy == "active")
 
 
 def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: ValidationReport) -> None:
@@ -168,22 +169,27 @@ def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: Va
 
 
 def _check_plan_coverage(grid: Sequence[SweepRow], plan: Plan, report: ValidationReport) -> None:
-    """Planned (repeat, batch size) groups with no row at all (groups with some rows are checked per config)."""
+    """Rows outside the plan; planned (repeat, batch size) groups with no row at all (groups with some rows are
+    checked per config). An active sweep's unmeasured cells are the strategy's choice (docs/active.md), not gaps."""
+    ids = {r.cell_id for r in grid if r.cell_id}
+    stray = sorted({r.cell_id for r in grid if r.cell_id and plan.cells and r.cell_id not in plan.cells})
+    if stray:
+        report.error("unplanned_cell", f"rows for cells the run did not plan: {', '.join(stray[:6])}")
+    if plan.active:
+        report.warn("active_subset", f"--strategy active: {len(ids & set(plan.cells))} of {len(plan.cells)} planned "
+                                     "cells measured (the others could not change the recipe)")
+        return
     seen = {(r.repeat, r.batch_size) for r in grid}
     empty = [(rep, bs) for rep in range(plan.repeats) for bs in plan.batch_sizes if (rep, bs) not in seen]
     if empty:
         shown = ", ".join(f"repeat {rep} bs {bs}" for rep, bs in empty[:6]) + (" ..." if len(empty) > 6 else "")
         report.error("unplanned_missing", f"{len(empty)} planned (repeat, batch size) groups have no row: {shown}")
     # per cell: a config present in its group under another power cap still leaves this cap's cell missing
-    ids = {r.cell_id for r in grid if r.cell_id}
     present = {(r.repeat, r.batch_size, r.config) for r in grid}
     lacking = [cid for cid, key in plan.cells.items() if cid not in ids and key in present]
     if lacking:
         shown = ", ".join(lacking[:6]) + (" ..." if len(lacking) > 6 else "")
         report.error("config_missing", f"{len(lacking)} planned cells have no row: {shown}")
-    stray = sorted({r.cell_id for r in grid if r.cell_id and plan.cells and r.cell_id not in plan.cells})
-    if stray:
-        report.error("unplanned_cell", f"rows for cells the run did not plan: {', '.join(stray[:6])}")
 
 
 def _native_order_problem(rec: dict[str, Any]) -> str | None:
@@ -216,7 +222,7 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
     dup = sorted(i for i, c in Counter(indexes).items() if c > 1)
     if dup:
         report.error("index_duplicate", f"indexes used by more than one cell: {dup[:10]}")
-    if sorted(set(indexes)) != list(range(len(set(indexes)))):
+    if sorted(set(indexes)) != list(range(len(set(indexes)))) and not (plan is not None and plan.active):
         missing = sorted(set(range(max(indexes) + 1)) - set(indexes))
         report.error("index_gap", f"indexes are not contiguous from 0: missing {missing[:10]}{' ...' if len(missing) > 10 else ''}")
     if indexes != sorted(indexes):
@@ -271,6 +277,7 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
     expected = set(plan.configs) if plan is not None else union if subset else set(ACTIONS)
     if plan is not None:
         _check_plan_coverage(grid, plan, report)
+    partial = plan is not None and plan.active  # an active sweep measures a chosen subset of its plan
     for (rep, bs), cfgs in sorted(groups.items()):
         where = f"repeat {rep}, batch size {bs}"
         twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
@@ -279,11 +286,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
                     " (a sweep over several power caps? The published layout has no cap column: load the run folder or its rows.jsonl)")
             report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}{hint}", where)
         lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
-        if lacking:
+        if lacking and not partial:
             report.error("config_missing", f"{len(set(cfgs))} of {len(expected)} configs; missing {', '.join(map(str, lacking))}", where)
     for rep in report.repeats:
         bss = {bs for (r_, bs) in groups if r_ == rep}
-        if bss != set(report.batch_sizes):
+        if bss != set(report.batch_sizes) and not partial:
             report.error("batch_size_missing", f"repeat {rep} lacks batch sizes {sorted(set(report.batch_sizes) - bss)}")
 
     # baselines: every batch size needs at least one successful baseline; each group should have one
