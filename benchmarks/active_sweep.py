@@ -42,7 +42,9 @@ from harness.console import SweepConsole
 from harness.engine import proc as procs
 from harness.grid import ACTIONS
 from harness.rows import SweepRow
-from harness.sweep import SweepOptions, run_sweep
+from harness.manifest import SweepManifest
+from harness.sweep_options import SweepOptions
+from harness.sweep_run import run_sweep
 from harness.twin.profile import TwinProfile, load_profile
 from harness.world import _start_twin_gpu
 
@@ -78,7 +80,7 @@ def variants() -> list[TwinProfile]:
     return out
 
 
-def sweep(out: Path, url: str, args: argparse.Namespace, **extra: object) -> tuple[list[SweepRow], dict]:
+def sweep(out: Path, url: str, args: argparse.Namespace, **extra: object) -> tuple[list[SweepRow], SweepManifest]:
     opts = SweepOptions(engine="twin", twin_gpu_url=url, configs=[a.as_tuple() for a in ACTIONS],
                         batch_sizes=args.batch_sizes, repeats=args.repeats, time_scale=args.time_scale, settle="0",
                         engine_args=FAST_LAUNCH, seed=args.seed, **extra)  # type: ignore[arg-type]
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             t_act = time.monotonic() - t0
         finally:
             procs.stop(gpu, 10.0)
-        limit = full_man.get("power_limit_w")
+        limit = full_man.power_limit_w
         true = truth(full_rows, limit)
         full_s = sum(row_cost(r).total_s for r in full_rows)
         act_s = sum(row_cost(r).total_s for r in act_rows)
@@ -175,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         draws = [random_subset(full_rows, act_s, limit, rng) for _ in range(args.random_draws)]
         entry: dict = {"profile": prof.name, "about": prof.about, "power_limit_w": limit, "full_gpu_s": round(full_s, 1),
                        "active_gpu_s": round(act_s, 1), "fraction": round(act_s / full_s, 4),
-                       "active_predicted_full_s": act_man["active"]["full_grid_predicted_s"],
-                       "active_cells": len(act_rows), "full_cells": len(full_rows), "stop": act_man["active"]["stop_reason"],
+                       "active_predicted_full_s": (act_man.active or {})["full_grid_predicted_s"],
+                       "active_cells": len(act_rows), "full_cells": len(full_rows), "stop": (act_man.active or {})["stop_reason"],
                        "wall_s": {"full": round(t_full, 1), "active": round(t_act, 1)}, "batch_sizes": []}
         table = Table(title=f"{prof.name} ({prof.about}; {limit:g} W): active {len(act_rows)}/{len(full_rows)} cells, "
                             f"GPU-s {act_s:.0f}/{full_s:.0f} = {act_s / full_s:.3f} (goal <= {args.budget})")

@@ -85,6 +85,8 @@ def sweep(
     if resume is not None and (out is not None or force or config is not None):
         raise UsageError("--resume cannot be combined with --out, --force or --config",
                          fix="--resume RUN_DIR continues that folder with the options saved in its manifest")
+    if resume is not None:
+        check_resume_flags(ctx, options, quick=quick, grid=(steps, topk, draft_tokens))
     opts = resolve_sweep_options(ctx, options, quick=quick, config=config, grid=(steps, topk, draft_tokens),
                                  check=resume is None)  # a resume's flags only overlay the saved options: run_sweep checks those
     if print_config:
@@ -100,6 +102,25 @@ def sweep(
 
 
 with_parameters(sweep, model_parameters(SweepOptions))
+
+
+RESUME_OVERLAY = frozenset({"sampler_url", "twin_gpu_url", "ray_address"})
+"""The options a resumed session may give anew (the services of the session that stopped are gone)."""
+
+
+def check_resume_flags(ctx: Any, given: dict[str, Any], *, quick: bool,
+                       grid: tuple[str | None, str | None, str | None]) -> None:
+    """A resumed run keeps its saved options: a flag that would change them is refused, not silently dropped."""
+    from harness.model_cli import flag_of
+
+    fields = SweepOptions.model_fields
+    named = [flag_of(fields[k]).flag or "--" + k.replace("_", "-")
+             for k in given_on_command_line(ctx, given, SweepOptions) if k not in RESUME_OVERLAY]
+    named += ["--quick"] * quick + [f for f, v in zip(("--steps", "--topk", "--draft-tokens"), grid) if v is not None]
+    if named:
+        raise UsageError(f"--resume keeps the run's saved options, so {', '.join(named)} cannot change them",
+                         fix="drop them (only --sampler-url, --twin-gpu and --ray-address apply to a resumed session), "
+                             "or start a new run with --out")
 
 
 def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, config: Path | None,

@@ -39,9 +39,10 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         try:
             manifest = read_manifest(resume)  # re-read under the lock: the previous writer may have just finished
             saved = read_options(resume)
-            # Services of the killed run are gone; use the URLs given now (or start fresh ones).
+            # Services of the killed run are gone; use the URLs given now (or start fresh ones). A Ray cluster outlives
+            # its driver: the saved address stands unless another is given (never a silent local cluster instead).
             opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url,
-                                            "ray_address": opts.ray_address})
+                                            "ray_address": opts.ray_address or saved.ray_address})
             _check_resume_version(opts, spec.python)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume

@@ -90,6 +90,7 @@ def _assert_each_cell_once_and_no_overlap(out: Path) -> list[dict[str, Any]]:
     assert manifest["status"] == "complete"
     assert {cid: p["gpu_uuid"] for cid, p in manifest["cell_gpus"].items()} == {r["cell_id"]: r["gpu_uuid"] for r in rows}
     assert all(p["node_id"] for p in manifest["cell_gpus"].values())
+    assert manifest["idle_power_w"] > 0  # the board before any server, from the first GPU slot (twin calibrate --from)
     assert run_harness("dataset", "validate", str(out)).returncode == 0
     return rows
 

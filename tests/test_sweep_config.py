@@ -79,6 +79,13 @@ def test_bad_flag_values_still_name_the_flag_and_the_fix(tmp_path, capsys) -> No
     assert not (tmp_path / "run").exists()
 
 
+def test_a_resume_refuses_flags_that_would_change_its_saved_options(tmp_path, capsys) -> None:
+    for argv, named in ((["--time-scale", "5"], "--time-scale"), (["--strategy", "active", "--budget", "0.3"], "--strategy, --budget"),
+                        (["--quick"], "--quick"), (["--executor", "ray"], "--executor")):
+        code, out = _run(["sweep", "--resume", str(tmp_path), *argv], capsys)
+        assert code == 2 and f"so {named} cannot change them" in out and "--sampler-url" in out, (argv, out)
+
+
 def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None:
     """print -> save -> --config: the same printout, and a real twin sweep run from the file records those options."""
     argv = ["--configs", "0:0:0", "--batch-sizes", "1", "--num-prompts", "4", "--seed", "7", *[a for a in FAST if a != "--plain"]]

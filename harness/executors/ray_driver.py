@@ -107,7 +107,7 @@ class RayExecutor:
                 if stop is None and queue and not any(s.state != "lost" for s in self.slots):
                     stop = "every GPU of the run was lost"
             if stop is not None:
-                from harness.sweep import WorldLost
+                from harness.sweep_errors import WorldLost
 
                 raise WorldLost(f"{stop}: the sweep stopped with cells left (no row for them; every finished cell is "
                                 "kept)", fix=f"bring the GPUs back, then continue with: harness sweep --resume {self.run_dir}")
@@ -180,7 +180,8 @@ class RayWorld:
         first = slots[0].info
         self.hardware = first.get("hardware") or ""
         self.power_limit_w = first.get("power_limit_w")
-        self.telemetry = SimpleNamespace(snapshot=lambda: SimpleNamespace(memory_total_mb=first.get("memory_total_mb")))
+        self.telemetry = SimpleNamespace(snapshot=lambda: SimpleNamespace(memory_total_mb=first.get("memory_total_mb"),
+                                                                          power_w=first.get("idle_power_w")))
 
     def identity(self) -> dict[str, Any]:
         return {"engine": self.engine, "executor": "ray", "ray_address": self.address, "hardware": self.hardware,

@@ -97,12 +97,14 @@ class GpuSlot:
         self.uuid = ident.get("uuid") or (ident.get("sampler") or {}).get("uuid") or getattr(sample, "uuid", None)
         self.runner = CellRunner(self.opts, self.world, slot_dir, SweepManifest(run_id=run_id), SweepConsole(quiet=True))
         self._memory_total_mb = getattr(sample, "memory_total_mb", None)
+        self._idle_power_w = getattr(sample, "power_w", None)  # before any server: the manifest's idle_power_w
 
     def info(self) -> dict[str, Any]:
         """The slot's GPU and node, for the manifest and the driver's progress."""
         return {"gpu_id": self.gpu_id, "gpu_uuid": self.uuid, **self.node,
                 "gpu_name": self.world.gpu_identity.get("name"), "hardware": self.world.hardware,
                 "power_limit_w": self.world.power_limit_w, "memory_total_mb": self._memory_total_mb,
+                "idle_power_w": self._idle_power_w,
                 "twin_gpu_url": self.world.twin_gpu_url, "sampler_url": self.world.sampler_url,
                 "services": self.world.child_pids, "world": self.world.identity()}
 
