@@ -93,18 +93,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     def pilot(
         ctx: typer.Context,
         suite: Annotated[Optional[str], typer.Option(help="Same as the SUITE subcommand (older command lines).")] = None,
-        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
-        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
-        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
-        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
-        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
-        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
+        **common: Any,
     ) -> None:
         """Run an agentic pilot: `harness pilot swebench|terminalbench [flags]` (common flags may come first)."""
         if ctx.invoked_subcommand is None:  # flags but no suite (a known --suite became the subcommand)
             if suite is None:
                 raise UsageError("no pilot suite given", fix="use `harness pilot swebench|terminalbench [flags]`")
             _suite_module(suite, "runner")  # names the unknown suite
+
+    f.with_common_flags(pilot)
 
     from pilots.swebench import cli as swebench_cli
 
@@ -115,15 +112,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     def setup(
         ctx: typer.Context,
         suite: Annotated[Optional[str], typer.Option(help="The suite to prepare (terminalbench: the Harbor venv).")] = None,
-        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
-        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
-        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
-        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
-        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
-        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
         harbor_bin: terminalbench_cli.SetupHarborBin = None, venv: terminalbench_cli.SetupVenv = None,
         python: terminalbench_cli.SetupPython = None, harbor_version: terminalbench_cli.SetupHarborVersion = None,
         force: terminalbench_cli.SetupForce = None,
+        **common: Any,
     ) -> None:
         """Prepare a suite's tools (terminalbench: the isolated Harbor venv, or a check of --harbor-bin)."""
         given = f.values(ctx)
@@ -132,3 +124,5 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         options = options_from_flags(common, suite_name)
         module = _suite_module(options.suite, "setup")
         module.setup(options, validated(module.SUITE_OPTIONS, own))
+
+    f.with_common_flags(setup)

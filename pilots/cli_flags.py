@@ -8,6 +8,7 @@ their flags from the click context (``ctx.params``), so a command's function onl
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional
 
@@ -49,6 +50,22 @@ DraftModelPath = Annotated[Optional[str], _common("draft_model_path")]
 RequestTimeout = Annotated[Optional[float], _common("request_timeout")]
 LaunchTimeout = Annotated[Optional[float], _common("launch_timeout")]
 TwinFaults = Annotated[Optional[list[str]], _common("twin_faults", "--twin-fault")]
+
+COMMON: tuple[tuple[str, Any], ...] = (
+    ("engine", Engine), ("time_scale", TimeScale), ("out", Out), ("sampler_url", SamplerUrl), ("twin_gpu_url", TwinGpu),
+    ("configs", Configs), ("fixture", Fixture), ("server_batch_size", ServerBatchSize), ("mem_fraction", MemFraction),
+    ("seed", Seed), ("sglang_version", SglangVersion), ("model_path", ModelPath), ("draft_model_path", DraftModelPath),
+    ("request_timeout", RequestTimeout), ("launch_timeout", LaunchTimeout), ("twin_faults", TwinFaults),
+)
+"""The common flags, listed once: every pilot command (the group, each suite, ``setup``) takes them."""
+
+
+def with_common_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` (its own flags, then ``**common``) presented to typer with the common flags after its own."""
+    from harness.model_cli import with_parameters
+
+    return with_parameters(command, [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+                                     for name, kind in COMMON])
 
 
 def values(ctx: typer.Context) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -21,12 +21,6 @@ def register(group: typer.Typer, run_suite: f.RunSuite, **command: object) -> No
     @group.command("swebench", **command)  # type: ignore[arg-type]
     def swebench(
         ctx: typer.Context,
-        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
-        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
-        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
-        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
-        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
-        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
         instances: Annotated[Optional[Path], _sw("instances")] = None,
         dataset: Annotated[Optional[str], _sw("dataset")] = None,
         split: Annotated[Optional[str], _sw("split")] = None,
@@ -44,6 +38,9 @@ def register(group: typer.Typer, run_suite: f.RunSuite, **command: object) -> No
         evaluate: Annotated[Optional[bool], _sw("evaluate")] = None,
         evaluator_python: Annotated[Optional[str], _sw("evaluator_python")] = None,
         gold_smoke: Annotated[Optional[bool], _sw("gold_smoke")] = None,
+        **common: Any,
     ) -> None:
         """SWE-bench Lite: one patch-generation request per instance per config, a sampler window per request."""
         run_suite(ctx, "swebench")
+
+    f.with_common_flags(swebench)

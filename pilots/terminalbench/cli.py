@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -35,12 +35,6 @@ def register(group: typer.Typer, run_suite: f.RunSuite, **command: object) -> No
     @group.command("terminalbench", **command)  # type: ignore[arg-type]
     def terminalbench(
         ctx: typer.Context,
-        engine: f.Engine = None, time_scale: f.TimeScale = None, out: f.Out = None, sampler_url: f.SamplerUrl = None,
-        twin_gpu_url: f.TwinGpu = None, configs: f.Configs = None, fixture: f.Fixture = None,
-        server_batch_size: f.ServerBatchSize = None, mem_fraction: f.MemFraction = None, seed: f.Seed = None,
-        sglang_version: f.SglangVersion = None, model_path: f.ModelPath = None,
-        draft_model_path: f.DraftModelPath = None, request_timeout: f.RequestTimeout = None,
-        launch_timeout: f.LaunchTimeout = None, twin_faults: f.TwinFaults = None,
         harbor_bin: Annotated[Optional[str], _tb("harbor_bin")] = None,
         dataset: Annotated[Optional[str], _tb("dataset")] = None,
         tasks: Annotated[Optional[list[str]], _tb("tasks")] = None,
@@ -53,6 +47,9 @@ def register(group: typer.Typer, run_suite: f.RunSuite, **command: object) -> No
         stuck_fraction: Annotated[Optional[float], _tb("stuck_fraction")] = None,
         harbor_tz: Annotated[Optional[str], _tb("harbor_tz")] = None,
         keep_sandboxes: Annotated[Optional[bool], _tb("keep_sandboxes")] = None,
+        **common: Any,
     ) -> None:
         """Terminal-Bench via Harbor + Terminus 2: one Harbor job per config, a sampler window per trial."""
         run_suite(ctx, "terminalbench")
+
+    f.with_common_flags(terminalbench)
