@@ -87,8 +87,10 @@ def sweep(
                          fix="--resume RUN_DIR continues that folder with the options saved in its manifest")
     if resume is not None:
         check_resume_flags(ctx, options, quick=quick, grid=(steps, topk, draft_tokens))
+    # run_sweep checks a run's options once (a new run's before its folder exists, a resumed run's saved ones under its
+    # lock); --print-config checks the options it prints
     opts = resolve_sweep_options(ctx, options, quick=quick, config=config, grid=(steps, topk, draft_tokens),
-                                 check=resume is None)  # a resume's flags only overlay the saved options: run_sweep checks those
+                                 check=print_config and resume is None)
     if print_config:
         if resume is not None:
             from harness.manifest import read_options
@@ -124,9 +126,9 @@ def check_resume_flags(ctx: Any, given: dict[str, Any], *, quick: bool,
 
 
 def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, config: Path | None,
-                          grid: tuple[str | None, str | None, str | None], check: bool = True) -> SweepOptions:
+                          grid: tuple[str | None, str | None, str | None], check: bool) -> SweepOptions:
     """The model defaults, overlaid by ``--quick``, then the ``--config`` file, then the flags on the command line;
-    checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
+    with ``check``, checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
     from harness.sweep_options import check_options
 
     values: dict[str, Any] = dict(QUICK) if quick else {}
