@@ -51,7 +51,7 @@ def usable(row: SweepRow) -> bool:
 
 @dataclass(frozen=True)
 class CellMeans:
-    """One cell's usable rows: means over repeats and the per-row rewards (None without a baseline)."""
+    """One cell's usable rows: means over repeats and the per-row plain rewards (empty without a baseline)."""
 
     batch_size: int
     config: tuple[int, int, int]
@@ -61,7 +61,10 @@ class CellMeans:
     jpt: float
     util: float | None
     step_ms: float | None
-    rewards: tuple[float, ...]
+    plain_rewards: tuple[float, ...]
+    """Each row's published reward without the throttle and thermal multipliers: what the model's figures score (the
+    flag, a coin flip at the cap, is learned apart in ``harness.active.flags``; fitting speed and power to a flagged
+    row's x0.3 would bend them)."""
 
 
 def baseline_speeds(rows: Sequence[SweepRow]) -> dict[int, float]:
@@ -83,6 +86,14 @@ def row_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | 
     return published_reward(u, float(row.speed_tok_s), baseline, row.gpu_temp_c, bool(row.gpu_throttling))
 
 
+def plain_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | None) -> float | None:
+    """A usable row's published reward from its speed and utilization alone (no throttle or thermal multiplier)."""
+    u = row_utilization(row, fallback_limit_w)
+    if baseline is None or u is None or not row.speed_tok_s:
+        return None
+    return published_reward(u, float(row.speed_tok_s), baseline)
+
+
 def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list[CellMeans]:
     """Usable rows grouped by (batch size, config), in (batch size, config) order."""
     base = baseline_speeds(rows)
@@ -94,7 +105,7 @@ def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list
     for (bs, cfg), rs in sorted(groups.items()):
         utils = [u for u in (row_utilization(r, fallback_limit_w) for r in rs) if u is not None]
         steps = [r.step_time_s for r in rs if r.step_time_s]
-        rewards = [x for x in (row_reward(r, base.get(bs), fallback_limit_w) for r in rs) if x is not None]
+        rewards = [x for x in (plain_reward(r, base.get(bs), fallback_limit_w) for r in rs) if x is not None]
         out.append(CellMeans(
             bs, cfg, len(rs),
             accept=statistics.fmean(r.accept_length or 1.0 for r in rs) if cfg != (0, 0, 0) else 1.0,
@@ -102,16 +113,16 @@ def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list
             jpt=statistics.fmean(float(r.joules_per_token or 0.0) for r in rs),
             util=statistics.fmean(utils) if utils else None,
             step_ms=1000 * statistics.fmean(steps) if len(steps) == len(rs) else None,
-            rewards=tuple(rewards),
+            plain_rewards=tuple(rewards),
         ))
     return out
 
 
 def targets_of(cells: Sequence[CellMeans]) -> list[Target]:
-    """Fit targets: each cell's means, with its mean reward where its batch size has a baseline cell."""
+    """Fit targets: each cell's means, with its mean plain reward where its batch size has a baseline cell."""
     with_base = {c.batch_size for c in cells if c.config == (0, 0, 0)}
     return [Target(c.batch_size, c.config, accept=c.accept, speed=c.speed, jpt=c.jpt, util=c.util, step_ms=c.step_ms,
-                   reward=statistics.fmean(c.rewards) if c.rewards and c.batch_size in with_base else None)
+                   reward=statistics.fmean(c.plain_rewards) if c.plain_rewards and c.batch_size in with_base else None)
             for c in cells]
 
 
