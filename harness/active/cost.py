@@ -9,6 +9,7 @@ measured requests), fitted to the measured cells, so it learns the launcher's an
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -75,6 +76,8 @@ class CostModel:
 
     launch: Line
     measure: Line
+    rel_error: float = 0.0
+    """RMS log ratio of observed to predicted total GPU-seconds over the cells it was fitted to."""
 
     def predict(self, model_launch_s: float, model_measure_s: float) -> CellCost:
         return CellCost(self.launch(model_launch_s), self.measure(model_measure_s))
@@ -82,5 +85,8 @@ class CostModel:
     @classmethod
     def fit(cls, samples: list[tuple[float, float, CellCost]]) -> "CostModel":
         """``samples``: (model launch s, model measure s, observed cost) of measured cells."""
-        return cls(fit_line([s[0] for s in samples], [s[2].launch_s for s in samples]),
-                   fit_line([s[1] for s in samples], [s[2].measure_s for s in samples]))
+        launch = fit_line([s[0] for s in samples], [s[2].launch_s for s in samples])
+        measure = fit_line([s[1] for s in samples], [s[2].measure_s for s in samples])
+        logs = [math.log(s[2].total_s / (launch(s[0]) + measure(s[1]))) ** 2 for s in samples
+                if s[2].total_s > 0 and launch(s[0]) + measure(s[1]) > 0]
+        return cls(launch, measure, math.sqrt(statistics.fmean(logs)) if logs else 0.0)

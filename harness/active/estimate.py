@@ -5,8 +5,9 @@
   ``DEFAULT_NOISE_SD``).
 - An unmeasured cell's estimate is the published reward of the fitted twin's prediction (pure model, the run's
   protocol, nominal launch) against the measured baseline speed of its batch size; a config the model says cannot
-  launch at any mem fraction of the ladder scores 0. Its uncertainty propagates the model's own error on the
-  measured cells (RMS relative speed error, RMS utilization error; floors below) through the reward.
+  launch at any mem fraction of the ladder scores 0, and the throttle flag counts by its chance (``flags.py``, learned
+  from the rows' flags). Its uncertainty propagates the model's own error on the measured cells (RMS relative speed
+  error, RMS utilization error; floors below) and the flag chance's through the reward.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from harness.active.cost import CellCost, CostModel
+from harness.active.flags import FlagModel, capped_share
 from harness.grid import SpecConfig
 from harness.rows import SweepRow
 from harness.twin.calibrate import Protocol, published_reward
@@ -34,9 +36,9 @@ MIN_NOISE_DOF = 4
 """Repeat degrees of freedom before the measured noise may undercut ``DEFAULT_NOISE_SD``."""
 THROTTLE_FACTOR = 0.3
 """The published reward's multiplier for a throttled row: with the published rule (any clock-event bit) a config
-running at the power cap is flagged whenever the after-run snapshot falls in a capped stretch."""
+running at the power cap is flagged whenever the after-run snapshot falls in a capped stretch (``flags.py``)."""
 FLAG_P_SIGMA = 0.25
-"""Uncertainty of the predicted chance of that flag at a coin flip (sampling instants, the batch's drain)."""
+"""Uncertainty of the learned chance of that flag at a coin flip (few rows pin the flag model)."""
 NOISE_SD_FLOOR = 0.003
 """A row's reward is never trusted to repeat more closely than this (seeded twins repeat almost exactly)."""
 
@@ -75,23 +77,19 @@ def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Proto
                       sim.wall_s * protocol.requests(bs) / measured)
 
 
-def flag_chance(p: Prediction, err: "ModelError") -> float:
-    """Chance of the published throttle flag: the model's capped share of the snapshot period, times the chance
-    that the cell is at the cap at all given the model's utilization error (a demand just above the cap in the model
-    may be just below it on the GPU, and then no cap bit is ever read)."""
-    return p.tail_capped * 0.5 * math.erfc(-p.cap_margin / (max(err.util_abs, 0.005) * math.sqrt(2)))
-
-
 @dataclass(frozen=True)
 class ModelError:
-    """How far the fitted model is from the measured cells, plus the repeat noise of a row's reward."""
+    """How far the fitted model is from the measured cells, plus the repeat noise of a row's reward (the throttle
+    flag's share of that noise left out: ``flag_sd`` adds it per cell)."""
 
     speed_rel: float
     util_abs: float
     noise_sd: float
 
     @classmethod
-    def of(cls, cells: Sequence[CellMeans], preds: dict[tuple[int, tuple[int, int, int]], Prediction]) -> "ModelError":
+    def of(cls, cells: Sequence[CellMeans], preds: dict[tuple[int, tuple[int, int, int]], Prediction],
+           repeats: Sequence[Sequence[float]]) -> "ModelError":
+        """``repeats``: per measured cell, its rows' rewards without the throttle multiplier."""
         speed, util = [], []
         for c in cells:
             p = preds.get((c.batch_size, c.config))
@@ -102,16 +100,16 @@ class ModelError:
                 util.append((c.util - p.util) ** 2)
         return cls(max(SPEED_SIGMA_FLOOR, math.sqrt(statistics.fmean(speed))) if speed else 0.05,
                    max(UTIL_SIGMA_FLOOR, math.sqrt(statistics.fmean(util))) if util else 0.03,
-                   pooled_noise_sd(cells))
+                   pooled_noise_sd(repeats))
 
 
-def pooled_noise_sd(cells: Sequence[CellMeans]) -> float:
-    """The pooled within-cell sd of a row's reward; below ``MIN_NOISE_DOF`` degrees of freedom it is not trusted
-    to be smaller than ``DEFAULT_NOISE_SD``; never below ``NOISE_SD_FLOOR``."""
-    dof = sum(len(c.rewards) - 1 for c in cells if len(c.rewards) > 1)
+def pooled_noise_sd(groups: Sequence[Sequence[float]]) -> float:
+    """The pooled within-cell sd of a row's reward (``groups``: each cell's rewards); below ``MIN_NOISE_DOF``
+    degrees of freedom it is not trusted to be smaller than ``DEFAULT_NOISE_SD``; never below ``NOISE_SD_FLOOR``."""
+    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
     if dof == 0:
         return DEFAULT_NOISE_SD
-    pooled = math.sqrt(sum(statistics.variance(c.rewards) * (len(c.rewards) - 1) for c in cells if len(c.rewards) > 1) / dof)
+    pooled = math.sqrt(sum(statistics.variance(g) * (len(g) - 1) for g in groups if len(g) > 1) / dof)
     return max(NOISE_SD_FLOOR, pooled if dof >= MIN_NOISE_DOF else max(pooled, DEFAULT_NOISE_SD))
 
 
@@ -120,19 +118,18 @@ def _reward(speed: float, util: float, baseline: float, flag_p: float) -> float:
     return published_reward(util, speed, baseline) * (1.0 - (1.0 - THROTTLE_FACTOR) * flag_p)
 
 
-def predicted_reward(p: Prediction, baseline: float, err: ModelError) -> float:
+def predicted_reward(p: Prediction, baseline: float, q: float) -> float:
+    """The expected published reward of the model's figures, ``q`` the chance of the throttle flag."""
     if not p.fits or baseline <= 0:
         return 0.0
-    return _reward(p.speed, p.util, baseline, flag_chance(p, err))
+    return _reward(p.speed, p.util, baseline, q)
 
 
-def reward_sigma(p: Prediction, baseline: float, err: ModelError) -> float:
-    """Half the reward's swing over speed, utilization and flag chance moved by one model error each, in quadrature
-    (the flag chance by ``FLAG_P_SIGMA``)."""
+def reward_sigma(p: Prediction, baseline: float, err: ModelError, q: float) -> float:
+    """Half the reward's swing over speed, utilization and flag chance ``q`` moved by one model error each, in
+    quadrature (the flag chance by ``FLAG_P_SIGMA`` at a coin flip, less towards 0 or 1)."""
     if not p.fits or baseline <= 0:
         return 0.0
-
-    q = flag_chance(p, err)
 
     def r(speed: float, util: float, flag_p: float = q) -> float:
         return _reward(speed, util, baseline, min(1.0, max(0.0, flag_p)))
@@ -220,20 +217,30 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
              for bs in batch_sizes for cfg in configs}
     cost_model = fit_cost_model(rows, preds)
     cells = cell_means(list(rows), fallback_limit_w)
-    err = ModelError.of(cells, preds)
     measured = measured_row_rewards(rows, fallback_limit_w)
+    err = ModelError.of(cells, preds, [[x.unflagged for x in xs] for xs in measured.values()])
+    flags = fit_flag_model(measured, preds, err)
     base = baseline_speeds(rows)
     out = []
     for (bs, cfg), p in preds.items():
         model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
         baseline = base.get(bs) or model_base
-        pr = predicted_reward(p, baseline, err)
+        q = flags.chance(p.cap_margin, capped_share(p.tail_capped, p.cap_margin), p.fits)
+        pr = predicted_reward(p, baseline, q)
         detail = measured.get((bs, cfg), [])
         rs = tuple(x.reward for x in detail)
         if rs:  # repeat noise plus the throttle flag's coin flip (a cell near the cap is flagged some runs only)
-            row_sd = math.hypot(err.noise_sd, flag_sd(detail, flag_chance(p, err)) if p.fits else 0.0)
+            row_sd = math.hypot(err.noise_sd, flag_sd(detail, q))
             reward, sigma = statistics.fmean(rs), row_sd / math.sqrt(len(rs))
         else:
-            reward, sigma = pr, reward_sigma(p, baseline, err)
+            reward, sigma = pr, reward_sigma(p, baseline, err, q)
         out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
     return out, err, cost_model
+
+
+def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list["RowReward"]],
+                   preds: dict[tuple[int, tuple[int, int, int]], Prediction], err: ModelError) -> FlagModel:
+    """The flag model fitted to every measured row's flag against its cell's cap margin (baselines included)."""
+    observed = [(p.cap_margin, capped_share(p.tail_capped, p.cap_margin), x.flagged)
+                for key, xs in measured.items() if (p := preds.get(key)) is not None and p.fits for x in xs]
+    return FlagModel.fit(observed, err.util_abs)

@@ -16,7 +16,7 @@ from harness.active.calibset import calibration_cells
 from harness.active.cost import CellCost, spent
 from harness.active.decide import Action, Pick, next_actions, picks
 from harness.active.estimate import CellEstimate, ModelError, estimate_cells
-from harness.active.options import budget_of
+from harness.active.options import budget_of, headroom
 from harness.jsonl import write_json_atomic
 from harness.rows import SweepRow
 from harness.run_folder import PROFILE_FILE, RECIPE_FILE
@@ -70,13 +70,16 @@ class ActiveSweep:
     def assess(self) -> State:
         rows = self.runner.store.latest()
         profile = fit_cells(self.start, targets_of(cell_means(rows, self.limit_w)), self.protocol, max_nfev=FIT_EVALS)
-        cells, err, _ = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes, self.protocol,
+        cells, err, cost_model = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes, self.protocol,
                                        self.opts.mem_fractions, self.limit_w, self.snapshot_period_s)
         full = sum(c.cost.total_s for c in cells) * self.opts.repeats
-        if self.record.get("budget_s") is None:  # fixed once, after the calibration set (kept across --resume)
-            self.record["budget_s"] = round(budget_of(self.opts, full), 2)
-            self.record["budget_from_full_grid_predicted_s"] = round(full, 2)
-        return State(rows, profile, cells, err, spent(rows), full, float(self.record["budget_s"]))
+        # every round: the latest prediction of the full grid, less the cost model's error (a function of the rows,
+        # so a resumed run recomputes the same budget)
+        budget = budget_of(self.opts, full, cost_model.rel_error)
+        self.record.update(budget_s=round(budget, 2), budget_from_full_grid_predicted_s=round(full, 2),
+                           budget_headroom=None if self.opts.budget_s is not None else round(headroom(cost_model.rel_error), 4),
+                           cost_model_error=round(cost_model.rel_error, 4))
+        return State(rows, profile, cells, err, spent(rows), full, budget)
 
     def _free_repeat(self, bs: int, cfg: tuple[int, int, int], done: set[str]) -> int | None:
         for r in range(self.opts.repeats):
