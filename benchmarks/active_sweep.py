@@ -1,7 +1,7 @@
 """Does the active sweep find the full grid's recipe with a fifth of its GPU time, on GPUs it has never seen?
 
     .venv/bin/python benchmarks/active_sweep.py [--profiles 3] [--batch-sizes 1,16] [--repeats 2] [--budget 0.2]
-        [--time-scale 50] [--holdout-every 2] [--random-draws 20] [--out DIR] [--json FILE]
+        [--time-scale 50] [--holdout-every 2] [--random-draws 20] [--second-full NAMES] [--out DIR] [--json FILE]
 
 For each of ``--profiles`` hand-made twin profiles (variants of the committed one with another power cap, power
 curves, acceptance and draft costs; written by this script, never seen by the tool: the active sweep starts from
@@ -17,7 +17,11 @@ run:
    a random order while the active sweep's GPU-seconds last, recipe = best measured mean reward; ``--random-draws``
    draws (its cells are the full grid's own rows: a random subset measured again would give the same rows);
 4. ``harness twin calibrate --from FULL_RUN --holdout-every N``: held-out cells within the twin targets (speed 5 %,
-   J/token 10 %, accept length 3 %, utilization 0.03).
+   J/token 10 %, accept length 3 %, utilization 0.03);
+5. ``--second-full NAMES``: a second full grid of those profiles, after the active sweep, on the same device. Its
+   recipe is scored against the first grid's by the same rule: whether a full grid's own recipe reproduces (on a
+   GPU where the throttle flag decides the reward, it need not), and the active pick is scored against the second
+   grid too. Informational: the goals are judged against the first grid, as in 2.
 
 Prints one table per check and exits 1 when a goal is missed (the figures are printed either way).
 """
@@ -132,6 +136,25 @@ def random_subset(rows: list[SweepRow], budget_s: float, limit_w: float | None, 
     return {bs: p[0] for bs, p in picks.items()}
 
 
+def reproduce(first: dict[int, dict], second: dict[int, dict], recipe: dict, console: Console) -> list[dict]:
+    """A second full grid: its recipe scored against the first's, and the first's and the active pick against it."""
+    out = []
+    for bs, t1 in first.items():
+        t2 = second[bs]
+        pick = tuple(recipe[str(bs)]["config"]) if str(bs) in recipe else None
+        g2_vs_1, gap21 = score(t2["best"], t1)
+        g1_vs_2, gap12 = score(t1["best"], t2)
+        act_vs_2, gap_a2 = score(pick, t2)  # type: ignore[arg-type]
+        out.append({"batch_size": bs, "second_best": list(t2["best"]), "second_best_ok_vs_first": g2_vs_1,
+                    "first_best_ok_vs_second": g1_vs_2, "active_ok_vs_second": act_vs_2,
+                    "gaps_in_se": [round(gap21, 2), round(gap12, 2), round(gap_a2, 2)]})
+        console.print(f"second full grid, bs {bs}: best {t2['best']} {t2['means'][t2['best']]:.3f} (s.e. {t2['se']:.3f}); "
+                      f"its recipe vs the first grid: {'ok' if g2_vs_1 else 'NO'} ({gap21:.1f} s.e.); the first grid's "
+                      f"recipe vs it: {'ok' if g1_vs_2 else 'NO'} ({gap12:.1f} s.e.); the active pick vs it: "
+                      f"{'ok' if act_vs_2 else 'NO'} ({gap_a2:.1f} s.e.)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profiles", type=int, default=3)
@@ -147,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     ap.add_argument("--only", default=None, help="run only these profiles (comma-separated names, e.g. hidden-a-65w)")
     ap.add_argument("--skip-calibrate", action="store_true", help="leave out check 4 (calibrate --from held-out cells)")
+    ap.add_argument("--second-full", default="", help="run a second full grid of these profiles (comma-separated names)")
     args = ap.parse_args(argv)
     console = Console(width=170, highlight=False)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             act_rows, act_man = sweep(pdir / "active", url, args, strategy="active", budget=args.budget)
             t_act = time.monotonic() - t0
+            second = sweep(pdir / "full2", url, args)[0] if prof.name in args.second_full.split(",") else None
         finally:
             procs.stop(gpu, 10.0)
         limit = full_man.power_limit_w
@@ -201,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{recipe.get(str(bs), {}).get('confidence', float('nan')):.2f}", f"{rnd}/{len(draws)}")
         ok_all &= act_s / full_s <= args.budget
         console.print(table)
+        if second is not None:
+            entry["second_full"] = reproduce(true, truth(second, limit), recipe, console)
         report["profiles"].append(entry)
         if args.skip_calibrate:
             continue
