@@ -70,6 +70,7 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
     spent = active["gpu_seconds"]
     assert spent["total"] == pytest.approx(spent["launch"] + spent["measure"], abs=0.05) and spent["launch"] > 0
     assert 0.03 <= active["budget_headroom"] <= 0.15  # the cost model's error, within its bounds
+    assert 0 < active["flag_model"]["rows"] <= len(rows) and 0.5 <= active["flag_model"]["ceiling"] <= 1.0
     assert active["budget_s"] == pytest.approx(0.35 * active["budget_from_full_grid_predicted_s"] / (1 + active["budget_headroom"]), rel=1e-3)
     assert spent["total"] <= active["budget_s"]
     assert active["fraction_of_full_grid"] == pytest.approx(spent["total"] / active["full_grid_predicted_s"], abs=1e-3)

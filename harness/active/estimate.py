@@ -211,8 +211,9 @@ def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, i
 
 def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequence[SpecConfig], batch_sizes: Sequence[int],
                    protocol: Protocol, mem_fractions: Sequence[float], fallback_limit_w: float | None,
-                   snapshot_period_s: float = 0.1) -> tuple[list[CellEstimate], ModelError, CostModel]:
-    """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model."""
+                   snapshot_period_s: float = 0.1) -> tuple[list[CellEstimate], ModelError, CostModel, FlagModel]:
+    """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model;
+    the flag model."""
     preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions, snapshot_period_s)
              for bs in batch_sizes for cfg in configs}
     cost_model = fit_cost_model(rows, preds)
@@ -235,7 +236,7 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
         else:
             reward, sigma = pr, reward_sigma(p, baseline, err, q)
         out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
-    return out, err, cost_model
+    return out, err, cost_model, flags
 
 
 def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list["RowReward"]],

@@ -70,15 +70,18 @@ class ActiveSweep:
     def assess(self) -> State:
         rows = self.runner.store.latest()
         profile = fit_cells(self.start, targets_of(cell_means(rows, self.limit_w)), self.protocol, max_nfev=FIT_EVALS)
-        cells, err, cost_model = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes, self.protocol,
-                                       self.opts.mem_fractions, self.limit_w, self.snapshot_period_s)
+        cells, err, cost_model, flags = estimate_cells(profile, rows, self.opts.spec_configs, self.opts.batch_sizes,
+                                                       self.protocol, self.opts.mem_fractions, self.limit_w,
+                                                       self.snapshot_period_s)
         full = sum(c.cost.total_s for c in cells) * self.opts.repeats
         # every round: the latest prediction of the full grid, less the cost model's error (a function of the rows,
         # so a resumed run recomputes the same budget)
         budget = budget_of(self.opts, full, cost_model.rel_error)
         self.record.update(budget_s=round(budget, 2), budget_from_full_grid_predicted_s=round(full, 2),
                            budget_headroom=None if self.opts.budget_s is not None else round(headroom(cost_model.rel_error), 4),
-                           cost_model_error=round(cost_model.rel_error, 4))
+                           cost_model_error=round(cost_model.rel_error, 4),
+                           flag_model={"ceiling": flags.ceiling, "offset": flags.offset, "width": flags.width,
+                                       "rows": flags.rows})
         return State(rows, profile, cells, err, spent(rows), full, budget)
 
     def _free_repeat(self, bs: int, cfg: tuple[int, int, int], done: set[str]) -> int | None:
