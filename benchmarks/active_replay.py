@@ -1,19 +1,22 @@
 """Replay the active strategy against a finished full-grid run: which cells it would measure, its recipe, its cost.
 
-    .venv/bin/python benchmarks/active_replay.py FULL_RUN_DIR [--budget 0.2] [--out DIR]
+    .venv/bin/python benchmarks/active_replay.py FULL_RUN_DIR... [--budget 0.2] [--quiet]
 
 A development tool for the decision rules of ``harness/active/``, not a measurement: the seeded twin gives a cell
-the same row whichever sweep measures it (same seed, same cell, same repeat), so the rows of a full grid
+nearly the same row whichever sweep measures it (same seed, same cell, same repeat), so the rows of a full grid
 (``benchmarks/active_sweep.py`` keeps them under ``results/bench-active/<profile>/full``) stand in for the GPU.
 The active loop runs unchanged (``harness.active.loop.ActiveSweep``); each cell it asks for is answered with the
 full grid's row of that cell, so a replay takes the refits' CPU time (about a minute) instead of the sweep's. Costs are
 the rows' recorded GPU-seconds. The recipe is scored against the full grid the same way as the benchmark does.
-Only ``benchmarks/active_sweep.py`` measures the strategy live; a replay says nothing about launch or timing.
+Only ``benchmarks/active_sweep.py`` measures the strategy live; a replay says nothing about launch or timing, and on
+a board run at its power cap it is a weak stand-in: there the throttle flag (x0.3) of a cell's row can differ from
+one sweep to the next, and a replay always sees the full grid's draw.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -29,8 +32,12 @@ from harness.sweep_plan import Cell, plan_cells
 from harness.world import twin_sampler_rate_hz
 
 
+SAMPLER_RATE_HZ = 10.0
+"""The harness's default sampler rate (``harness.world``); a twin world raises it with the time scale."""
+
+
 class ReplayStore:
-    """The rows the replay has 'measured' so far."""
+    """The rows the replay has 'measured' so far (what ``ActiveSweep`` reads of a ``RowStore``)."""
 
     def __init__(self) -> None:
         self.rows: list[SweepRow] = []
@@ -40,6 +47,8 @@ class ReplayStore:
 
 
 class ReplayConsole:
+    """The active loop's console lines, printed unless ``quiet``."""
+
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
 
@@ -56,8 +65,9 @@ class ReplayRunner:
         self.opts = opts
         self.settings = SimpleNamespace(prompts=load_prompts(opts.prompts_file))
         self.manifest = read_manifest(full_dir).model_copy(update={"active": None})
-        scale = float(opts.time_scale or 1.0)  # the sampler rate a twin world of that time scale runs
-        self.world = SimpleNamespace(clock=SimpleNamespace(scale=scale), sampler_rate_hz=twin_sampler_rate_hz(10.0, scale))
+        scale = float(opts.time_scale or 1.0)  # the sampler rate a twin world of that time scale runs (10 Hz asked)
+        self.world = SimpleNamespace(clock=SimpleNamespace(scale=scale),
+                                     sampler_rate_hz=twin_sampler_rate_hz(SAMPLER_RATE_HZ, scale))
         self.cells: list[Cell] = plan_cells(opts)
         self.full = {r.key: r for r in RowStore(full_dir).latest()}
         self.store = ReplayStore()
@@ -73,14 +83,12 @@ class ReplayRunner:
                 self.store.rows.append(row)
 
 
-def replay(full_dir: Path, budget: float, out: Path | None = None, quiet: bool = False) -> dict[str, Any]:
+def replay(full_dir: Path, budget: float, quiet: bool = False) -> dict[str, Any]:
     """Run the active loop on ``full_dir``'s rows; returns its recipe, rows and GPU-seconds against the full grid's."""
-    out = out or Path(tempfile.mkdtemp(prefix="active-replay-"))
-    runner = ReplayRunner(full_dir, out, budget, quiet)
-    ActiveSweep(runner).run()
-    import json
-
-    recipe = json.loads((out / "recipe.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="active-replay-") as tmp:
+        runner = ReplayRunner(full_dir, Path(tmp), budget, quiet)
+        ActiveSweep(runner).run()
+        recipe = json.loads((Path(tmp) / "recipe.json").read_text())
     spent = sum(row_cost(r).total_s for r in runner.store.rows)
     full = sum(row_cost(r).total_s for r in runner.full.values())
     return {"recipe": recipe, "rows": runner.store.rows, "spent_s": spent, "full_s": full,

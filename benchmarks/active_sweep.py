@@ -89,7 +89,7 @@ def variants() -> list[TwinProfile]:
 def sweep(out: Path, url: str, args: argparse.Namespace, **extra: object) -> tuple[list[SweepRow], SweepManifest]:
     opts = SweepOptions(engine="twin", twin_gpu_url=url, configs=[a.as_tuple() for a in ACTIONS],
                         batch_sizes=args.batch_sizes, repeats=args.repeats, time_scale=args.time_scale, settle="0",
-                        engine_args=FAST_LAUNCH, seed=args.seed, **extra)  # type: ignore[arg-type]
+                        engine_args=FAST_LAUNCH, seed=args.seed, **extra)
     _, rows, manifest = run_sweep(opts, out, force=True, argv=["benchmarks/active_sweep.py"],
                                   console=SweepConsole(force_plain=True))
     return rows, manifest
@@ -138,18 +138,19 @@ def random_subset(rows: list[SweepRow], budget_s: float, limit_w: float | None, 
     return {bs: p[0] for bs, p in picks.items()}
 
 
-def reproduce(first: dict[int, dict], second: dict[int, dict], recipe: dict, console: Console) -> list[dict]:
-    """A second full grid: its recipe scored against the first's, and the first's and the active pick against it."""
-    out = []
-    for bs, t1 in first.items():
-        t2 = second[bs]
+def reproduce(first: dict[int, dict], second: dict[int, dict], recipe: dict, console: Console) -> dict[int, dict]:
+    """A second full grid: its recipe scored against the first's, and the first's and the active pick against it
+    (per batch size both grids measured)."""
+    out = {}
+    for bs in sorted(set(first) & set(second)):
+        t1, t2 = first[bs], second[bs]
         pick = tuple(recipe[str(bs)]["config"]) if str(bs) in recipe else None
         g2_vs_1, gap21 = score(t2["best"], t1)
         g1_vs_2, gap12 = score(t1["best"], t2)
-        act_vs_2, gap_a2 = score(pick, t2)  # type: ignore[arg-type]
-        out.append({"batch_size": bs, "second_best": list(t2["best"]), "second_best_ok_vs_first": g2_vs_1,
-                    "first_best_ok_vs_second": g1_vs_2, "active_ok_vs_second": act_vs_2,
-                    "gaps_in_se": [round(gap21, 2), round(gap12, 2), round(gap_a2, 2)]})
+        act_vs_2, gap_a2 = score(pick, t2)
+        out[bs] = {"batch_size": bs, "second_best": list(t2["best"]), "second_best_ok_vs_first": g2_vs_1,
+                   "first_best_ok_vs_second": g1_vs_2, "active_ok_vs_second": act_vs_2,
+                   "gaps_in_se": [round(gap21, 2), round(gap12, 2), round(gap_a2, 2)]}
         console.print(f"second full grid, bs {bs}: best {t2['best']} {t2['means'][t2['best']]:.3f} (s.e. {t2['se']:.3f}); "
                       f"its recipe vs the first grid: {'ok' if g2_vs_1 else 'NO'} ({gap21:.1f} s.e.); the first grid's "
                       f"recipe vs it: {'ok' if g1_vs_2 else 'NO'} ({gap12:.1f} s.e.); the active pick vs it: "
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             table.add_column(col, justify="right")
         for bs, t in true.items():
             pick = tuple(recipe[str(bs)]["config"]) if str(bs) in recipe else None
-            good, gap_se = score(pick, t)  # type: ignore[arg-type]
+            good, gap_se = score(pick, t)
             rnd = sum(score(d.get(bs), t)[0] for d in draws)
             entry["batch_sizes"].append({"batch_size": bs, "best": list(t["best"]), "best_mean": round(t["means"][t["best"]], 4),
                                          "se": round(t["se"], 4), "active": list(pick) if pick else None,
@@ -228,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         ok_all &= act_s / full_s <= args.budget
         console.print(table)
         if second is not None:
-            entry["second_full"] = reproduce(true, truth(second, limit), recipe, console)
-            for b, r in zip(entry["batch_sizes"], entry["second_full"]):
-                b["truth_reproducible"] = r["second_best_ok_vs_first"]
+            again = reproduce(true, truth(second, limit), recipe, console)
+            entry["second_full"] = list(again.values())
+            for b in entry["batch_sizes"]:
+                if b["batch_size"] in again:
+                    b["truth_reproducible"] = again[b["batch_size"]]["second_best_ok_vs_first"]
         # a miss counts unless a second full grid showed that the full grid's own recipe does not reproduce there
         ok_all &= all(b["ok"] or b.get("truth_reproducible") is False for b in entry["batch_sizes"])
         report["profiles"].append(entry)
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         _, fitted, held = calibrate_from_run(pdir / "full", pdir / "full" / "twin_profile.json", load_profile(),
                                              holdout_every=args.holdout_every, max_evals=args.fit_evals)
-        worst = {k: max((abs(f.errors[k]) for f in held if f.errors[k] is not None), default=0.0)
+        worst = {k: max((abs(e) for f in held if (e := f.errors[k]) is not None), default=0.0)
                  for k in ("speed", "jpt", "accept", "util")}
         held_ok = sum(f.within_targets() for f in held)
         ok_all &= held_ok == len(held)

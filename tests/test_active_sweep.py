@@ -135,10 +135,10 @@ def test_budget_fraction_keeps_headroom_for_the_cost_model_error():
     noisy = CostModel.fit([(10.0, 5.0 * k, CellCost(20.0, 10.0 * k * f)) for k, f in ((1, 1.2), (2, 0.8), (3, 1.1), (4, 0.9))])
     assert 0.03 < noisy.rel_error < 0.2
     fraction, seconds = SweepOptions(strategy="active", budget=0.2), SweepOptions(strategy="active", budget_s=500.0)
-    assert budget_of(fraction, 1000.0, exact.rel_error) == pytest.approx(200.0 / 1.03)  # never less than 3 %
-    assert budget_of(fraction, 1000.0, 0.08) == pytest.approx(200.0 / 1.08)
-    assert budget_of(fraction, 1000.0, 0.9) == pytest.approx(200.0 / 1.15)  # never more than 15 %
-    assert budget_of(seconds, 1000.0, 0.08) == 500.0
+    assert budget_of(fraction, 1000.0, exact.rel_error) == pytest.approx((200.0 / 1.03, 0.03))  # never less than 3 %
+    assert budget_of(fraction, 1000.0, 0.08) == pytest.approx((200.0 / 1.08, 0.08))
+    assert budget_of(fraction, 1000.0, 0.9) == pytest.approx((200.0 / 1.15, 0.15))  # never more than 15 %
+    assert budget_of(seconds, 1000.0, 0.08) == (500.0, None)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -168,6 +168,19 @@ def test_throttle_flag_coin_flip_widens_a_measured_cell():
     one_unflagged = [RowReward(0.42, 0.42, False)]
     assert flag_sd(one_unflagged, quiet.chance(0.01, 1.0)) > 0.1
     assert flag_sd(one_unflagged, quiet.chance(-0.1, 1.0)) < 0.01
+
+
+def test_capped_share_does_not_jump_at_the_cap():
+    """A cell the model keeps just below the cap gets the mean share of the capped cells of its batch size, not 1
+    (nor the 0 of a model that never caps it): the chance of the flag does not fall as the demand rises past the cap."""
+    from harness.active.flags import FlagModel, capped_share, share_below_cap
+
+    below = share_below_cap([0.6, 0.8])
+    assert below == pytest.approx(0.7) and share_below_cap([]) == 1.0
+    model = FlagModel(ceiling=1.0, offset=0.0, width=0.01, rows=0)
+    just_below = model.chance(-0.001, capped_share(0.0, -0.001, below))
+    just_above = model.chance(0.001, capped_share(0.7, 0.001, below))
+    assert just_below < just_above < just_below + 0.1
 
 
 def test_flag_model_learns_a_gpu_whose_flags_ignore_the_model_margin():

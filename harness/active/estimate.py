@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from harness.active.cost import CellCost, CostModel
-from harness.active.flags import FlagModel, capped_share
+from harness.active.flags import FlagModel, capped_share, share_below_cap
 from harness.grid import SpecConfig
 from harness.rows import SweepRow
 from harness.twin.calibrate import Protocol, published_reward
@@ -163,8 +163,10 @@ class CellEstimate:
 class RowReward:
     reward: float
     unflagged: float
-    """The same row's reward without the throttle multiplier."""
+    """The same row's reward without the throttle multiplier (the thermal one kept: it is part of the row's worth)."""
     flagged: bool
+    error: bool = False
+    """An error row (reward 0): it has no after-run snapshot, so it says nothing about the flag or the noise."""
 
 
 def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
@@ -181,7 +183,8 @@ def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | Non
             continue
         u, b = row_utilization(r, fallback_limit_w), base.get(r.batch_size)
         plain = published_reward(u, float(r.speed_tok_s), b, r.gpu_temp_c) if u is not None and b and r.speed_tok_s else x
-        out.setdefault((r.batch_size, r.config.as_tuple()), []).append(RowReward(x, plain, bool(r.gpu_throttling)))
+        out.setdefault((r.batch_size, r.config.as_tuple()), []).append(
+            RowReward(x, plain, bool(r.gpu_throttling), r.is_error))
     return out
 
 
@@ -219,14 +222,16 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
     cost_model = fit_cost_model(rows, preds)
     cells = cell_means(list(rows), fallback_limit_w)
     measured = measured_row_rewards(rows, fallback_limit_w)
-    err = ModelError.of(cells, preds, [[x.unflagged for x in xs] for xs in measured.values()])
-    flags = fit_flag_model(measured, preds, err)
+    err = ModelError.of(cells, preds, [[x.unflagged for x in xs if not x.error] for xs in measured.values()])
+    below = {bs: share_below_cap([p.tail_capped for (b, _), p in preds.items() if b == bs and p.fits and p.cap_margin > 0])
+             for bs in batch_sizes}
+    flags = fit_flag_model(measured, preds, below, err)
     base = baseline_speeds(rows)
     out = []
     for (bs, cfg), p in preds.items():
         model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
         baseline = base.get(bs) or model_base
-        q = flags.chance(p.cap_margin, capped_share(p.tail_capped, p.cap_margin), p.fits)
+        q = flags.chance(p.cap_margin, capped_share(p.tail_capped, p.cap_margin, below[bs]), p.fits)
         pr = predicted_reward(p, baseline, q)
         detail = measured.get((bs, cfg), [])
         rs = tuple(x.reward for x in detail)
@@ -239,9 +244,11 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
     return out, err, cost_model, flags
 
 
-def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list["RowReward"]],
-                   preds: dict[tuple[int, tuple[int, int, int]], Prediction], err: ModelError) -> FlagModel:
-    """The flag model fitted to every measured row's flag against its cell's cap margin (baselines included)."""
-    observed = [(p.cap_margin, capped_share(p.tail_capped, p.cap_margin), x.flagged)
-                for key, xs in measured.items() if (p := preds.get(key)) is not None and p.fits for x in xs]
+def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list[RowReward]],
+                   preds: dict[tuple[int, tuple[int, int, int]], Prediction],
+                   below_cap: dict[int, float], err: ModelError) -> FlagModel:
+    """The flag model fitted to every measured row's flag against its cell's cap margin and capped share (baselines
+    included; error rows left out: they have no after-run snapshot)."""
+    observed = [(p.cap_margin, capped_share(p.tail_capped, p.cap_margin, below_cap[key[0]]), x.flagged)
+                for key, xs in measured.items() if (p := preds.get(key)) is not None and p.fits for x in xs if not x.error]
     return FlagModel.fit(observed, err.util_abs)

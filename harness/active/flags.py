@@ -12,15 +12,16 @@ So the chance is a smooth function of the model's margin whose shape is fitted t
     P(flag) = ceiling x share x Phi((margin - offset) / width)
 
 ``share``: the model's capped share of the last sampler period of decoding (the snapshot is one instant of it: a
-config that spends its draft steps below the cap and its verify steps above it is flagged only sometimes; 1 for a
-cell the model does not cap, which would be capped throughout if it were); ``ceiling``: how far that share holds;
-``offset``: how far the model's margin is off; ``width``: how gradual the change is. The three are the maximum a
-posteriori on a small grid, with priors that leave the model's answer in place until flags contradict it.
+config that spends its draft steps below the cap and its verify steps above it is flagged only sometimes; for a
+cell the model does not cap, the mean share of the capped cells of its batch size); ``ceiling``: how far that
+share holds; ``offset``: how far the model's margin is off; ``width``: how gradual the change is. The three are the
+maximum a posteriori on a small grid, with priors that leave the model's answer in place until flags contradict it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from itertools import product
 from typing import Sequence
@@ -75,7 +76,14 @@ class FlagModel:
         return best[1]
 
 
-def capped_share(tail_capped: float, cap_margin: float) -> float:
-    """The share of the last sampler period a cell spends capped if it is capped at all: the model's own share when
-    the model caps it, else 1 (the model does not know the phases' split for a cell it keeps below the cap)."""
-    return tail_capped if cap_margin > 0 else 1.0
+def capped_share(tail_capped: float, cap_margin: float, below_cap: float) -> float:
+    """The capped share of the last sampler period: the model's own for a cell it caps; ``below_cap`` for a cell it
+    keeps below the cap (see ``share_below_cap``)."""
+    return tail_capped if cap_margin > 0 else below_cap
+
+
+def share_below_cap(capped_tails: Sequence[float]) -> float:
+    """The share for the cells of a batch size the model keeps below the cap: if one is capped on the GPU it only
+    just is, like the capped cells of that batch size, so the mean of their shares (1 when the model caps none);
+    the chance then does not jump at a margin of 0."""
+    return statistics.fmean(capped_tails) if capped_tails else 1.0

@@ -16,7 +16,8 @@ from harness.active.calibset import calibration_cells
 from harness.active.cost import CellCost, spent
 from harness.active.decide import Action, Pick, next_actions, picks
 from harness.active.estimate import CellEstimate, ModelError, estimate_cells
-from harness.active.options import budget_of, headroom
+from harness.active.flags import FlagModel
+from harness.active.options import budget_of
 from harness.jsonl import write_json_atomic
 from harness.rows import SweepRow
 from harness.run_folder import PROFILE_FILE, RECIPE_FILE
@@ -44,6 +45,10 @@ class State:
     spent: CellCost
     full_grid_s: float
     budget_s: float
+    headroom: float | None
+    """The share the budget was shrunk by for the cost model's error (None for ``--budget-s``)."""
+    cost_error: float
+    flags: FlagModel
 
 
 class ActiveSweep:
@@ -76,13 +81,8 @@ class ActiveSweep:
         full = sum(c.cost.total_s for c in cells) * self.opts.repeats
         # every round: the latest prediction of the full grid, less the cost model's error (a function of the rows,
         # so a resumed run recomputes the same budget)
-        budget = budget_of(self.opts, full, cost_model.rel_error)
-        self.record.update(budget_s=round(budget, 2), budget_from_full_grid_predicted_s=round(full, 2),
-                           budget_headroom=None if self.opts.budget_s is not None else round(headroom(cost_model.rel_error), 4),
-                           cost_model_error=round(cost_model.rel_error, 4),
-                           flag_model={"ceiling": flags.ceiling, "offset": flags.offset, "width": flags.width,
-                                       "rows": flags.rows})
-        return State(rows, profile, cells, err, spent(rows), full, budget)
+        budget, room = budget_of(self.opts, full, cost_model.rel_error)
+        return State(rows, profile, cells, err, spent(rows), full, budget, room, cost_model.rel_error, flags)
 
     def _free_repeat(self, bs: int, cfg: tuple[int, int, int], done: set[str]) -> int | None:
         for r in range(self.opts.repeats):
@@ -132,8 +132,8 @@ class ActiveSweep:
         self.finish(state, stop)
 
     def _log_round(self, state: State, chosen: list[tuple[Action, int]]) -> None:
-        rnd = {"spent_s": round(state.spent.total_s, 2), "budget_s": round(state.budget_s, 2),
-               "full_grid_predicted_s": round(state.full_grid_s, 2),
+        rnd = {"spent_s": round(state.spent.total_s, 2), "full_grid_predicted_s": round(state.full_grid_s, 2),
+               **_budget_record(state),
                "cells": [{"batch_size": a.batch_size, "config": list(a.config), "repeat": r, "reason": a.reason}
                          for a, r in chosen]}
         self.record["rounds"].append(rnd)
@@ -153,7 +153,12 @@ class ActiveSweep:
                             "rows": fit_table(fit_errors(prof, targets, self.protocol))}
         write_json_atomic(run_dir / PROFILE_FILE, prof.model_dump(mode="json"))
         frac = state.spent.total_s / state.full_grid_s if state.full_grid_s > 0 else None
+        rounds = self.record["rounds"]  # the budget the last measured cells were held to (a later one may be lower)
+        held_to = {k: rounds[-1][k] for k in _budget_record(state) if k in rounds[-1]} if rounds else _budget_record(state)
         self.record.update(
+            **held_to, cost_model_error=round(state.cost_error, 4),
+            flag_model={"ceiling": state.flags.ceiling, "offset": state.flags.offset, "width": state.flags.width,
+                        "rows": state.flags.rows},
             stop_reason=stop, recipe=RECIPE_FILE, profile=PROFILE_FILE,
             cells_measured=len(state.rows), cells_planned=len(self.runner.cells),
             gpu_seconds={"launch": round(state.spent.launch_s, 2), "measure": round(state.spent.measure_s, 2),
@@ -168,10 +173,16 @@ class ActiveSweep:
         console.line(f"active: stopped ({stop}) after {len(state.rows)} of {len(self.runner.cells)} planned cells; "
                      f"GPU-seconds {state.spent.total_s:.1f} (launch {state.spent.launch_s:.1f} + measure "
                      f"{state.spent.measure_s:.1f}) of a predicted full grid of {state.full_grid_s:.1f}"
-                     + (f" ({100 * frac:.1f} %)" if frac is not None else "") + f", budget {state.budget_s:.1f}")
+                     + (f" ({100 * frac:.1f} %)" if frac is not None else "") + f", budget {held_to['budget_s']:.1f}")
         for bs, p in chosen.items():
             console.line(f"active: recipe bs {bs}: {p.leader.config} reward {p.leader.reward:.3f} "
                          f"({p.leader.measured} rows) confidence {p.confidence:.2f}")
+
+
+def _budget_record(state: State) -> dict[str, Any]:
+    """A round's budget: the GPU-seconds allowed, the full-grid prediction it came from, the headroom taken."""
+    return {"budget_s": round(state.budget_s, 2), "budget_from_full_grid_predicted_s": round(state.full_grid_s, 2),
+            "budget_headroom": None if state.headroom is None else round(state.headroom, 4)}
 
 
 def recipe_json(chosen: dict[int, Pick], state: State) -> dict[str, Any]:

@@ -39,16 +39,18 @@ HEADROOM_MIN = 0.03
 HEADROOM_MAX = 0.15
 
 
-def budget_of(opts: Any, predicted_full_s: float, cost_error: float = 0.0) -> float:
-    """The GPU-seconds the active sweep may spend: ``--budget-s``, else the fraction of the predicted full grid
-    shrunk by the cost model's relative error (``cost_error``, kept within 3-15 %): the full grid is a prediction,
-    and the fraction must hold against the real one."""
+def budget_of(opts: Any, predicted_full_s: float, cost_error: float = 0.0) -> tuple[float, float | None]:
+    """(the GPU-seconds the active sweep may spend, the headroom taken). ``--budget-s`` is taken as given (no
+    headroom); ``--budget F`` is F of the predicted full grid shrunk by the cost model's error (``headroom``): the
+    full grid is a prediction, and the fraction must hold against the real one."""
     if opts.budget_s is not None:
-        return float(opts.budget_s)
+        return float(opts.budget_s), None
     fraction = opts.budget if opts.budget is not None else DEFAULT_BUDGET
-    return fraction * predicted_full_s / (1.0 + headroom(cost_error))
+    room = headroom(cost_error)
+    return fraction * predicted_full_s / (1.0 + room), room
 
 
 def headroom(cost_error: float) -> float:
-    """The share the predicted full grid may be too high by: the cost model's error, kept within 3-15 %."""
+    """The share the predicted full grid may be too high by: the cost model's RMS log error per cell (an estimate of
+    how far the summed prediction can be off, not its bias), kept within 3-15 %."""
     return min(HEADROOM_MAX, max(HEADROOM_MIN, cost_error))
