@@ -171,7 +171,7 @@ class RowReward:
 
 def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
     """Per cell, each row's published reward (error rows score 0; rows without a baseline are left out)."""
-    from harness.twin.fit_rows import row_reward, row_utilization, usable
+    from harness.twin.fit_rows import row_reward, usable
 
     base = baseline_speeds(rows)
     out: dict[tuple[int, tuple[int, int, int]], list[RowReward]] = {}
@@ -181,8 +181,8 @@ def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | Non
         x = row_reward(r, base.get(r.batch_size), fallback_limit_w)
         if x is None:
             continue
-        u, b = row_utilization(r, fallback_limit_w), base.get(r.batch_size)
-        plain = published_reward(u, float(r.speed_tok_s), b, r.gpu_temp_c) if u is not None and b and r.speed_tok_s else x
+        plain = row_reward(r, base.get(r.batch_size), fallback_limit_w, throttle=False)
+        assert plain is not None  # the same row, baseline and utilization as x
         out.setdefault((r.batch_size, r.config.as_tuple()), []).append(
             RowReward(x, plain, bool(r.gpu_throttling), r.is_error))
     return out
@@ -225,13 +225,14 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
     err = ModelError.of(cells, preds, [[x.unflagged for x in xs if not x.error] for xs in measured.values()])
     below = {bs: share_below_cap([p.tail_capped for (b, _), p in preds.items() if b == bs and p.fits and p.cap_margin > 0])
              for bs in batch_sizes}
-    flags = fit_flag_model(measured, preds, below, err)
+    shares = {key: capped_share(p.tail_capped, p.cap_margin, below[key[0]]) for key, p in preds.items()}
+    flags = fit_flag_model(measured, preds, shares, err)
     base = baseline_speeds(rows)
     out = []
     for (bs, cfg), p in preds.items():
         model_base = preds[(bs, (0, 0, 0))].speed if (bs, (0, 0, 0)) in preds else 0.0
         baseline = base.get(bs) or model_base
-        q = flags.chance(p.cap_margin, capped_share(p.tail_capped, p.cap_margin, below[bs]), p.fits)
+        q = flags.chance(p.cap_margin, shares[(bs, cfg)], p.fits)
         pr = predicted_reward(p, baseline, q)
         detail = measured.get((bs, cfg), [])
         rs = tuple(x.reward for x in detail)
@@ -246,9 +247,9 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
 
 def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list[RowReward]],
                    preds: dict[tuple[int, tuple[int, int, int]], Prediction],
-                   below_cap: dict[int, float], err: ModelError) -> FlagModel:
+                   shares: dict[tuple[int, tuple[int, int, int]], float], err: ModelError) -> FlagModel:
     """The flag model fitted to every measured row's flag against its cell's cap margin and capped share (baselines
     included; error rows left out: they have no after-run snapshot)."""
-    observed = [(p.cap_margin, capped_share(p.tail_capped, p.cap_margin, below_cap[key[0]]), x.flagged)
+    observed = [(p.cap_margin, shares[key], x.flagged)
                 for key, xs in measured.items() if (p := preds.get(key)) is not None and p.fits for x in xs if not x.error]
     return FlagModel.fit(observed, err.util_abs)

@@ -76,22 +76,18 @@ def baseline_speeds(rows: Sequence[SweepRow]) -> dict[int, float]:
     return {bs: statistics.fmean(v) for bs, v in by.items()}
 
 
-def row_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | None) -> float | None:
-    """The published reward of a row (an error row scores 0; None without a baseline or a utilization)."""
+def row_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | None, *, throttle: bool = True,
+               thermal: bool = True) -> float | None:
+    """The published reward of a row (an error row scores 0; None without a baseline or a utilization).
+    ``throttle``/``thermal``: apply the throttle flag's and the temperature's multipliers (both off: the plain
+    reward of speed and utilization alone, what the model's figures score)."""
     if row.is_error:
         return 0.0
     u = row_utilization(row, fallback_limit_w)
     if baseline is None or u is None or not row.speed_tok_s:
         return None
-    return published_reward(u, float(row.speed_tok_s), baseline, row.gpu_temp_c, bool(row.gpu_throttling))
-
-
-def plain_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | None) -> float | None:
-    """A usable row's published reward from its speed and utilization alone (no throttle or thermal multiplier)."""
-    u = row_utilization(row, fallback_limit_w)
-    if baseline is None or u is None or not row.speed_tok_s:
-        return None
-    return published_reward(u, float(row.speed_tok_s), baseline)
+    return published_reward(u, float(row.speed_tok_s), baseline, row.gpu_temp_c if thermal else None,
+                            throttle and bool(row.gpu_throttling))
 
 
 def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list[CellMeans]:
@@ -105,7 +101,8 @@ def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list
     for (bs, cfg), rs in sorted(groups.items()):
         utils = [u for u in (row_utilization(r, fallback_limit_w) for r in rs) if u is not None]
         steps = [r.step_time_s for r in rs if r.step_time_s]
-        rewards = [x for x in (plain_reward(r, base.get(bs), fallback_limit_w) for r in rs) if x is not None]
+        rewards = [x for x in (row_reward(r, base.get(bs), fallback_limit_w, throttle=False, thermal=False)
+                                for r in rs) if x is not None]
         out.append(CellMeans(
             bs, cfg, len(rs),
             accept=statistics.fmean(r.accept_length or 1.0 for r in rs) if cfg != (0, 0, 0) else 1.0,
