@@ -1,6 +1,6 @@
 """The GPU proof kit: one prepared check of the native path on the first real GPU it meets (docs/gpu_check.md).
 
-    python3 benchmarks/gpu_check.py [--out DIR] [--gpu-index 0] [--budget-s 240] [--quick] [--cpu-stand-in]
+    python3 benchmarks/gpu_check.py [--out DIR] [--gpu-index 0] [--budget-s 240] [--quick] [--only PHASES] [--cpu-stand-in]
     .venv/bin/python benchmarks/gpu_check.py --argv      # the launch lines alone, where pydantic is installed
 
 Runs with the standard library + nvidia-ml-py + torch only (no pydantic, project not installed): it imports the
@@ -29,6 +29,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=240.0, help="scales every phase (default 240: about 4 min in all)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the budget")
     ap.add_argument("--cpu-stand-in", action="store_true", help="run the torch load on the CPU even when CUDA exists (tests)")
+    ap.add_argument("--only", default="", help="comma-separated phases to run (setup always runs): uuid,idle,ramp,sustained,decode,"
+                                               "power_cap,sm_clocks,twin,launch_argv")
     ap.add_argument("--argv", action="store_true", help="only print the sweep's sglang launch lines (needs the project's dependencies)")
     args = ap.parse_args()
     if args.argv:
@@ -46,14 +48,18 @@ def main() -> int:
     budget = args.budget_s / 4 if args.quick else args.budget_s
     log(f"start: budget {budget:g} s, out {out_dir / 'gpu_check.json'}")
     try:
-        chk = Check(out_dir / "gpu_check.json", args.gpu_index, budget, args.cpu_stand_in)
+        chk = Check(out_dir / "gpu_check.json", args.gpu_index, budget, args.cpu_stand_in,
+                    only=tuple(p.strip() for p in args.only.split(",") if p.strip()))
     except HarnessError as exc:
         log(f"no GPU check possible: {exc}")
         (out_dir / "gpu_check.json").write_text(json.dumps({"schema": 1, "error": exc.message, "fix": exc.fix}))
         return 2
     t0 = time.monotonic()
+    code = 0
     try:
         run_all(chk)
+    except SystemExit as exc:  # SIGINT/SIGTERM: the guard restored the GPU; still write and print what was measured
+        code = exc.code if isinstance(exc.code, int) else 1
     finally:
         chk.guard.restore_all()
         chk.rec.stop()
@@ -67,8 +73,8 @@ def main() -> int:
         chk.save()
         chk.probe.close()
     print_table(chk.out["verdicts"])
-    log(f"done in {chk.out['wall_s']} s: {out_dir / 'gpu_check.json'}")
-    return 0
+    log(f"{'interrupted (' + str(chk.guard.signal_received) + ')' if code else 'done'} in {chk.out['wall_s']} s: {out_dir / 'gpu_check.json'}")
+    return code
 
 
 if __name__ == "__main__":

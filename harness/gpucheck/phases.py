@@ -33,7 +33,8 @@ def log(msg: str) -> None:
 class Check:
     """State shared by the phases: the project's probe, the recorder, the load, the guard and the JSON."""
 
-    def __init__(self, out_path: Path, gpu_index: int, budget_s: float, force_cpu: bool, rate_hz: float = 10.0) -> None:
+    def __init__(self, out_path: Path, gpu_index: int, budget_s: float, force_cpu: bool, rate_hz: float = 10.0,
+                 only: tuple[str, ...] = ()) -> None:  # fmt: skip
         from harness.telemetry.probes import NvmlProbe
 
         self.out_path, self.gpu_index = out_path, gpu_index
@@ -45,6 +46,7 @@ class Check:
         self.ctl = NvmlControl(self.probe._nv, self.probe.handle)
         self.out["identity"] = self.probe.identity()
         self.force_cpu = force_cpu
+        self.only = only
         self.loads: Loads | None = None
         self.rec = Recorder(self.probe, rate_hz)
         self.smi = SmiPoller(gpu_index)
@@ -71,6 +73,9 @@ class Check:
         rec: dict[str, Any] = {"status": "running"}
         self.out["phases"][name] = rec
         t0 = time.monotonic()
+        if self.only and name != "setup" and name.split("_b")[0] not in self.only and name not in self.only:
+            rec["status"] = "not selected"
+            return
         if name not in UNTIMED and t0 > self.deadline:
             rec["status"] = "skipped"
             self.finding(name, f"skipped: the check is past its time budget ({self.out['budget_s']:g} s)")
