@@ -1,6 +1,6 @@
 """The GPU proof kit: one prepared check of the native path on the first real GPU it meets (docs/gpu_check.md).
 
-    python3 benchmarks/gpu_check.py [--out DIR] [--gpu-index 0] [--budget-s 240] [--quick] [--only PHASES] [--cpu-stand-in]
+    python3 benchmarks/gpu_check.py [--out DIR] [--read-only] [--gpu-index 0] [--budget-s 240] [--quick] [--only PHASES]
     .venv/bin/python benchmarks/gpu_check.py --argv      # the launch lines alone, where pydantic is installed
 
 Runs with the standard library + nvidia-ml-py + torch only (no pydantic, project not installed): it imports the
@@ -31,6 +31,11 @@ def main() -> int:
     ap.add_argument("--cpu-stand-in", action="store_true", help="run the torch load on the CPU even when CUDA exists (tests)")
     ap.add_argument("--only", default="", help="comma-separated phases to run (setup always runs): uuid,idle,ramp,sustained,decode,"
                                                "power_cap,sm_clocks,twin,launch_argv")
+    ap.add_argument("--phase-hook", default=None, help="a command run with the phase name before each phase (tests set the NVML "
+                                                      "shim's power with it; on a GPU host e.g. a script logging nvidia-smi -q)")
+    ap.add_argument("--read-only", action="store_true", default=os.environ.get("GPU_CHECK_READ_ONLY") == "1",
+                    help="make no set call at all (power limit, clocks): for a lent GPU whose settings must not change "
+                         "(also GPU_CHECK_READ_ONLY=1); limits and supported clocks are still read")
     ap.add_argument("--argv", action="store_true", help="only print the sweep's sglang launch lines (needs the project's dependencies)")
     args = ap.parse_args()
     if args.argv:
@@ -46,10 +51,12 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     budget = args.budget_s / 4 if args.quick else args.budget_s
-    log(f"start: budget {budget:g} s, out {out_dir / 'gpu_check.json'}")
+    log(f"start: budget {budget:g} s, out {out_dir / 'gpu_check.json'}"
+        + (", READ-ONLY (no set call)" if args.read_only else ", full (sets and restores the power limit and SM clocks)"))
     try:
         chk = Check(out_dir / "gpu_check.json", args.gpu_index, budget, args.cpu_stand_in,
-                    only=tuple(p.strip() for p in args.only.split(",") if p.strip()))
+                    only=tuple(p.strip() for p in args.only.split(",") if p.strip()), phase_hook=args.phase_hook,
+                    read_only=args.read_only)
     except HarnessError as exc:
         log(f"no GPU check possible: {exc}")
         (out_dir / "gpu_check.json").write_text(json.dumps({"schema": 1, "error": exc.message, "fix": exc.fix}))

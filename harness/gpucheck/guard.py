@@ -34,6 +34,11 @@ class RestoreGuard:
         for item in items:
             self._run(*item)
 
+    def discard(self, name: str) -> None:
+        """Forget the undo named ``name`` without running it (the change it guarded was refused: nothing to undo)."""
+        with self._lock:
+            self._undo = [u for u in self._undo if u[0] != name]
+
     def _run(self, name: str, undo: Callable[[], str]) -> None:
         try:
             self.results.append({"name": name, "ok": "true", "detail": undo()})

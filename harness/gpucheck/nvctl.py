@@ -9,13 +9,22 @@ class NvmlCallError(Exception):
     """An NVML call failed; ``str()`` is ``"<function>: <NVML error string>"``."""
 
 
+class ReadOnlyError(Exception):
+    """A set call asked of a read-only ``NvmlControl`` (a GPU whose settings must not change): never sent to NVML."""
+
+
+SET_CALLS = ("nvmlDeviceSetPowerManagementLimit", "nvmlDeviceSetGpuLockedClocks", "nvmlDeviceResetGpuLockedClocks")
+
+
 class NvmlControl:
     """One GPU's power limits and SM clocks (``pynvml`` already initialised by the project's ``NvmlProbe``)."""
 
-    def __init__(self, nv: Any, handle: Any) -> None:
-        self.nv, self.h = nv, handle
+    def __init__(self, nv: Any, handle: Any, read_only: bool = False) -> None:
+        self.nv, self.h, self.read_only = nv, handle, read_only
 
     def call(self, fname: str, *args: Any) -> Any:
+        if self.read_only and fname in SET_CALLS:
+            raise ReadOnlyError(f"{fname}: not called (read-only: this GPU's settings must not change)")
         fn: Callable[..., Any] | None = getattr(self.nv, fname, None)
         if fn is None:
             raise NvmlCallError(f"{fname}: not in this nvidia-ml-py")

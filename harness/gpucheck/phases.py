@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -34,19 +35,22 @@ class Check:
     """State shared by the phases: the project's probe, the recorder, the load, the guard and the JSON."""
 
     def __init__(self, out_path: Path, gpu_index: int, budget_s: float, force_cpu: bool, rate_hz: float = 10.0,
-                 only: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 only: tuple[str, ...] = (), phase_hook: str | None = None, read_only: bool = False, install_guard: bool = True) -> None:  # fmt: skip
         from harness.telemetry.probes import NvmlProbe
 
         self.out_path, self.gpu_index = out_path, gpu_index
         self.scale = max(0.05, budget_s / BASE_BUDGET_S)
         self.out: dict[str, Any] = {"schema": 1, "started_wall_ns": time.time_ns(), "budget_s": budget_s, "phases": {}, "windows": {},
-                                    "findings": [], "restores": []}  # fmt: skip
-        self.guard = RestoreGuard(log).install()
+                                    "findings": [], "restores": [], "read_only": read_only}  # fmt: skip
+        self.guard = RestoreGuard(log)
+        if install_guard:  # atexit + SIGINT/SIGTERM handlers (off for an in-process test run)
+            self.guard.install()
+        self.read_only = read_only
         self.probe = NvmlProbe(gpu_index)
-        self.ctl = NvmlControl(self.probe._nv, self.probe.handle)
+        self.ctl = NvmlControl(self.probe._nv, self.probe.handle, read_only=read_only)
         self.out["identity"] = self.probe.identity()
         self.force_cpu = force_cpu
-        self.only = only
+        self.only, self.phase_hook = only, phase_hook
         self.loads: Loads | None = None
         self.rec = Recorder(self.probe, rate_hz)
         self.smi = SmiPoller(gpu_index)
@@ -82,6 +86,8 @@ class Check:
             return
         log(f"phase {name}: start")
         try:
+            if self.phase_hook:
+                subprocess.run([*shlex.split(self.phase_hook), name], check=True, timeout=30)
             fn(rec)
             rec["status"] = "done"
         except NvmlCallError as exc:
@@ -95,12 +101,25 @@ class Check:
             log(f"phase {name}: {rec['status']} in {rec['seconds']} s")
             self.save()
 
+    def wait_past(self, t_ns: int, smi: bool = True, limit_s: float = 3.0) -> None:
+        """Until the probe (and nvidia-smi, with ``smi``) has a sample after ``t_ns`` (to bracket a window's end), at most
+        ``limit_s``."""
+        stop = time.monotonic() + limit_s
+
+        def after(samples: list[dict[str, Any]]) -> bool:
+            return bool(samples) and samples[-1]["t_wall_ns"] >= t_ns
+
+        while time.monotonic() < stop and not (after(self.rec.records) and (not smi or self.smi.error or not self.smi.exe or after(self.smi.samples))):
+            time.sleep(0.02)
+
     def measure(self, name: str, fn: Any, *args: Any) -> dict[str, Any]:
-        """Run a load, then record its window (with the load's own result) under ``name``."""
+        """Run a load, then record its window (with the load's own result) under ``name``. The window starts after a
+        fresh sample (what the phase hook or the previous phase changed is in force at the sample before it)."""
+        self.wait_past(time.time_ns(), smi=False)
         t0 = time.time_ns()
         res = fn(*args)
         t1 = time.time_ns()
-        time.sleep(self.rec.period_s * 1.5)  # one sample past the end brackets the window
+        self.wait_past(t1)
         w = window(self.rec.records, self.smi.samples, t0, t1)
         if res is not None and hasattr(res, "as_dict"):
             w["load"] = res.as_dict()
@@ -149,10 +168,11 @@ def setup(chk: Check, rec: dict[str, Any]) -> None:
 
 
 def ramp(chk: Check, loads: Loads) -> None:
+    chk.wait_past(time.time_ns(), smi=False)
     t0 = time.time_ns()
     levels = loads.ramp(chk.secs("ramp"))
     t1 = time.time_ns()
-    time.sleep(chk.rec.period_s * 1.5)
+    chk.wait_past(t1)
     chk.out["windows"]["ramp"] = {**window(chk.rec.records, chk.smi.samples, t0, t1), "t0_ns": t0, "t1_ns": t1,
                                   "duty_levels": [round(d, 2) for _, _, d in levels]}  # fmt: skip
 
@@ -194,11 +214,14 @@ def power_cap(chk: Check, rec: dict[str, Any]) -> None:
     lo, default = lim.get("min_w") or 0.0, lim.get("default_w") or original
     target = round(max(lo, min(0.6 * default, 0.7 * sustained if sustained else 0.6 * default)))
     rec["target_w"] = target
+    if chk.read_only:
+        rec["read_only"] = "read-only: not attempted (the limits above were read; nothing was set)"
+        return
     chk.guard.push("power_limit", lambda: _restore_limit(chk, original))
     try:
         chk.ctl.set_limit(target)
     except NvmlCallError as exc:
-        chk.guard.pop("power_limit")  # nothing was changed
+        chk.guard.discard("power_limit")  # nothing was changed
         rec["refused"] = str(exc)
         chk.finding("power_cap", f"setting the power limit to {target} W was refused: {exc}")
         return
@@ -224,12 +247,15 @@ def sm_clocks(chk: Check, rec: dict[str, Any]) -> None:
         chk.finding("sm_clocks", f"no supported SM clocks reported: {clocks.get('errors')}")
         return
     assert chk.loads is not None
+    if chk.read_only:
+        rec["read_only"] = "read-only: not attempted (the supported clocks were read; nothing was locked)"
+        return
     chk.guard.push("sm_clocks", lambda: _reset_clocks(chk))
     for mhz in picks:
         try:
             chk.ctl.lock_sm(mhz)
         except NvmlCallError as exc:
-            chk.guard.pop("sm_clocks")
+            (chk.guard.pop if mhz != picks[0] else chk.guard.discard)("sm_clocks")  # unlock only if an earlier lock held
             rec["refused"] = str(exc)
             chk.finding("sm_clocks", f"locking SM clocks at {mhz} MHz was refused: {exc}")
             return

@@ -31,6 +31,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ImportError:
         print(table(rows), flush=True)
@@ -40,5 +41,5 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         t.add_column(col, overflow="fold")
     style = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
     for r in rows:
-        t.add_row(r["check"], f"[{style[r['status']]}]{r['status']}[/]", r["figure"], r["detail"])
+        t.add_row(escape(r["check"]), f"[{style[r['status']]}]{r['status']}[/]", escape(r["figure"]), escape(r["detail"]))
     Console(width=160).print(t)

@@ -70,7 +70,9 @@ def _cap_rows(out: dict[str, Any]) -> list[dict[str, str]]:
     lim = out.get("limits") or {}
     rows = [row("power_limits", "PASS" if lim.get("enforced_w") else "SKIP",
                 f"min {lim.get('min_w')} / max {lim.get('max_w')} / default {lim.get('default_w')} / enforced {lim.get('enforced_w')} W")]
-    if pc.get("refused"):
+    if pc.get("read_only"):
+        rows.append(row("power_cap_set", "SKIP", "read-only: not attempted", f"would have set {pc.get('target_w')} W"))
+    elif pc.get("refused"):
         rows.append(row("power_cap_set", "WARN", "refused", pc["refused"]))
     elif pc.get("error") or not pc:
         rows.append(row("power_cap_set", "FAIL" if pc.get("error") else "SKIP", "not run", str(pc.get("error") or "")))
@@ -112,6 +114,8 @@ def _binds_row(out: dict[str, Any]) -> dict[str, str]:
 def _clock_rows(out: dict[str, Any]) -> list[dict[str, str]]:
     sc = (out.get("phases") or {}).get("sm_clocks") or {}
     ws = out.get("windows") or {}
+    if sc.get("read_only"):
+        return [row("sm_clock_lock", "SKIP", "read-only: not attempted", f"would have locked {sc.get('picked_mhz')} MHz")]
     if sc.get("refused"):
         return [row("sm_clock_lock", "WARN", "refused", sc["refused"])]
     if not sc.get("picked_mhz") or sc.get("error"):
