@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from harness.errors import ServiceUnavailableError, UsageError
-from harness.telemetry.windows import STATE_FIELDS
+from harness.telemetry.fields import STATE_FIELDS
 from harness.timeutil import mono_ns, wall_ns
 
 

@@ -1,7 +1,7 @@
 """The sampling loop (``SamplerCore``) shared by the sidecar service and ``InProcessSampler``.
 
-The loop runs on monotonic deadlines: ``next += period`` after each sample, so it never drifts; a sample that ends
-past the next deadline skips the missed ticks and counts them as overruns (samples never overlap or bunch up).
+The loop runs on monotonic deadlines (``harness.telemetry.ticker``): ``next += period`` after each sample, so it
+never drifts; a sample that ends past the next deadline skips the missed ticks and counts them as overruns.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from harness.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, probe_timing
 from harness.telemetry.store import SampleStore
+from harness.telemetry.ticker import run_ticks
 from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
 from harness.timeutil import mono_ns, wall_ns
 
@@ -68,25 +69,14 @@ class SamplerCore:
         self.probe.close()
 
     def _loop(self) -> None:
-        period_ns = int(round(self.period_s * 1e9))
-        deadline = mono_ns()
-        while not self._stop.is_set():
-            now = mono_ns()
-            if now < deadline:
-                if self._stop.wait((deadline - now) / 1e9):
-                    break
-                continue
-            try:
-                self.sample_once()
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive any bug in one iteration
-                self.loop_errors_total += 1
-                self.last_loop_error = f"{type(exc).__name__}: {exc}"
-            deadline += period_ns
-            now = mono_ns()
-            if now >= deadline:  # overran: skip the missed ticks, keep the grid
-                missed = (now - deadline) // period_ns + 1
-                self.overruns_total += missed
-                deadline += missed * period_ns
+        def overrun(missed: int) -> None:
+            self.overruns_total += missed
+
+        def error(exc: Exception) -> None:
+            self.loop_errors_total += 1
+            self.last_loop_error = f"{type(exc).__name__}: {exc}"
+
+        run_ticks(self.period_s, self._stop, self.sample_once, overrun, error)
 
     def sample_once(self) -> GpuSample:
         """Read the probe once, stamp it, store it. Never raises for probe failures."""

@@ -19,29 +19,9 @@ from typing import Any, Iterable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness import clock_events
+from harness.telemetry.fields import STATE_FIELDS as STATE_FIELDS  # re-exported (the fields live in a pydantic-free module)
 
 SCHEMA_VERSION = 1
-
-STATE_FIELDS = (
-    "name",
-    "uuid",
-    "driver_version",
-    "energy_mj",
-    "power_w",
-    "power_avg_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "utilization_pct",
-    "memory_total_mb",
-    "memory_reserved_mb",
-    "memory_used_mb",
-    "memory_free_mb",
-    "power_limit_w",
-    "power_management_limit_w",
-    "clock_event_reasons",
-)
-"""The probe-state fields of ``/v1/state`` copied into every sample (absent values are None, never 0)."""
 
 # Validity reason codes (stable, machine-readable).
 NO_SAMPLE_BEFORE = "no_sample_before"

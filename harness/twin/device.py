@@ -27,10 +27,13 @@ import random
 import threading
 import uuid as uuidlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.clock_events import HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
-from harness.twin.profile import TwinProfile
+
+if TYPE_CHECKING:  # the model itself needs no pydantic (the GPU check replays it on machines without it)
+    from harness.twin.profile import TwinProfile
 
 
 @dataclass

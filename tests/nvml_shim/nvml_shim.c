@@ -14,7 +14,15 @@
  *   temperature_c sm_clock_mhz mem_clock_mhz util_gpu util_mem mem_total mem_reserved mem_used (bytes)
  *   limit_enforced_mw limit_mgmt_mw limit_default_mw clock_events (nvmlClocksEventReasons bit mask)
  *   limit_min_mw limit_max_mw (nvmlDeviceGetPowerManagementLimitConstraints)
- *   root (0: nvmlDeviceSetPowerManagementLimit answers NVML_ERROR_NO_PERMISSION, as for a non-root user; default 1)
+ *   root (0: nvmlDeviceSetPowerManagementLimit, nvmlDeviceSetGpuLockedClocks and nvmlDeviceResetGpuLockedClocks answer
+ *       NVML_ERROR_NO_PERMISSION, as for a non-root user or a VM without the privilege; default 1)
+ *   max_sm_clock_mhz min_sm_clock_mhz sm_clock_step_mhz (nvmlDeviceGetMaxClockInfo; nvmlDeviceGetSupportedGraphicsClocks
+ *       lists max down to min in steps, for the one supported memory clock mem_clock_mhz)
+ *   follow_limits idle_power_mw (1: the power the shim reports and integrates follows the limits in force, as a real
+ *       board's does: power_mw with its dynamic part (above idle_power_mw) scaled by (locked SM clock / max)^2, then
+ *       clipped at the enforced power limit; the reported SM clock is clipped at the locked maximum; default 0)
+ *   Locked SM clocks set with nvmlDeviceSetGpuLockedClocks persist like the limit, in "<NVML_SHIM_SCRIPT>.clocks",
+ *   until nvmlDeviceResetGpuLockedClocks removes that file.
  *   A limit set with nvmlDeviceSetPowerManagementLimit persists, as the driver's does, across processes: it is
  *   written to the file "<NVML_SHIM_SCRIPT>.limit" and then answers both limit getters (management and enforced)
  *   until that file is removed (the tests' stand-in for a driver reload).
@@ -60,7 +68,8 @@ typedef struct {
     char name[96], uuid[96], driver_version[80], nvml_version[80];
     long device_count, init_ret, gpu_lost, delay_ms, counter_epoch, energy_update_ms, temperature_c, sm_clock_mhz, mem_clock_mhz,
         util_gpu, util_mem, limit_enforced_mw, limit_mgmt_mw, limit_default_mw, power_mw, power_avg_mw, power_usage_mw,
-        limit_min_mw, limit_max_mw, root;
+        limit_min_mw, limit_max_mw, root, max_sm_clock_mhz, min_sm_clock_mhz, sm_clock_step_mhz,
+        follow_limits, idle_power_mw;
     unsigned long long energy_start_mj, mem_total, mem_reserved, mem_used, clock_events;
     override_t over[MAX_OVERRIDES];  /* "fail.<fn>" and "field.<id>" */
     int n_over;
@@ -88,6 +97,7 @@ static void defaults(script_t *s) {
     s->util_gpu = 0; s->util_mem = 0; s->mem_total = 8ULL << 30; s->mem_reserved = 256ULL << 20; s->mem_used = 1ULL << 30;
     s->limit_enforced_mw = s->limit_mgmt_mw = s->limit_default_mw = 700000;
     s->limit_min_mw = 100000; s->limit_max_mw = 700000; s->root = 1;
+    s->max_sm_clock_mhz = 1980; s->min_sm_clock_mhz = 345; s->sm_clock_step_mhz = 15; s->idle_power_mw = 70000;
 }
 
 static char *trim(char *t) {
@@ -107,6 +117,7 @@ static void set_key(script_t *s, const char *k, const char *v) {
     NUM(device_count) NUM(init_ret) NUM(gpu_lost) NUM(delay_ms) NUM(counter_epoch) NUM(energy_update_ms) NUM(temperature_c)
     NUM(sm_clock_mhz) NUM(mem_clock_mhz) NUM(util_gpu) NUM(util_mem) NUM(limit_enforced_mw) NUM(limit_mgmt_mw)
     NUM(limit_default_mw) NUM(power_mw) NUM(power_avg_mw) NUM(power_usage_mw) NUM(limit_min_mw) NUM(limit_max_mw) NUM(root)
+    NUM(max_sm_clock_mhz) NUM(min_sm_clock_mhz) NUM(sm_clock_step_mhz) NUM(follow_limits) NUM(idle_power_mw)
     U64(energy_start_mj) U64(mem_total) U64(mem_reserved) U64(mem_used) U64(clock_events)
     if ((!strncmp(k, "fail.", 5) || !strncmp(k, "field.", 6)) && s->n_over < MAX_OVERRIDES) {
         snprintf(s->over[s->n_over].key, sizeof s->over[0].key, "%s", k);
@@ -116,10 +127,12 @@ static void set_key(script_t *s, const char *k, const char *v) {
     fprintf(stderr, "nvml shim: unknown script key '%s' (ignored)\n", k);
 }
 
+static long power_now_mw(void);
+
 /* Integrate power up to now, then re-read the script if it is new or changed. Called with the lock held. */
 static void refresh(void) {
     int64_t t = now_ns(CLOCK_MONOTONIC);
-    if (loaded) acc_mj += (double)S.power_mw * (double)(t - last_ns) / 1e9;  /* mW x s = mJ */
+    if (loaded) acc_mj += (double)power_now_mw() * (double)(t - last_ns) / 1e9;  /* mW x s = mJ */
     last_ns = t;
     const char *path = getenv("NVML_SHIM_SCRIPT");
     struct stat st;
@@ -166,7 +179,7 @@ static long override_code(const char *prefix, const char *what) {
 }
 
 /* Calls per entry point, for tests ("not asked again"); read with nvmlShimCallCount (not an NVML function). */
-#define MAX_COUNTED 48
+#define MAX_COUNTED 64
 static struct { const char *fn; unsigned long n; } calls[MAX_COUNTED];
 static void count_call(const char *fn) {
     for (int i = 0; i < MAX_COUNTED; i++) {
@@ -247,6 +260,46 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     }
 }
 
+/* State persisted beside the script ("<script>.<ext>"), as the driver keeps it across processes. */
+static int state_path(char *p, size_t n, const char *ext) {
+    const char *script = getenv("NVML_SHIM_SCRIPT");
+    if (!script) return 0;
+    snprintf(p, n, "%s.%s", script, ext);
+    return 1;
+}
+static int read_state(const char *ext, long *a, long *b) {
+    char p[4200];
+    if (!state_path(p, sizeof p, ext)) return 0;
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    int n = fscanf(f, "%ld %ld", a, b);
+    fclose(f);
+    return n;
+}
+static nvmlReturn_t write_state(const char *ext, long a, long b) {
+    char p[4200], tmp[4210];
+    if (!state_path(p, sizeof p, ext)) return NVML_ERROR_UNKNOWN;
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return NVML_ERROR_UNKNOWN;
+    fprintf(f, "%ld %ld\n", a, b);
+    fclose(f);
+    return rename(tmp, p) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+/* The limit persisted by nvmlDeviceSetPowerManagementLimit, or -1 when none was set. */
+static long set_limit_mw(void) { long v = -1, unused = 0; return read_state("limit", &v, &unused) >= 1 ? v : -1; }
+/* The locked SM clock maximum (MHz) set by nvmlDeviceSetGpuLockedClocks, or -1 when clocks are not locked. */
+static long locked_max_mhz(void) { long lo = -1, hi = -1; return read_state("clocks", &lo, &hi) == 2 ? hi : -1; }
+static long power_now_mw(void) {
+    if (!S.follow_limits) return S.power_mw;
+    double p = (double)S.power_mw, idle = (double)S.idle_power_mw;
+    long hi = locked_max_mhz();
+    if (hi > 0 && hi < S.max_sm_clock_mhz && p > idle) { double f = (double)hi / (double)S.max_sm_clock_mhz; p = idle + (p - idle) * f * f; }
+    long lim = set_limit_mw();
+    if (lim < 0) lim = S.limit_enforced_mw;
+    return (long)(p < (double)lim ? p : (double)lim);
+}
+
 /* ---- system and device ------------------------------------------------------------------------------------- */
 nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int len) { ENTER(NULL); LEAVE(copy_str(v, len, S.driver_version)); }
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int len) { ENTER(NULL); LEAVE(copy_str(v, len, S.nvml_version)); }
@@ -264,7 +317,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *v, unsigned int len) { ENTE
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *v, unsigned int len) { ENTER(d); LEAVE(copy_str(v, len, S.uuid)); }
 
 /* ---- power and energy -------------------------------------------------------------------------------------- */
-static long avg_mw(void) { return S.power_avg_mw >= 0 ? S.power_avg_mw : S.power_mw; }
+static long avg_mw(void) { return S.power_avg_mw >= 0 ? S.power_avg_mw : power_now_mw(); }
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) {
     ENTER(d); CHECK_PTR(mj); *mj = counter_mj(); LEAVE(NVML_SUCCESS);
 }
@@ -289,24 +342,11 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         if (v->nvmlReturn != NVML_SUCCESS) continue;
         if (v->fieldId == FI_ENERGY) { v->valueType = VT_UNSIGNED_LONG_LONG; v->value.ullVal = counter_mj(); continue; }
         v->valueType = VT_UNSIGNED_INT;
-        v->value.uiVal = (unsigned int)(v->fieldId == FI_POWER_INSTANT ? S.power_mw : avg_mw());
+        v->value.uiVal = (unsigned int)(v->fieldId == FI_POWER_INSTANT ? power_now_mw() : avg_mw());
     }
     LEAVE(NVML_SUCCESS);
 }
 #endif
-/* The limit persisted by nvmlDeviceSetPowerManagementLimit ("<script>.limit"), or -1 when none was set. */
-static long set_limit_mw(void) {
-    char p[4200];
-    const char *script = getenv("NVML_SHIM_SCRIPT");
-    if (!script) return -1;
-    snprintf(p, sizeof p, "%s.limit", script);
-    FILE *f = fopen(p, "r");
-    if (!f) return -1;
-    long v = -1;
-    if (fscanf(f, "%ld", &v) != 1) v = -1;
-    fclose(f);
-    return v;
-}
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
     ENTER(d); CHECK_PTR(mw); long v = set_limit_mw(); *mw = (unsigned int)(v >= 0 ? v : S.limit_enforced_mw); LEAVE(NVML_SUCCESS);
 }
@@ -322,15 +362,7 @@ nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t d, unsigned int mw) 
     ENTER(d);
     if (!S.root) LEAVE(NVML_ERROR_NO_PERMISSION);
     if ((long)mw < S.limit_min_mw || (long)mw > S.limit_max_mw) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
-    char p[4200], tmp[4210];
-    snprintf(p, sizeof p, "%s.limit", getenv("NVML_SHIM_SCRIPT"));
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
-    if (!f) LEAVE(NVML_ERROR_UNKNOWN);
-    fprintf(f, "%u\n", mw);
-    fclose(f);
-    if (rename(tmp, p) != 0) LEAVE(NVML_ERROR_UNKNOWN);
-    LEAVE(NVML_SUCCESS);
+    LEAVE(write_state("limit", (long)mw, 0));
 }
 nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t d, unsigned int *mw) { ENTER(d); CHECK_PTR(mw); *mw = (unsigned int)S.limit_default_mw; LEAVE(NVML_SUCCESS); }
 
@@ -341,7 +373,8 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz) {
     ENTER(d);
     CHECK_PTR(mhz);
-    if (type == 1) *mhz = (unsigned int)S.sm_clock_mhz;        /* NVML_CLOCK_SM */
+    long hi = locked_max_mhz();
+    if (type == 1) *mhz = (unsigned int)(hi > 0 && hi < S.sm_clock_mhz ? hi : S.sm_clock_mhz);  /* NVML_CLOCK_SM */
     else if (type == 2) *mhz = (unsigned int)S.mem_clock_mhz;  /* NVML_CLOCK_MEM */
     else LEAVE(NVML_ERROR_NOT_SUPPORTED);
     LEAVE(NVML_SUCCESS);
@@ -374,3 +407,49 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned 
     ENTER(d); CHECK_PTR(mask); *mask = S.clock_events; LEAVE(NVML_SUCCESS);
 }
 #endif
+
+/* ---- clocks: supported, max, locked (nvmlDeviceSetGpuLockedClocks / nvmlDeviceResetGpuLockedClocks) -------- */
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, int type, unsigned int *mhz) {
+    ENTER(d);
+    CHECK_PTR(mhz);
+    if (type == 0 || type == 1) *mhz = (unsigned int)S.max_sm_clock_mhz;  /* NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM */
+    else if (type == 2) *mhz = (unsigned int)S.mem_clock_mhz;
+    else LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    LEAVE(NVML_SUCCESS);
+}
+/* nvml.h's size protocol: a too-small array answers NVML_ERROR_INSUFFICIENT_SIZE with the count needed. */
+static nvmlReturn_t fill_list(unsigned int *count, unsigned int *out, const long *vals, unsigned int n) {
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!out || *count < n) { *count = n; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    for (unsigned int i = 0; i < n; i++) out[i] = (unsigned int)vals[i];
+    *count = n;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t d, unsigned int *count, unsigned int *clocks) {
+    ENTER(d);
+    long v = S.mem_clock_mhz;
+    LEAVE(fill_list(count, clocks, &v, 1));
+}
+nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t d, unsigned int mem, unsigned int *count, unsigned int *clocks) {
+    ENTER(d);
+    if ((long)mem != S.mem_clock_mhz) LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    static long vals[512];
+    unsigned int n = 0;
+    long step = S.sm_clock_step_mhz > 0 ? S.sm_clock_step_mhz : 15;
+    for (long c = S.max_sm_clock_mhz; c >= S.min_sm_clock_mhz && n < 512; c -= step) vals[n++] = c;
+    LEAVE(fill_list(count, clocks, vals, n));
+}
+/* Root only; a range outside [min, max] supported or min > max is NVML_ERROR_INVALID_ARGUMENT. */
+nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t d, unsigned int lo, unsigned int hi) {
+    ENTER(d);
+    if (!S.root) LEAVE(NVML_ERROR_NO_PERMISSION);
+    if (lo > hi || (long)hi > S.max_sm_clock_mhz || (long)lo < S.min_sm_clock_mhz) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    LEAVE(write_state("clocks", (long)lo, (long)hi));
+}
+nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t d) {
+    ENTER(d);
+    if (!S.root) LEAVE(NVML_ERROR_NO_PERMISSION);
+    char p[4200];
+    if (state_path(p, sizeof p, "clocks")) remove(p);
+    LEAVE(NVML_SUCCESS);
+}
