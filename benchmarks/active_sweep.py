@@ -83,6 +83,11 @@ def variants() -> list[TwinProfile]:
     out.append(make("hidden-c-slowdraft", "80 W, slow draft head, flatter rank distribution, dearer verification", 80.0,
                     perf__draft_step_ms=1.5, perf__draft_ms_per_token=2.0, perf__rank_share=1.4,
                     perf__target_ms_per_token=1.15, power__overhead_w=1.5))
+    out.append(make("weak-d-80w", "80 W laptop-class, weak slow draft head (first-token acceptance 0.42, step 1.5 ms)", 80.0,
+                    perf__accept_first=0.42 / base.perf.accept_first, perf__draft_step_ms=1.5 / base.perf.draft_step_ms))
+    out.append(make("weak-e-90w", "90 W, weaker and slower draft (acceptance 0.45, step 1.8 ms, dearer draft tokens)", 90.0,
+                    perf__accept_first=0.45 / base.perf.accept_first, perf__draft_step_ms=1.8 / base.perf.draft_step_ms,
+                    perf__draft_ms_per_token=2.0, power__draft_w=1.2))
     return out
 
 
@@ -160,7 +165,7 @@ def reproduce(first: dict[int, dict], second: dict[int, dict], recipe: dict, con
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profiles", type=int, default=3)
+    ap.add_argument("--profiles", type=int, default=5)
     ap.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--budget", type=float, default=0.2)

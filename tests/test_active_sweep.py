@@ -195,3 +195,34 @@ def test_flag_model_learns_a_gpu_whose_flags_ignore_the_model_margin():
         assert 0.3 < learned.chance(m, 1.0) < 0.75, (m, learned)
     sharp = FlagModel.fit([(m, 1.0, m > 0) for m in margins for _ in range(2)], util_err=0.01)
     assert sharp.chance(-0.02, 1.0) < 0.1 and sharp.chance(0.04, 1.0) > 0.85
+
+
+def test_weak_draft_head_opens_the_low_step_corner():
+    """A fitted draft head that accepts less (or steps slower) than the start profile's puts the fewest-step config
+    of every batch size that has none measured on the list, ahead of the open rivals; a draft like the start's
+    does not, and a measured fewest-step config closes the corner."""
+    from harness.active.corner import low_step_corner
+    from harness.twin.profile import load_profile
+
+    start = load_profile()
+    weak = start.model_copy(deep=True)
+    weak.perf.accept_first = 0.42
+    slow = start.model_copy(deep=True)
+    slow.perf.draft_step_ms = 1.5
+    cells = [_cell(1, (0, 0, 0), 0.0, 0.003, 1), _cell(1, (3, 4, 8), 0.35, 0.01, 1), _cell(1, (1, 4, 4), 0.30, 0.01, 0),
+             _cell(1, (1, 4, 2), 0.20, 0.01, 0), _cell(1, (3, 2, 4), 0.34, 0.01, 0),
+             _cell(16, (0, 0, 0), 0.0, 0.003, 1), _cell(16, (1, 4, 2), 0.15, 0.01, 1), _cell(16, (1, 4, 4), 0.18, 0.01, 0)]
+    assert low_step_corner(start, start, cells).cells == ()
+    corner = low_step_corner(weak, start, cells)
+    assert [(c.batch_size, c.config) for c in corner.cells] == [(1, (1, 4, 4))]  # bs 16 has (1,4,2) measured
+    assert "acceptance 0.42" in corner.reason
+    assert [(c.batch_size, c.config) for c in low_step_corner(slow, start, cells).cells] == [(1, (1, 4, 4))]
+    assert "draft step 1.50 ms" in low_step_corner(slow, start, cells).reason
+    # without the corner the loop would only check the open rival (3,2,4) and the bs-16 leader
+    plain = next_actions(cells, repeats=2)
+    assert (1, (1, 4, 4)) not in {(a.batch_size, a.config) for a in plain}
+    actions = next_actions(cells, repeats=2, corner=corner.cells, corner_reason=corner.reason)
+    assert [(a.batch_size, a.config) for a in actions][:2] == [(16, (1, 4, 4)), (1, (1, 4, 4))]
+    assert "low-step corner" in actions[1].reason
+    cells[2] = _cell(1, (1, 4, 4), 0.30, 0.01, 1)
+    assert low_step_corner(weak, start, cells).cells == ()

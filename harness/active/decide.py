@@ -4,8 +4,10 @@ Per batch size the leader is the cell with the highest estimate. A rival is *ope
 mean reward beats the leader's, under independent normal errors, is above ``P_OPEN``. What is worth measuring:
 
 1. the leader itself while it has no row (the recipe must rest on measured rows);
-2. an open rival without a row (its estimate is only the model's);
-3. an open rival with rows (a near tie on measured rows): the next repeat of whichever of the two has fewer rows
+2. a low-step corner cell (``corner.py``: the fitted draft head is weaker or slower than the start profile's, so the
+   fewest-step configs are measured, not extrapolated);
+3. an open rival without a row (its estimate is only the model's);
+4. an open rival with rows (a near tie on measured rows): the next repeat of whichever of the two has fewer rows
    (the leader on equal rows: the recipe's own rows first), while the plan has repeats left; a tie that survives every repeat is settled as a tie (either is within noise).
 
 A batch size with nothing worth measuring is settled; its confidence is the product over rivals of the chance that
@@ -67,8 +69,9 @@ def picks(cells: Sequence[CellEstimate], measured_only: bool = False) -> dict[in
     return out
 
 
-def next_actions(cells: Sequence[CellEstimate], repeats: int) -> list[Action]:
-    """Everything worth measuring now, best first (one action per cell)."""
+def next_actions(cells: Sequence[CellEstimate], repeats: int, corner: Sequence[CellEstimate] = (),
+                 corner_reason: str = "") -> list[Action]:
+    """Everything worth measuring now, best first (one action per cell); ``corner``: low-step cells to measure."""
     actions: dict[tuple[int, tuple[int, int, int]], Action] = {}
 
     def add(c: CellEstimate, reason: str, score: float) -> None:
@@ -76,6 +79,8 @@ def next_actions(cells: Sequence[CellEstimate], repeats: int) -> list[Action]:
         if c.measured < repeats and (key not in actions or actions[key].score < score):
             actions[key] = Action(c.batch_size, c.config, c.measured, reason, score)
 
+    for c in corner:
+        add(c, f"low-step corner ({corner_reason})", 1.0)
     for pick in picks(cells).values():
         leader = pick.leader
         if not leader.measured:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.active.calibset import calibration_cells
+from harness.active.corner import Corner, low_step_corner
 from harness.active.cost import CellCost, spent
 from harness.active.decide import Action, Pick, next_actions, picks
 from harness.active.estimate import CellEstimate, ModelError, estimate_cells
@@ -49,6 +50,8 @@ class State:
     """The share the budget was shrunk by for the cost model's error (None for ``--budget-s``)."""
     cost_error: float
     flags: FlagModel
+    corner: Corner
+    """The low-step cells worth measuring because the fitted draft head departs from the start profile's."""
 
 
 class ActiveSweep:
@@ -82,7 +85,8 @@ class ActiveSweep:
         # every round: the latest prediction of the full grid, less the cost model's error (a function of the rows,
         # so a resumed run recomputes the same budget)
         budget, room = budget_of(self.opts, full, cost_model.rel_error)
-        return State(rows, profile, cells, err, spent(rows), full, budget, room, cost_model.rel_error, flags)
+        return State(rows, profile, cells, err, spent(rows), full, budget, room, cost_model.rel_error, flags,
+                     low_step_corner(profile, self.start, cells))
 
     def _free_repeat(self, bs: int, cfg: tuple[int, int, int], done: set[str]) -> int | None:
         for r in range(self.opts.repeats):
@@ -115,7 +119,7 @@ class ActiveSweep:
         self.record["calibration_cells"] = [c.cell_id for c in calib]
         while True:
             state = self.assess()
-            actions = next_actions(state.cells, self.opts.repeats)
+            actions = next_actions(state.cells, self.opts.repeats, state.corner.cells, state.corner.reason)
             if not actions:
                 stop = "settled"
                 break
