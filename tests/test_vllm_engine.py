@@ -94,8 +94,18 @@ def test_twin_vllm_sweep_rows_and_report(tmp_path) -> None:
         assert row["speed_source"] == "wall_clock" and row["extras"]["window_source"] == "server"
     spec = rows[1]
     assert spec["accept_length_source"] == "server_info" and 1.0 < spec["accept_length"] <= 4.0
-    report = run_harness("report", "sweep", str(run))
+    report = run_harness("report", "sweep", str(run), "--no-figures")
     assert report.returncode == 0, report.stdout + report.stderr
+    sglang = tmp_path / "sglang"
+    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,3:1:4,3:4:8", "--batch-sizes", "4",
+                    "--out", str(sglang), *FAST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for cmd in (("report", "engines", str(sglang), str(run)), ("dataset", "compare", str(sglang), str(run))):
+        out = run_harness(*cmd)
+        assert out.returncode in (0, 1), out.stdout + out.stderr  # compare: 1 = the engines disagree
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("│  4 │") and "twin(" in ln]
+        assert len(lines) == 2 and "twin(sglang 0.5.2)" in lines[0] and "twin(vllm 0.33.0)" in lines[1], out.stdout
+        assert "(3,4,8)" not in lines[1]  # the tree is not among vLLM's configs
 
 
 @pytest.mark.parametrize("options, needle", [

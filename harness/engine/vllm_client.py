@@ -59,7 +59,9 @@ class VllmClient(EngineClient):
         return "/v1/completions", payload
 
     def _from_chunks(self, chunks: list[dict[str, Any]]) -> GenerateResult:
-        text, finish, usage, twin = "", None, {}, {}
+        text, finish = "", None
+        usage: dict[str, Any] = {}
+        twin: dict[str, Any] = {}
         for chunk in chunks:
             for choice in chunk.get("choices") or []:
                 text += choice.get("text") or ""
