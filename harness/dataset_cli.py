@@ -93,6 +93,23 @@ def render_validation(report: Any, console: Console, *, max_items: int = 25) -> 
         console.print(table)
 
 
+def render_engines(sides: list[Any], console: Console) -> None:
+    """Print ``harness.dataset.engine_sides``: per batch size, each dataset's engine, baseline and recipe."""
+    table = Table(title="engines side by side (recipe: lowest J/token)", title_justify="left")
+    for col in ("bs", "dataset", "engine", "configs", "baseline tok/s", "baseline J/tok", "recipe", "tok/s", "J/tok",
+                "fastest", "tok/s "):
+        table.add_column(col, justify="left" if col in ("dataset", "engine", "recipe", "fastest") else "right")
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    for s in sides:
+        table.add_row(str(s.batch_size), s.dataset, escape(s.engine), str(s.configs), num(s.baseline_tok_s, ".1f"),
+                      num(s.baseline_j_per_token, ".3f"), _cfg(s.recipe), num(s.recipe_tok_s, ".1f"),
+                      num(s.recipe_j_per_token, ".3f"), _cfg(s.fastest), num(s.fastest_tok_s, ".1f"))
+    console.print(table)
+
+
 def render_compare(result: Any, console: Console, *, max_cells: int = 40) -> None:
     """Print a CompareResult: noise, per-cell outliers, rank agreement and the verdict."""
     noise = Table(title="repeat noise (pooled CV)", title_justify="left")
@@ -211,6 +228,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise DataError(f"{a} and {b} share no successful cell", fix="compare datasets over the same batch sizes and configs")
         console = _console()
         console.print(f"A = {la.path}\nB = {lb.path}", markup=False)
+        from harness.dataset import engine_sides
+
+        render_engines(engine_sides([("A", la.rows), ("B", lb.rows)]), console)
         render_compare(result, console)
         _write_json(json_out, result, agrees=result.agrees)
         if not result.agrees:
@@ -232,6 +252,21 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         print_notes(loaded)
         written = export(loaded.rows, fmt, out, native=native, force=force)  # type: ignore[arg-type]
         _console().print(f"wrote {written} ({fmt}, {len(loaded.rows)} rows)", markup=False)
+
+    @report.command("engines")
+    def report_engines_cmd(
+        runs: list[Path] = typer.Argument(..., help="run folders or dataset files (e.g. a twin sglang and a twin vLLM grid)"),
+        invalid_windows: str = windows_option(),
+    ) -> None:
+        """Engines side by side per batch size: each dataset's engine, baseline, recipe (lowest J/token), fastest."""
+        from harness.dataset import engine_sides, load, print_notes
+
+        loaded = [load(p, windows=invalid_windows) for p in runs]  # type: ignore[arg-type]
+        console = _console()
+        for i, ld in enumerate(loaded):
+            print_notes(ld)
+            console.print(f"{chr(65 + i) if i < 26 else i} = {ld.path}", markup=False)
+        render_engines(engine_sides([(chr(65 + i) if i < 26 else str(i), ld.rows) for i, ld in enumerate(loaded)]), console)
 
     @report.command("sweep")
     def report_sweep_cmd(

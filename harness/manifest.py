@@ -167,7 +167,7 @@ class SweepManifest(RunManifest):
     OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
         "writer", "world", "engine_identity", "power_cap", "infrastructure_events", "seeds", "wall_s",
         "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus", "idle_power_w",
-        "active"}
+        "active", "vllm_version", "skipped_configs"}
 
     schema_: int = Field(SCHEMA, alias="schema")
     created_ns: int | None = None
@@ -183,6 +183,9 @@ class SweepManifest(RunManifest):
     writer: dict[str, Any] | None = None
     sglang_version_requested: str | None = None
     sglang_version: str | None = None
+    vllm_version: str | None = None
+    skipped_configs: list[tuple[int, int, int]] = Field(default_factory=list)
+    """Configs of the grid the engine has no equivalent of (vLLM: the EAGLE trees), not run."""
     attention_backend: str | None = None
     memory_total_mb: float | None = None
     seeds: dict[str, Any] | None = None

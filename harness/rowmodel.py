@@ -52,11 +52,13 @@ Num = StrictInt | StrictFloat
 
 
 class EngineInfo(BaseModel):
-    """Which server produced a row: ``kind`` (``sglang`` | ``twin``), its version and identity (pid, argv, model ...)."""
+    """Which server produced a row: ``kind`` (``sglang`` | ``vllm`` | ``twin``), the engine API it speaks (``api``:
+    sglang or vllm; the twin's is the engine it emulates), that API's version and identity (pid, argv, model ...)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["sglang", "twin"]
+    kind: Literal["sglang", "vllm", "twin"]
+    api: Literal["sglang", "vllm"] = "sglang"
     version: str | None = None
     identity: dict[str, Any] = Field(default_factory=dict)
 

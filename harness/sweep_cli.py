@@ -13,7 +13,7 @@ import typer
 
 from harness.errors import UsageError
 from harness.model_cli import build, given_on_command_line, load_config, model_parameters, to_yaml, with_parameters
-from harness.sweep_options import GRID, QUICK, SweepOptions
+from harness.sweep_options import GRID, QUICK, QUICK_VLLM_CONFIGS, SweepOptions
 
 if TYPE_CHECKING:
     from harness.manifest import SweepManifest
@@ -138,6 +138,8 @@ def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, confi
     if any(g is not None for g in grid):
         cli["configs"] = build_grid(given.get("configs"), *grid)
     values.update(cli)
+    if quick and "configs" not in cli and (values.get("engine") == "vllm" or values.get("twin_emulate") == "vllm"):
+        values["configs"] = list(QUICK_VLLM_CONFIGS)
     opts: SweepOptions = build(SweepOptions, values)
     if check:
         check_options(opts)

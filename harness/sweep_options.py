@@ -58,8 +58,13 @@ def parse_fractions(text: str) -> list[float]:
 class SweepOptions(BaseModel):
     """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
 
-    engine: Annotated[Literal["twin", "sglang"], Flag(ENGINE)] = Field(
-        "twin", description="twin (GPU-free digital twin) or sglang (a real GPU)")
+    engine: Annotated[Literal["twin", "sglang", "vllm"], Flag(ENGINE)] = Field(
+        "twin", description="twin (GPU-free digital twin), sglang or vllm (a real GPU)")
+    twin_emulate: Annotated[Literal["sglang", "vllm"], Flag(ENGINE)] = Field(
+        "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)")
+    vllm_version: Annotated[str, Flag(ENGINE)] = Field(
+        "auto", description="auto (the vLLM installed where the server runs; the twin: 0.33.0) or a version from "
+                            "0.11.0 to 0.33.0; used when the engine is vLLM or the twin emulates it")
     sglang_version: Annotated[str, Flag(ENGINE)] = Field(
         "auto", description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
                             "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one")
@@ -141,13 +146,32 @@ class SweepOptions(BaseModel):
         return v
 
     @property
+    def api(self) -> Literal["sglang", "vllm"]:
+        """The engine API the servers speak: sglang, vLLM, or the one the twin emulates."""
+        return self.twin_emulate if self.engine == "twin" else self.engine
+
+    @property
     def spec_configs(self) -> list[SpecConfig]:
-        return [SpecConfig(*c) for c in self.configs]
+        """The configs the sweep runs; a vLLM sweep runs those vLLM has (baseline and topk == 1 chains)."""
+        configs = [SpecConfig(*c) for c in self.configs]
+        if self.api == "vllm":
+            from harness.engine.vllm_argv import vllm_configs
+
+            return vllm_configs(configs)
+        return configs
+
+    @property
+    def skipped_configs(self) -> list[SpecConfig]:
+        """The configs of ``configs`` this engine has no equivalent of (vLLM: the EAGLE trees)."""
+        kept = set(self.spec_configs)
+        return [SpecConfig(*c) for c in self.configs if SpecConfig(*c) not in kept]
 
 
 QUICK: dict[str, Any] = {"configs": [(0, 0, 0), (3, 4, 8), (3, 2, 4)], "batch_sizes": [1, 16], "repeats": 1,
                          "output_tokens": 256, "time_scale": 20.0, "settle": "0"}
 """``--quick``: the baseline, the reference and the published bs-16 pick at bs 1 and 16; a twin run in seconds."""
+QUICK_VLLM_CONFIGS: list[tuple[int, int, int]] = [(0, 0, 0), (3, 1, 4), (1, 1, 2)]
+"""``--quick`` on vLLM (no trees): the baseline and two chains."""
 
 
 def parse_settle(text: str) -> tuple[str, float]:
@@ -172,14 +196,24 @@ def check_options(opts: SweepOptions) -> None:
     parse_settle(opts.settle)
     if opts.prompts_file:
         load_prompts(opts.prompts_file)
-    if opts.sglang_version != "auto":
+    if opts.sglang_version != "auto" and opts.engine != "vllm":
         from harness.engine.version import check_supported
 
         check_supported(opts.sglang_version, engine=opts.engine)
+    if opts.vllm_version != "auto" and opts.api == "vllm":
+        from harness.engine.version import check_vllm_supported
+
+        check_vllm_supported(opts.vllm_version, twin=opts.engine == "twin")
+    if opts.engine != "twin" and opts.twin_emulate != "sglang":
+        raise UsageError("--twin-emulate only applies to --engine twin", fix=f"use --engine twin --twin-emulate "
+                                                                              f"{opts.twin_emulate} or drop it")
+    if opts.api == "vllm" and not opts.spec_configs:
+        raise UsageError("none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
+                         fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6")
     for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
         if url is not None and not url.startswith(("http://", "https://")):
             raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
-    if opts.engine == "sglang" and (opts.twin_gpu_url or opts.twin_faults):
+    if opts.engine != "twin" and (opts.twin_gpu_url or opts.twin_faults):
         raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
     if opts.power_cap_mode == "record" and opts.power_caps:
         raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",

@@ -53,8 +53,7 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
     else:
         check_options(opts)  # a usage error must not leave a failed run folder behind
         requested = opts.sglang_version
-        version = resolve_version(opts.sglang_version, opts.engine, spec.python)  # before anything is written
-        opts = opts.model_copy(update={"sglang_version": version})
+        opts = resolve_versions(opts, spec.python)  # before anything is written
         run_dir = out or Path("results") / new_run_id()
         lock = RunLock(run_dir)
         prepare_run_dir(run_dir, force=force, lock=lock)
@@ -67,8 +66,25 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         lock.release()
 
 
+def resolve_versions(opts: SweepOptions, python: str) -> SweepOptions:
+    """``auto`` versions resolved: sglang's for an sglang API, vLLM's for a vLLM one (the other stays as given)."""
+    from harness.engine.version import resolve_vllm_version
+
+    if opts.api == "vllm":
+        return opts.model_copy(update={"vllm_version": resolve_vllm_version(opts.vllm_version, opts.engine, python)})
+    return opts.model_copy(update={"sglang_version": resolve_version(opts.sglang_version, opts.engine, python)})
+
+
 def _check_resume_version(opts: SweepOptions, python: str) -> None:
-    """A resumed real-sglang run must find the sglang its rows were measured with."""
+    """A resumed real-engine run must find the engine version its rows were measured with."""
+    if opts.engine == "vllm":
+        from harness.engine.version import resolve_vllm_version
+
+        now = resolve_vllm_version("auto", "vllm", python)
+        if now != opts.vllm_version:
+            raise UsageError(f"this run was measured with vLLM {opts.vllm_version}, but {now} is installed now",
+                             fix=f"resume in the environment with vLLM {opts.vllm_version}, or start a new run")
+        return
     if opts.engine != "sglang":
         return
     now = resolve_version("auto", "sglang", python)
@@ -79,8 +95,12 @@ def _check_resume_version(opts: SweepOptions, python: str) -> None:
 
 
 def _engine_spec(opts: SweepOptions) -> EngineSpec:
-    update: dict[str, Any] = {"sglang_version": opts.sglang_version, "twin_faults": tuple(opts.twin_faults),
+    update: dict[str, Any] = {"twin_faults": tuple(opts.twin_faults), "twin_emulate": opts.twin_emulate,
                               "extra_args": tuple(opts.engine_args), "attention_backend": opts.attention_backend}
+    if opts.api == "vllm":
+        update["vllm_version"] = opts.vllm_version
+    else:
+        update["sglang_version"] = opts.sglang_version
     if opts.model_path:
         update["model_path"] = opts.model_path
     if opts.draft_model_path:
@@ -94,6 +114,9 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
     from harness.executors import open_sweep_world
 
     manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.attention_backend
+    if opts.api == "vllm":
+        manifest.sglang_version, manifest.vllm_version = None, opts.vllm_version
+        manifest.skipped_configs = [c.as_tuple() for c in opts.skipped_configs]
     session = manifest.begin_session(argv or sys.argv, resumed=resumed, retry_errors=retry_errors)
     manifest.save(run_dir)
     old = signal.signal(signal.SIGTERM, on_sigterm)

@@ -101,7 +101,7 @@ class World:
     @property
     def can_restart_sampler(self) -> bool:
         """The sampler is this world's own: a child process it started, or the in-process NVML sampler."""
-        return "sampler" in self.child_pids or (self.engine == "sglang" and self.sampler_url is None)
+        return "sampler" in self.child_pids or (self.engine != "twin" and self.sampler_url is None)
 
     def check(self) -> Any:
         """The first lost service (``harness.health.ServiceProblem``) or None."""
@@ -199,8 +199,8 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
     """Open the world for ``engine`` (see module doc); close it (or use ``with``) to stop what it started."""
     from harness.rows import hardware_label
 
-    if engine not in ("twin", "sglang"):
-        raise UsageError(f"unknown engine {engine!r}", fix="use --engine twin or --engine sglang")
+    if engine not in ("twin", "sglang", "vllm"):
+        raise UsageError(f"unknown engine {engine!r}", fix="use --engine twin, sglang or vllm")
     run_dir = Path(run_dir)
     if spec is None:  # no caller's choice: the sglang installed for the server's interpreter (auto), as the sweep
         from harness.engine.version import resolve_version
@@ -240,7 +240,7 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
         except Exception:  # noqa: BLE001 - identity is informative only
             ident = {}
         sample = telemetry.snapshot()
-        if engine == "sglang":
+        if engine != "twin":  # a real engine (sglang or vLLM) on the NVML GPU
             gpu_identity = ident
             name = ident.get("gpu_name") or ident.get("name") or (getattr(sample, "name", None) if sample else None)
             hw = hw or hardware_label(name)
@@ -271,7 +271,7 @@ def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, eng
             client.close()
             raise
         return client
-    if engine != "sglang":
+    if engine == "twin":
         raise UsageError("no sampler for the twin world", fix="pass --sampler-url or let the harness start one")
     from harness.telemetry.probes import NvmlProbe
     from harness.telemetry.sampler import InProcessSampler

@@ -37,27 +37,29 @@ def _pip(venv: Path, *args: str, log: Path) -> None:
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
         if any(marker in done.stderr for marker in NETWORK_ERRORS):
-            pytest.skip(f"pip cannot reach the package index to build the sglang {venv.name} venv: {tail}")
-        raise AssertionError(f"building the sglang {venv.name} conformance venv failed (log {log}):\n{tail}")
+            pytest.skip(f"pip cannot reach the package index to build the {venv.parent.name} {venv.name} venv: {tail}")
+        raise AssertionError(f"building the {venv.parent.name} {venv.name} venv failed (log {log}):\n{tail}")
 
 
-def conformance_python(version: str) -> Path:
-    """The interpreter of a venv with sglang ``version`` (no deps) + what its ``server_args`` imports; built once."""
-    reqs = HERE / f"requirements-{version}.txt"
+def conformance_python(version: str, package: str = "sglang") -> Path:
+    """The interpreter of a venv with ``package`` ``version`` (no deps) + what its argument parser imports (the
+    pins of ``tests/<package>_conformance/requirements-<version>.txt``); built once per machine."""
+    reqs = REPO / "tests" / f"{package}_conformance" / f"requirements-{version}.txt"
     key = hashlib.sha256(reqs.read_bytes() + version.encode()).hexdigest()[:16]
-    venv = CACHE / version
+    cache = CACHE if package == "sglang" else CACHE.parent / f"{package}-conformance"
+    venv = cache / version
     ready = venv / ".ready"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{version}.lock", "w") as lock:
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions on one machine build it once
         if ready.exists() and ready.read_text().strip() == key:
             return venv / "bin" / "python"
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        log = CACHE / f"build-{version}.log"
+        log = cache / f"build-{version}.log"
         log.write_text("")
         _pip(venv, "-r", str(reqs), log=log)
-        _pip(venv, "--no-deps", f"sglang=={version}", log=log)
+        _pip(venv, "--no-deps", f"{package}=={version}", log=log)
         ready.write_text(key)
     return venv / "bin" / "python"
 

@@ -56,7 +56,7 @@ def test_config_file_overlays_the_preset_and_flags_overlay_the_file(tmp_path, ca
 @pytest.mark.parametrize("text, needle", [
     ("repeat: 3\n", "unknown option(s) 'repeat'"),
     ("repeats: many\n", "repeats: Input should be a valid integer"),
-    ("engine: vllm\n", "engine: Input should be 'twin' or 'sglang'"),
+    ("engine: tgi\n", "engine: Input should be 'twin', 'sglang' or 'vllm'"),
     ("- 1\n- 2\n", "expected a mapping"),
     ("repeats: [1\n", "not valid YAML or JSON"),
 ])
@@ -70,7 +70,7 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_key(tmp_path, capsys, tex
 
 
 def test_bad_flag_values_still_name_the_flag_and_the_fix(tmp_path, capsys) -> None:
-    for argv, needle in ((["--engine", "vllm"], "unknown --engine 'vllm'"), (["--launch-per", "cel"], "unknown --launch-per"),
+    for argv, needle in ((["--engine", "tgi"], "unknown --engine 'tgi'"), (["--launch-per", "cel"], "unknown --launch-per"),
                          (["--power-cap-mode", "sett"], "unknown --power-cap-mode"), (["--repeats", "0"], "--repeats"),
                          (["--resume", str(tmp_path), "--config", str(tmp_path / "x.yaml")], "--config")):
         code, out = _run(["sweep", *argv, "--out", str(tmp_path / "run")] if "--resume" not in argv else ["sweep", *argv],

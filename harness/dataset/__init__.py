@@ -9,6 +9,7 @@ One module per concern: ``source`` (which file, which layout, per-row facts), ``
 """
 
 from harness.dataset.compare import METRICS, CellDiff, CompareResult, RankAgreement, compare, pooled_cv
+from harness.dataset.engines import EngineSide, engine_label, engine_sides
 from harness.dataset.export import ExportFormat, export, to_arrow
 from harness.dataset.loader import CONSUMER_SOFT_CODES, WINDOW_RULE_HELP, Loaded, WindowRule, load, load_many
 from harness.dataset.loader import print_notes
@@ -19,6 +20,7 @@ from harness.dataset.validate import Inspection, Issue, Plan, ValidationReport, 
 from harness.dataset.validate import validate_file
 
 __all__ = [
+    "EngineSide", "engine_label", "engine_sides",
     "CONSUMER_SOFT_CODES", "METRICS", "PILOT_ROWS", "PILOT_SOURCES", "WINDOW_RULE_HELP", "CellDiff", "CompareResult",
     "ExportFormat", "Inspection", "Issue", "Layout", "Loaded", "MergeResult", "Plan", "RankAgreement", "ValidationReport",
     "WindowRule", "check_rows", "compare", "config_problem", "detect_layout", "export", "inspect", "invalid_window",

@@ -31,7 +31,11 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["sglang", "twin"] = "twin"
+    kind: Literal["sglang", "vllm", "twin"] = "twin"
+    twin_emulate: Literal["sglang", "vllm"] = "sglang"
+    """Which engine's CLI and API the twin speaks (``kind == "twin"`` only)."""
+    vllm_version: str = "0.33.0"
+    """The vLLM version whose flags and endpoints to use (``api == "vllm"``)."""
     model_path: str = DEFAULT_MODEL
     draft_model_path: str = DEFAULT_DRAFT
     sglang_version: str = "0.5.2"
@@ -53,6 +57,23 @@ class EngineSpec(BaseModel):
     @classmethod
     def _supported(cls, v: str) -> str:
         return check_supported(v)
+
+    @property
+    def api(self) -> Literal["sglang", "vllm"]:
+        """The engine whose command line and HTTP API the server has: sglang, vLLM, or the one the twin emulates."""
+        if self.kind == "twin":
+            return self.twin_emulate
+        return self.kind
+
+    @property
+    def version(self) -> str:
+        """The version of ``api`` the server runs (or the twin emulates)."""
+        return self.vllm_version if self.api == "vllm" else self.sglang_version
+
+    @property
+    def label(self) -> str:
+        """``sglang``, ``vllm``, ``twin`` (sglang emulated) or ``twin-vllm``: the engine as rows name it."""
+        return "twin-vllm" if self.kind == "twin" and self.api == "vllm" else self.kind
 
 
 def cuda_graph_flag(version: str) -> str:
@@ -102,11 +123,40 @@ def faults_for(spec: EngineSpec, config: SpecConfig, batch_size: int) -> list[st
 
 
 def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
-    """The full argv of one server for ``config`` serving up to ``batch_size`` concurrent requests."""
+    """The full argv of one server for ``config`` serving up to ``batch_size`` concurrent requests: sglang's
+    ``launch_server``, vLLM's ``api_server``, or the twin with the flags of the engine it emulates."""
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}", fix="use e.g. --batch-sizes 1,4,8,16")
     if not 0.0 < mem_fraction < 1.0:
         raise UsageError(f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55")
+    if spec.api == "vllm":
+        from harness.engine.vllm_argv import VLLM_MODULE, vllm_flags
+
+        flags = vllm_flags(spec, config, batch_size, mem_fraction, port)
+        if spec.kind == "vllm":
+            return [spec.python, "-m", VLLM_MODULE, *flags]
+        return _twin_argv(spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version])
+    flags = sglang_flags(spec, config, batch_size, mem_fraction, port)
+    if spec.kind == "sglang":
+        return [spec.python, "-m", "sglang.launch_server", *flags]
+    return _twin_argv(spec, config, batch_size, flags, ["--emulate-version", spec.sglang_version])
+
+
+def _twin_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, flags: list[str], emulate: list[str]) -> list[str]:
+    """``harness twin engine`` with the emulated engine's ``flags`` and the twin's own."""
+    if not spec.twin_gpu_url:
+        raise UsageError("the twin engine needs a twin GPU URL", fix="pass --twin-gpu URL or let the harness start one")
+    argv = [spec.python, "-m", "harness", "twin", "engine", *flags, "--twin-gpu", spec.twin_gpu_url, *emulate]
+    if spec.twin_seed is not None:
+        argv += ["--twin-seed", str(spec.twin_seed)]
+    faults = faults_for(spec, config, batch_size)
+    if faults:
+        argv += ["--twin-fault", ",".join(faults)]
+    return argv
+
+
+def sglang_flags(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
+    """sglang ``launch_server`` flags of one server (per sglang version)."""
     flags = [
         "--model-path", spec.model_path,
         "--host", spec.host,
@@ -129,23 +179,17 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
         ]
     if spec.enable_metrics:
         flags.append("--enable-metrics")
-    flags += list(spec.extra_args)
-    if spec.kind == "sglang":
-        return [spec.python, "-m", "sglang.launch_server", *flags]
-    if not spec.twin_gpu_url:
-        raise UsageError("the twin engine needs a twin GPU URL", fix="pass --twin-gpu URL or let the harness start one")
-    argv = [spec.python, "-m", "harness", "twin", "engine", *flags, "--twin-gpu", spec.twin_gpu_url,
-            "--emulate-version", spec.sglang_version]
-    if spec.twin_seed is not None:
-        argv += ["--twin-seed", str(spec.twin_seed)]
-    faults = faults_for(spec, config, batch_size)
-    if faults:
-        argv += ["--twin-fault", ",".join(faults)]
-    return argv
+    return flags + list(spec.extra_args)
 
 
 def engine_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a server process: ``base`` (default: none) plus the published sglang variables."""
+    """The environment of a server process: ``base`` (default: none) plus the engine's variables (sglang: the
+    published ones; vLLM: dev mode for the cache flush)."""
     env = dict(base or {})
-    env.update(ENGINE_ENV)
+    if spec.api == "vllm":
+        from harness.engine.vllm_argv import VLLM_ENV
+
+        env.update(VLLM_ENV)
+    else:
+        env.update(ENGINE_ENV)
     return env

@@ -235,22 +235,13 @@ class EngineClient:
                  timeout: float | None = None, headers: dict[str, str] | None = None) -> GenerateResult:
         """One ``/generate`` request; raises ``EngineRequestError`` (timeout, HTTP status, connection, protocol).
         ``headers``: extra HTTP headers (the bench's closed-loop hints for the twin; sglang ignores them)."""
-        payload: dict[str, Any] = {
-            "sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos},
-            "stream": stream,
-        }
-        if input_ids is not None:
-            payload["input_ids"] = input_ids
-        else:
-            payload["text"] = text or ""
-        if rid is not None:
-            payload["rid"] = rid
+        path, payload = self._generate_request(text, input_ids, max_new_tokens, temperature, ignore_eos, stream, rid)
         limit = float(timeout or self.request_timeout)
         sent_wall = time.time_ns()
         t0 = time.monotonic()
         timed_out = threading.Event()
         try:
-            with self._http.stream("POST", "/generate", json=payload, headers=headers,
+            with self._http.stream("POST", path, json=payload, headers=headers,
                                    timeout=httpx.Timeout(limit, connect=self.connect_timeout)) as resp:
                 def expire() -> None:
                     timed_out.set()
@@ -262,7 +253,7 @@ class EngineClient:
                 try:
                     if resp.status_code >= 400:
                         resp.read()
-                        raise EngineRequestError(f"HTTP {resp.status_code} from POST /generate: {_error_message(resp)}",
+                        raise EngineRequestError(f"HTTP {resp.status_code} from POST {path}: {_error_message(resp)}",
                                                  "http", resp.status_code)
                     if stream:
                         out = self._read_stream(resp, t0, limit)
@@ -275,27 +266,46 @@ class EngineClient:
             raise
         except (httpx.TimeoutException, httpx.StreamClosed, httpx.ReadError, httpx.RemoteProtocolError) as exc:
             if timed_out.is_set() or isinstance(exc, httpx.TimeoutException) or time.monotonic() - t0 >= limit:
-                raise EngineRequestError(f"request to {self.base_url}/generate did not finish within --request-timeout "
+                raise EngineRequestError(f"request to {self.base_url}{path} did not finish within --request-timeout "
                                          f"{limit:g} s (runaway generation or hung server)", "timeout",
                                          fix="raise --request-timeout if the server is just slow") from None
-            raise EngineRequestError(f"connection to {self.base_url}/generate broke mid-request: {exc!r}", "connection") from None
+            raise EngineRequestError(f"connection to {self.base_url}{path} broke mid-request: {exc!r}", "connection") from None
         except Exception as exc:  # the watchdog closing the stream can surface as many types; unknown ones re-raise
             if timed_out.is_set():
-                raise EngineRequestError(f"request to {self.base_url}/generate did not finish within --request-timeout "
+                raise EngineRequestError(f"request to {self.base_url}{path} did not finish within --request-timeout "
                                          f"{limit:g} s (runaway generation or hung server)", "timeout",
                                          fix="raise --request-timeout if the server is just slow") from None
             if isinstance(exc, httpx.HTTPError):
-                raise EngineRequestError(f"POST {self.base_url}/generate failed: {exc!r}", "connection",
+                raise EngineRequestError(f"POST {self.base_url}{path} failed: {exc!r}", "connection",
                                          fix="is the server running? see its log") from None
             if isinstance(exc, (ValueError, KeyError, TypeError, AttributeError)):
-                raise EngineRequestError(f"unreadable /generate answer: {exc!r}", "protocol") from None
+                raise EngineRequestError(f"unreadable {path} answer: {exc!r}", "protocol") from None
             raise
         out.client_latency_s = time.monotonic() - t0
         out.client_sent_wall_ns = sent_wall
         return out
 
+    def _generate_request(self, text: str | None, input_ids: list[int] | None, max_new_tokens: int, temperature: float,
+                          ignore_eos: bool, stream: bool, rid: str | None) -> tuple[str, dict[str, Any]]:
+        """The route and JSON body of one generation (sglang: native ``/generate``)."""
+        payload: dict[str, Any] = {
+            "sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos},
+            "stream": stream,
+        }
+        if input_ids is not None:
+            payload["input_ids"] = input_ids
+        else:
+            payload["text"] = text or ""
+        if rid is not None:
+            payload["rid"] = rid
+        return "/generate", payload
+
+    def _from_chunks(self, chunks: list[dict[str, Any]]) -> GenerateResult:
+        """The result of a finished stream (sglang: every chunk carries the whole ``meta_info`` so far)."""
+        return self._final(chunks[-1])
+
     def _read_stream(self, resp: httpx.Response, t0: float, limit: float) -> GenerateResult:
-        last: dict[str, Any] | None = None
+        chunks: list[dict[str, Any]] = []
         ttft: float | None = None
         for line in resp.iter_lines():
             if time.monotonic() - t0 > limit:
@@ -309,20 +319,19 @@ class EngineClient:
             if isinstance(chunk, dict) and "error" in chunk:
                 err = chunk["error"]
                 msg = err.get("message", err) if isinstance(err, dict) else err
-                raise EngineRequestError(f"server error in /generate stream: {msg}", "http", 500)
+                raise EngineRequestError(f"server error in the generation stream: {msg}", "http", 500)
             if ttft is None:
                 ttft = time.monotonic() - t0
-            last = chunk
-        if last is None:
-            raise EngineRequestError("the /generate stream ended without any data", "protocol")
-        out = self._final(last)
+            chunks.append(chunk)
+        if not chunks:
+            raise EngineRequestError("the generation stream ended without any data", "protocol")
+        out = self._from_chunks(chunks)
         out.ttft_s = ttft
         if out.finish_reason is None:
-            raise EngineRequestError("the /generate stream ended before the request finished", "protocol")
+            raise EngineRequestError("the generation stream ended before the request finished", "protocol")
         return out
 
-    @staticmethod
-    def _final(body: dict[str, Any]) -> GenerateResult:
+    def _final(self, body: dict[str, Any]) -> GenerateResult:
         if isinstance(body, list):
             body = body[0]
         meta = parse_meta_info(body.get("meta_info") or {})

@@ -1,6 +1,6 @@
 """Start one inference server per config (and batch size), wait until it is ready, stop it; the mem-fraction ladder.
 
-Readiness is ``GET /health`` == 200, polled until ``launch_timeout_s``; a process that dies ends the wait at once.
+Readiness is ``GET /health`` == 200 (sglang and vLLM alike), polled until ``launch_timeout_s``; a process that dies ends the wait at once.
 A failed launch raises ``ServerLaunchError`` (an ``EngineLaunchError``) carrying the log tail and whether the log
 says the server ran out of memory.
 """
@@ -136,6 +136,15 @@ def release_twin_leases(twin_gpu_url: str, pid: int, timeout_s: float = 2.0) -> 
         return []
 
 
+def make_client(spec: EngineSpec, base_url: str, request_timeout_s: float = 300.0) -> EngineClient:
+    """The client of ``spec``'s API: ``EngineClient`` (sglang) or ``VllmClient`` (vLLM, or the twin emulating it)."""
+    if spec.api == "vllm":
+        from harness.engine.vllm_client import VllmClient
+
+        return VllmClient(base_url, spec.vllm_version, model=spec.model_path, request_timeout=request_timeout_s)
+    return EngineClient(base_url, spec.sglang_version, request_timeout=request_timeout_s)
+
+
 class EngineLauncher:
     """Launches servers of one ``EngineSpec``; logs go under ``run_dir/logs`` unless a path is given."""
 
@@ -173,7 +182,7 @@ class EngineLauncher:
         self.launches += 1
         t0 = time.monotonic()
         proc = procs.spawn(argv, log, env=engine_env(spec))
-        client = EngineClient(f"http://{self.spec.host}:{port}", self.spec.sglang_version, request_timeout=self.request_timeout_s)
+        client = make_client(spec, f"http://{self.spec.host}:{port}", self.request_timeout_s)
         try:
             self._wait_ready(proc, client, log, t0)
         except BaseException:

@@ -18,7 +18,7 @@ SUPPORTED_RANGE: tuple[str, str] = ("0.5.2", "0.5.23")
 TWIN_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
 TWIN_DEFAULT_VERSION = "0.5.2"
 AUTO = "auto"
-_DETECT_CODE = "import importlib.metadata as m; print(m.version('sglang'))"
+_DETECT_CODE = "import importlib.metadata as m; print(m.version({package!r}))"
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -51,10 +51,14 @@ def check_supported(version: str, *, engine: str = "sglang") -> str:
     return version
 
 
-def detect_installed(python: str, timeout_s: float = 120.0) -> str:
-    """The sglang version installed for interpreter ``python`` (``importlib.metadata`` run in that interpreter)."""
+def detect_installed(python: str, timeout_s: float = 120.0, package: str = "sglang") -> str:
+    """The ``package`` (sglang or vllm) version installed for interpreter ``python`` (``importlib.metadata`` run in
+    that interpreter)."""
+    if package != "sglang":
+        return _detect_other(python, timeout_s, package)
     try:
-        done = subprocess.run([python, "-c", _DETECT_CODE], capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run([python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True,
+                              timeout=timeout_s)
     except FileNotFoundError:
         raise UsageError(f"cannot detect the sglang version: no interpreter {python!r}",
                          fix="pass --sglang-version X (supported " + supported_text() + ")") from None
@@ -67,6 +71,46 @@ def detect_installed(python: str, timeout_s: float = 120.0) -> str:
                          fix="run the sweep in sglang's environment (the gpu image, or `pip install sglang`), "
                              "or pass --sglang-version X (supported " + supported_text() + ")")
     return done.stdout.strip().splitlines()[-1]
+
+
+def _detect_other(python: str, timeout_s: float, package: str) -> str:
+    fix = f"run the sweep in {package}'s environment or pass --{package}-version X"
+    try:
+        done = subprocess.run([python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"cannot detect the {package} version with {python}: {exc}", fix=fix) from None
+    if done.returncode != 0 or not done.stdout.strip():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"{package} is not installed for {python} ({last})", fix=fix)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def check_vllm_supported(version: str, *, twin: bool = False) -> str:
+    """The vLLM version itself when supported (the twin: one it emulates); a ``UsageError`` naming the range."""
+    from harness.engine.vllm_argv import VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS
+
+    if twin:
+        if version not in VLLM_TWIN_VERSIONS:
+            raise UsageError(f"the twin engine emulates vLLM {', '.join(VLLM_TWIN_VERSIONS)}, not {version!r}",
+                             fix=f"pass --vllm-version {VLLM_TWIN_VERSIONS[-1]} or auto")
+        return version
+    lo, hi = VLLM_SUPPORTED_RANGE
+    vt = version_tuple(version)
+    if len(vt) < 3 or not version_tuple(lo) <= vt <= version_tuple(hi):
+        raise UsageError(f"vLLM {version} is outside the supported range {lo} to {hi}",
+                         fix=f"install a vLLM from {lo} to {hi} (e.g. VLLM_TAG=v{hi} with docker compose --profile "
+                             "vllm), or extend harness/engine/vllm_argv.py for it")
+    return version
+
+
+def resolve_vllm_version(requested: str, engine: str, python: str) -> str:
+    """``auto`` -> the installed vLLM (``engine="vllm"``) or the twin's vLLM emulation; then range-checked."""
+    from harness.engine.vllm_argv import VLLM_DEFAULT_VERSION
+
+    if requested == AUTO:
+        requested = VLLM_DEFAULT_VERSION if engine == "twin" else detect_installed(python, package="vllm")
+    return check_vllm_supported(requested, twin=engine == "twin")
 
 
 def resolve_version(requested: str, engine: str, python: str) -> str:

@@ -27,6 +27,7 @@ from harness.twin.engine import TwinEngine
 from harness.twin.log import log
 from harness.twin.model import launch_seconds, memory_footprint_mb
 from harness.twin.profile import TwinProfile, profile_from_dict
+from harness.twin import vllm_args
 from harness.twin.sglang_api import build_router
 from harness.twin.tokens import stable_hash
 
@@ -41,7 +42,14 @@ def _sleep_twin(clock: ScaledClock, seconds: float, stop: threading.Event | None
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, ea.SpecChoice, set[str], str] | int:
     """sglang's flags of the emulated version: (args, spec choice, faults, version), or the exit code (help: 0, a
-    flag error: 2, a rejected speculative setup: 1)."""
+    flag error: 2, a rejected speculative setup: 1). The vLLM mode's flags are translated first (``vllm_args``)."""
+    api = vllm_args.emulated_api(argv)
+    vllm_version = None
+    if api == "vllm":
+        translated = _from_vllm(argv)
+        if isinstance(translated, int):
+            return translated
+        argv, vllm_version = translated
     version = ea.emulated_version(argv)
     try:
         parser = ea.build_parser(version)
@@ -63,9 +71,28 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, ea.SpecChoice, set[str]
         return 1
     for w in choice.warnings:
         log(w, "WARNING")
+    args.twin_api, args.vllm_version = api, vllm_version
+    emulated = f"vLLM {vllm_version}" if vllm_version else f"sglang {version}"
     log(f"server_args: model_path={args.model_path} speculative={choice.config} dtype={args.dtype} "
-        f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, sglang {version})")
+        f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, {emulated})")
     return args, choice, faults, version
+
+
+def _from_vllm(argv: list[str]) -> tuple[list[str], str] | int:
+    """vLLM flags -> (the twin's launch argv, the emulated vLLM version), or the exit code (help 0, flags 2, a
+    rejected speculative config 1)."""
+    parser = vllm_args.build_parser()
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        return 0
+    try:
+        args = parser.parse_args(argv)
+        return vllm_args.to_twin_argv(args), str(args.emulate_version)
+    except SystemExit as exc:
+        return int(exc.code or 2)
+    except ea.SpecRejected as exc:
+        log(f"ValueError: {exc}", "ERROR")
+        return 1
 
 
 def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[DeviceLink, ScaledClock, TwinProfile, dict[str, Any]] | None:
@@ -168,8 +195,14 @@ def main(argv: list[str]) -> int:
 def _serve(eng: TwinEngine, stop: threading.Event, t_launch0: int) -> int:
     """Bind, start the scheduler, run the warm-up generation, turn healthy, serve until ``stop``; the exit code."""
     args = eng.args
+    if args.twin_api == "vllm":
+        from harness.twin.vllm_api import build_vllm_router
+
+        router, header = build_vllm_router(eng), "vllm-twin"
+    else:
+        router, header = build_router(eng), "sglang-twin"
     try:
-        server = make_server(args.host, args.port, build_router(eng), server_header="sglang-twin")
+        server = make_server(args.host, args.port, router, server_header=header)
     except OSError as exc:
         log(f"cannot bind {args.host}:{args.port}: {exc}", "ERROR")
         return 1

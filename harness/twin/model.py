@@ -300,6 +300,10 @@ class Decoder:
         self.int_ct = 0
         self.cum_tokens = 0
         self.cum_ct = 0
+        self.spec_drafts_total = 0
+        """Monotonic (never reset): request-verify steps, as vLLM's ``spec_decode_num_drafts`` counts them."""
+        self.accepted_per_pos: list[int] = [0] * max(self.cfg.steps, 0)
+        """Monotonic: verify steps whose i-th drafted token was accepted (vLLM's ``num_accepted_tokens_per_pos``)."""
         self.last_interval_accept: float | None = None
         self.step_time_dict: dict[str, list[float]] = defaultdict(list)
         self.total_generated = 0
@@ -400,6 +404,9 @@ class Decoder:
                     if len(r.histogram) < self.cfg.steps + 1:
                         r.histogram.extend([0] * (self.cfg.steps + 1 - len(r.histogram)))
                     r.histogram[n - 1] += 1
+                    self.spec_drafts_total += 1
+                    for pos in range(min(n - 1, len(self.accepted_per_pos))):
+                        self.accepted_per_pos[pos] += 1
                 self._emit(r, n, end, finished)
             self.forward_ct += 1
             if spec:

@@ -1,0 +1,70 @@
+"""vLLM's command line for one config: ``python -m vllm.entrypoints.openai.api_server`` flags and the
+``--speculative-config`` JSON of EAGLE3, per vLLM version. vLLM-specific flags live here only.
+
+vLLM's EAGLE3 is a chain of ``num_speculative_tokens`` drafted tokens verified in one target step; of the published
+actions only the topk == 1 chains (``steps:1:steps+1``) and the baseline have a vLLM equivalent, so a vLLM sweep runs
+those (``vllm_configs``) and rejects a tree config by name. The speculative config's own knobs are recorded in the
+rows' engine identity (``speculative_config``), not mapped onto sglang's columns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import UsageError
+from harness.grid import SpecConfig
+
+if TYPE_CHECKING:
+    from harness.engine.argv import EngineSpec
+
+VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.33.0")
+"""vLLM versions whose parser the flags are checked against (tests/test_vllm_conformance.py: both ends)."""
+VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.33.0",)
+VLLM_DEFAULT_VERSION = "0.33.0"
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+VLLM_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+"""Dev mode registers ``POST /reset_prefix_cache``, the sweep's cache flush between warm-up and measurement."""
+SPEC_METHOD = "eagle3"
+
+
+def tree_rule(config: SpecConfig) -> str | None:
+    """Why vLLM cannot run ``config`` as the harness maps it, or None (baseline and topk == 1 chains)."""
+    if config.is_baseline or config.topk == 1:
+        return None
+    return (f"config {config.steps}:{config.topk}:{config.draft_tokens} is an EAGLE tree (topk {config.topk}); "
+            "vLLM's EAGLE3 drafts a chain (num_speculative_tokens), so only the baseline and steps:1:steps+1 map")
+
+
+def vllm_configs(configs: list[SpecConfig]) -> list[SpecConfig]:
+    """The configs of ``configs`` that vLLM runs (the baseline and the topk == 1 chains), in order."""
+    return [c for c in configs if tree_rule(c) is None]
+
+
+def speculative_config(spec: "EngineSpec", config: SpecConfig) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object of ``config`` (None for the baseline)."""
+    rule = tree_rule(config)
+    if rule is not None:
+        raise UsageError(rule, fix="run the chains 1:1:2, 3:1:4, 5:1:6 (and 0:0:0) with --engine vllm")
+    if config.is_baseline:
+        return None
+    return {"method": SPEC_METHOD, "model": spec.draft_model_path, "num_speculative_tokens": config.steps}
+
+
+def vllm_flags(spec: "EngineSpec", config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
+    """The api_server flags of one server (the same set for every supported version)."""
+    flags = [
+        "--model", spec.model_path,
+        "--host", spec.host,
+        "--port", str(port),
+        "--dtype", spec.dtype,
+        "--gpu-memory-utilization", f"{mem_fraction:g}",
+        "--max-num-seqs", str(batch_size),
+        "--uvicorn-log-level", spec.log_level,
+    ]
+    if spec.twin_seed is not None and spec.kind != "twin":
+        flags += ["--seed", str(spec.twin_seed)]
+    sc = speculative_config(spec, config)
+    if sc is not None:
+        flags += ["--speculative-config", json.dumps(sc, separators=(",", ":"))]
+    return flags + list(spec.extra_args)

@@ -1,0 +1,56 @@
+"""Every argv a vLLM sweep can emit, judged by the real vLLM's own parser (the newest on PyPI and one older minor),
+installed --no-deps in cached venvs (tests/_sglang_helpers.conformance_python; the first run on a machine builds them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from harness.engine.argv import EngineSpec, build_argv
+from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, vllm_configs
+from harness.grid import ACTIONS, BASELINE
+from _sglang_helpers import conformance_python
+
+REPO_PROBE = os.path.join(os.path.dirname(__file__), "vllm_conformance", "probe.py")
+VERSIONS = [VLLM_SUPPORTED_RANGE[1]]
+"""The vLLM versions checked (the newest supported; see docs/engines.md for the older minor)."""
+
+
+def sweep_argvs(version: str) -> list[list[str]]:
+    """The flags of every (config, batch size) a vLLM sweep launches, at both mem fractions of the ladder."""
+    spec = EngineSpec(kind="vllm", vllm_version=version, python="python", extra_args=())
+    out = []
+    for config in [BASELINE, *vllm_configs(list(ACTIONS))]:
+        for bs in (1, 4, 8, 16):
+            for mf in (0.65, 0.55):
+                argv = build_argv(spec, config, bs, mf, 30000)
+                assert argv[1:3] == ["-m", VLLM_MODULE]
+                out.append(argv[3:])
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> None:
+    python = conformance_python(version, "vllm")
+    argvs = sweep_argvs(version)
+    bad = [*argvs[:1], [*argvs[2], "--speculative-config", '{"method":"eagle3","model":"d","num_speculative_tokens":2,"bogus":1}'],
+           [*argvs[0], "--mem-fraction-static", "0.6"]]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run([str(python), REPO_PROBE], input=json.dumps(argvs + bad[1:]), capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["version"] == version
+    results = verdict["results"]
+    for argv, res in zip(argvs, results):
+        assert res["ok"], (argv, res["error"])
+        flags = dict(zip(argv[::2], argv[1::2]))
+        assert res["max_num_seqs"] == int(flags["--max-num-seqs"]) and res["model"] == flags["--model"]
+        if "--speculative-config" in flags:
+            assert res["speculative_config"] == json.loads(flags["--speculative-config"])
+    unknown_key, sglang_flag = results[len(argvs):]
+    assert not unknown_key["ok"] and "bogus" in unknown_key["error"]  # the probe can fail: a real verdict
+    assert not sglang_flag["ok"] and "--mem-fraction-static" in " ".join(sglang_flag["error"])
