@@ -1,7 +1,9 @@
 """The OpenAI-compatible front (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, plain and SSE) on
-``harness/httpserve.py``: each request goes to the instance the control loop routes to. A connection refused by a
-lost instance marks it lost and the request goes to the next route, so a client sees an error only for requests
-that were already running on an instance when it died (502)."""
+``harness/httpserve.py``: each request goes to the instance the control loop routes to. When the connection to an
+instance breaks before any answer came back and the instance is found dead (its process exited, or it stopped
+answering ``/health``), it is marked lost and the request is sent again to the next route: completions have no side
+effects, so a client sees an error only for a stream whose tokens had already started (an error event, then the
+end) or when every instance is lost (503). A broken connection to a live instance is a 502."""
 
 from __future__ import annotations
 
@@ -79,8 +81,10 @@ class Front:
                     break
                 try:
                     out, accept = self._send(inst, path, body, client_asked)
-                except httpx.ConnectError as exc:
-                    self.loop.lost(inst, f"connection refused: {exc}")
+                except httpx.TransportError as exc:
+                    if not isinstance(exc, httpx.ConnectError) and not inst.confirm_dead():
+                        return error(502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}")
+                    self.loop.lost(inst, f"{type(exc).__name__}: {exc}")
                     continue
                 streaming = isinstance(out, Stream)  # the stream calls request_finished when it ends
                 return out
@@ -90,7 +94,7 @@ class Front:
                 self.loop.request_finished(accept)
 
     def _send(self, inst: Instance, path: str, body: dict[str, Any], client_asked: bool) -> tuple[Response | Stream, float | None]:
-        """One try on ``inst``: ConnectError propagates (nothing reached the engine); any later failure is a 502."""
+        """One try on ``inst``; a broken connection (``httpx.TransportError``) propagates to ``forward``."""
         if body.get("stream"):
             resp = self.http.send(self.http.build_request("POST", inst.base_url + path, json=body), stream=True)
             if resp.status_code != 200:
@@ -103,10 +107,6 @@ class Front:
         try:
             resp = self.http.post(inst.base_url + path, json=body)
             payload = _json_or_text(resp.content)
-        except httpx.ConnectError:
-            raise
-        except httpx.HTTPError as exc:
-            return error(502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}"), None
         finally:
             inst.leave()
         accept = accept_length_of(payload)

@@ -147,6 +147,12 @@ class ControlLoop:
         if self.on_switch:
             self.on_switch(rec)
 
+    def set_decider(self, decider: Decider) -> None:
+        """Replace the decider (the benchmark runs several on one set of instances); it starts afresh."""
+        with self._tick_lock:
+            self.decider, self._active = decider, None
+        self.tick()
+
     def route(self) -> Instance | None:
         """The instance of the routed config (None when every instance is lost)."""
         cfg = self._active

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,21 @@ class Instance:
             self.lost_reason = f"process exited with code {self.server.returncode}"
             return False
         return True
+
+    def confirm_dead(self, timeout_s: float = 1.0) -> bool:
+        """After a broken connection: has the instance died (its process exited, or it no longer answers /health)?"""
+        if self.server is not None:
+            try:
+                self.server.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        import httpx
+
+        try:
+            return httpx.get(self.base_url + "/health", timeout=timeout_s, trust_env=False).status_code >= 500
+        except httpx.HTTPError:
+            return True
 
     def mark_lost(self, reason: str) -> None:
         with self._lock:
