@@ -37,7 +37,7 @@ from typing import Any
 from harness.bench import load_prompts
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import tier_config
-from harness.serve.controller import ControllerParams
+from harness.serve.controller import ControllerParams, model_pick
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
 from harness.serve.loop import AdaptiveDecider, BandDecider
 from harness.serve.session import ServeOptions, ServeSession, open_session
@@ -48,6 +48,7 @@ TIERS = [tier_config(s) for s in (1, 3, 5, 7)]
 CALIB_BS = (1, 4, 8, 16)
 BAND = (0.95, 0.98)
 OUTPUT_TOKENS = 256
+Model = dict[int, dict[SpecConfig, tuple[float, float]]]
 PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, diffs, tool output"] * 320)
 
 
@@ -117,10 +118,12 @@ def figures(s: ServeSession, tl: Timeline, scale: float) -> dict[str, Any]:
             "errors": len(tl.done) - len(ok), "bins": len(valid), "_series": us}
 
 
-def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[int, SpecConfig], dict[str, Any]]:
-    """Closed-loop at each batch size on each candidate: utilization, tokens/s and latency; the recipe rule."""
+def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[int, SpecConfig], Model, dict[str, Any]]:
+    """Closed-loop at each batch size on each candidate: utilization and per-request latency; speed = bs x output
+    tokens / median latency; the pick per batch size by the recipe rule (``controller.model_pick`` at bias 0)."""
     prompts = load_prompts()
     meas: dict[str, Any] = {}
+    model: Model = {bs: {} for bs in CALIB_BS}
     for cfg in CANDIDATES:
         s.loop.set_decider(BandDecider({1: cfg}))
         for bs in CALIB_BS:
@@ -132,20 +135,14 @@ def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[i
             b = wall_ns()
             load.stop()
             w = s.world.telemetry.window(a, b, wait_s=1.0)
-            done = [d for d in rec.snapshot() if d.ok and d.end_s * 1e9 >= 0]
-            lat = sorted((d.end_s - d.start_s) * scale for d in done)
-            meas[f"{cfg.label}@{bs}"] = {"u": (w.avg_power_w or 0) / (s.world.power_limit_w or 80.0),
-                                         "tok_s": sum(d.tokens for d in done) / ((b - a) / 1e9 * scale),
-                                         "latency_s": lat[len(lat) // 2] if lat else None}
-    table: dict[int, SpecConfig] = {}
-    for bs in CALIB_BS:
-        rows = [(cfg, meas[f"{cfg.label}@{bs}"]) for cfg in CANDIDATES]
-        inside = [r for r in rows if BAND[0] <= r[1]["u"] <= BAND[1]]
-        if inside:
-            table[bs] = max(inside, key=lambda r: r[1]["tok_s"])[0]
-        else:
-            table[bs] = min(rows, key=lambda r: min(abs(r[1]["u"] - BAND[0]), abs(r[1]["u"] - BAND[1])))[0]
-    return table, meas
+            lat = sorted((d.end_s - d.start_s) * scale for d in rec.snapshot() if d.ok)
+            u = (w.avg_power_w or 0) / (s.world.power_limit_w or 80.0)
+            speed = bs * OUTPUT_TOKENS / lat[len(lat) // 2] if lat else 0.0
+            meas[f"{cfg.label}@{bs}"] = {"u": round(u, 4), "tok_s": round(speed, 1), "latency_s": lat[len(lat) // 2] if lat else None}
+            model[bs][cfg] = (u, speed)
+    alive = frozenset(CANDIDATES)
+    table = {bs: model_pick(model[bs], 0.0, BAND, alive) or BASELINE for bs in CALIB_BS}
+    return table, model, meas
 
 
 def bursty(meas: dict[str, Any], phase_twin_s: float, scale: float, seed: int) -> tuple[list[float], list[float]]:
@@ -226,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     report: dict[str, Any] = {"hardware": "twin:rtx4060-laptop", "time_scale": scale, "band": BAND, "traces": {}}
     with open_session(opts) as s:
-        table, meas = calibrate(s, scale, a.calib_s)
+        table, model, meas = calibrate(s, scale, a.calib_s)
         report["picks"] = {str(b): c.as_list() for b, c in table.items()}
         report["calibration"] = meas
         print("picks (recipe rule on the closed-loop measurements):", {b: str(c) for b, c in table.items()}, file=sys.stderr)
@@ -235,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         traces = {"bursty": lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec),
                   "pilot": pilot_drive(a.pilot_calls, scale, a.seed)}
         modes: list[tuple[str, Any, bool]] = [(f"static {c}", lambda c=c: BandDecider({1: c}), False) for c in CANDIDATES]
-        modes += [("controller", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
+        modes += [("controller (picks only)", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
+                  ("controller", lambda: BandDecider(table, ControllerParams(band=BAND, model=model)), False),
                   ("adaptive", lambda: AdaptiveDecider(), True)]
         for trace, drive in traces.items():
             runs: dict[str, tuple[Timeline, dict[str, Any]]] = {}

@@ -109,3 +109,19 @@ def test_pick_sources(tmp_path) -> None:
         picks.from_recipe(tmp_path / "bad.json")
     with pytest.raises(UsageError, match="exactly one"):
         picks.resolve("1=0:0:0", tmp_path, None, None)
+
+
+def test_closed_loop_bias_moves_the_pick_to_the_config_the_traffic_puts_in_band() -> None:
+    c = SpecConfig(5, 4, 4)
+    model = {16: {A: (1.02, 300.0), B: (0.97, 250.0), c: (0.92, 200.0)}}
+    p = ControllerParams(dwell_ticks=3, min_hold_s=0.0, bias_alpha=0.5, model=model)
+    s, alive = ControllerState(), frozenset({BASELINE, A, B, c})
+    log = []
+    for i in range(30):  # the traffic draws 0.05 less than the closed-loop model says, whatever the config
+        u = {A: 0.97, B: 0.92, c: 0.87}.get(s.active, 0.5) if s.active else 0.5
+        d = controller.step(s, Observation(i * 0.1, 16, u, alive), {16: B}, p)
+        s = d.state
+        log += [(d.switch.reason, d.switch.new)] if d.switch else []
+    assert log[-1] == ("load_change", A) and s.active == A and abs(s.bias + 0.05) < 0.01
+    assert controller.model_pick(model[16], 0.0, (0.95, 0.98), alive) == B  # at bias 0: the recipe rule
+    assert controller.model_pick(model[16], -0.2, (0.95, 0.98), alive) == A  # none inside: the closest

@@ -33,6 +33,24 @@ class ControllerParams:
     restore_ticks: int = 5
     """Consecutive ticks with telemetry before leaving the fallback."""
     fallback: SpecConfig = BASELINE
+    model: Mapping[int, Mapping[SpecConfig, tuple[float, float]]] | None = None
+    """Optional closed loop: per batch size, each config's (utilization, speed) as measured or predicted. With it the
+    pick at a batch size is the fastest config whose utilization plus the learnt bias is inside the band (else the
+    closest), the bias being an EMA of observed minus modelled utilization of the active config (traffic with
+    gaps draws less than the closed-loop measurement)."""
+    bias_alpha: float = 0.1
+
+
+def model_pick(model: Mapping[SpecConfig, tuple[float, float]], bias: float, band: tuple[float, float],
+               alive: frozenset[SpecConfig]) -> SpecConfig | None:
+    """The fastest live config whose modelled utilization + ``bias`` is in ``band``, else the one closest to it."""
+    rows = [(c, u + bias, v) for c, (u, v) in model.items() if c in alive]
+    if not rows:
+        return None
+    inside = [r for r in rows if band[0] <= r[1] <= band[1]]
+    if inside:
+        return max(inside, key=lambda r: (r[2], r[0]))[0]
+    return min(rows, key=lambda r: (max(band[0] - r[1], r[1] - band[1]), r[0]))[0]
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,7 @@ class ControllerState:
     fallback: bool = False
     telemetry_ticks: int = 0
     ticks: int = 0
+    bias: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,11 @@ def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfi
         fallback, reason = True, "telemetry_lost"
     elif fallback and not lost and tel_ticks >= params.restore_ticks:
         fallback, reason = False, "telemetry_restored"
-    base = replace(state, bs_ema=ema, fallback=fallback, telemetry_ticks=tel_ticks, ticks=state.ticks + 1)
+    bias = state.bias
+    if params.model is not None:
+        pick, bias = _closed_loop(state, obs, params, table_bs, pick)
+        detail["bias"] = round(bias, 4)
+    base = replace(state, bs_ema=ema, fallback=fallback, telemetry_ticks=tel_ticks, ticks=state.ticks + 1, bias=bias)
     wanted = params.fallback if fallback else pick
     target = _route_target(wanted, obs.alive, params.fallback)
     if target is None:
@@ -129,6 +152,18 @@ def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfi
     if ticks >= params.dwell_ticks and held:
         return _switched(base, state.active, target, "load_change", obs.t_s, detail)
     return Decision(replace(base, candidate=target, candidate_ticks=ticks))
+
+
+def _closed_loop(state: ControllerState, obs: Observation, params: ControllerParams, table_bs: int,
+                 pick: SpecConfig) -> tuple[SpecConfig, float]:
+    """The bias update from this tick's utilization and the model's pick at ``table_bs`` (the table's pick when
+    the model has no entry there)."""
+    assert params.model is not None
+    row = params.model.get(table_bs, {})
+    bias = state.bias
+    if obs.utilization is not None and state.active in row and not state.fallback:
+        bias += params.bias_alpha * (obs.utilization - row[state.active][0] - bias)
+    return model_pick(row, bias, params.band, obs.alive) or pick, bias
 
 
 def _switched(base: ControllerState, old: SpecConfig | None, new: SpecConfig, reason: Reason, t_s: float,
