@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from harness.grid import BASELINE, SpecConfig
-from harness.serve.controller import Decision, Observation, Switch
+from harness.serve.controller import Observation, Switch
 
 DEFAULT_TIERS: Mapping[int, tuple[int, ...]] = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
 
@@ -43,6 +43,12 @@ class AdaptiveState:
     candidate: SpecConfig | None = None
     candidate_ticks: int = 0
     ticks: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: AdaptiveState
+    switch: Switch | None = None
 
 
 def bucket_tiers(tiers: Mapping[int, tuple[int, ...]], batch_size: float) -> tuple[int, ...]:

@@ -161,7 +161,7 @@ def _closed_loop(state: ControllerState, obs: Observation, params: ControllerPar
     assert params.model is not None
     row = params.model.get(table_bs, {})
     bias = state.bias
-    if obs.utilization is not None and state.active in row and not state.fallback:
+    if obs.utilization is not None and state.active is not None and state.active in row and not state.fallback:
         bias += params.bias_alpha * (obs.utilization - row[state.active][0] - bias)
     return model_pick(row, bias, params.band, obs.alive) or pick, bias
 

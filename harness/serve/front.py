@@ -57,7 +57,7 @@ class Front:
             if inst is None:
                 break
             try:
-                return self.http.get(inst.base_url + "/v1/models").json()  # type: ignore[no-any-return]
+                return self.http.get(inst.base_url + "/v1/models").json()
             except httpx.ConnectError as exc:
                 self.loop.lost(inst, f"connection refused: {exc}")
             except (httpx.HTTPError, ValueError) as exc:

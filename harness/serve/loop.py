@@ -62,7 +62,7 @@ class AdaptiveDecider:
 
     def tick(self, obs: Observation) -> tuple[SpecConfig | None, Switch | None]:
         d = adaptive.step(self.state, obs, self.params)
-        self.state = d.state  # type: ignore[assignment]
+        self.state = d.state
         return self.state.active, d.switch
 
     def describe(self) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class ServeSession:
     def __init__(self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server) -> None:
         self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
         host, port = server.server_address[:2]
-        self.url = f"http://{host}:{port}"
+        self.url = f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
         serve_in_thread(server, name="serve-front")
         loop.start()
 
