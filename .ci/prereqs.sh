@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System prerequisites of the full test suite, installed only where missing (idempotent):
-#   tmux (Terminus 2 drives a tmux session in the local sandbox), gcc (the NVML shim tests), Docker CLI + Compose v2 (compose.yaml lint tests),
+#   tmux (Terminus 2 drives a tmux session in the local sandbox), chromium (HTML report screenshot test), gcc (the NVML shim tests), Docker CLI + Compose v2 (compose.yaml lint tests),
 #   and the isolated Harbor venv (.harbor-venv, Python >= 3.12) for the Terminal-Bench pilot tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,15 @@ if ! command -v gcc >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
   else
     echo "[prereqs] gcc missing and not root: the NVML shim tests will fail; install gcc" >&2
+  fi
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+  if as_root; then
+    echo "[prereqs] installing chromium (the HTML report test screenshots the report headless)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  else
+    echo "[prereqs] chromium missing and not root: the HTML report screenshot test will skip; install chromium" >&2
   fi
 fi
 

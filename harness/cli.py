@@ -33,6 +33,7 @@ REGISTRARS = [
     "harness.telemetry.cli",
     "policies.cli",
     "pilots.cli",
+    "harness.serve.cli",
 ]
 
 

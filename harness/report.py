@@ -39,6 +39,7 @@ class CellSummary(BaseModel):
     avg_power_watts: float | None = None
     utilization: float | None = None
     speed_sd: float | None = None
+    jpt_sd: float | None = None
 
     @property
     def in_band(self) -> bool:
@@ -128,10 +129,11 @@ def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSumma
                 continue
             ok = [r for r in rs if not r.error]
             speeds = [float(r.speed_tok_s) for r in ok if r.speed_tok_s is not None]
+            jpts = [float(r.joules_per_token) for r in ok if r.joules_per_token is not None]
             power = _mean([float(r.avg_power_watts) for r in ok if r.avg_power_watts is not None])
             cells.append(CellSummary(
                 batch_size=bs, config=cfg.as_tuple(), n_ok=len(ok), n_error=len(rs) - len(ok), speed_tok_s=_mean(speeds),
-                joules_per_token=_mean([float(r.joules_per_token) for r in ok if r.joules_per_token is not None]),
+                joules_per_token=_mean(jpts), jpt_sd=statistics.stdev(jpts) if len(jpts) >= 2 else None,
                 avg_power_watts=power, utilization=(power / power_limit_w) if power is not None else None,
                 speed_sd=statistics.stdev(speeds) if len(speeds) >= 2 else None,
             ))
@@ -407,7 +409,9 @@ def sweep_report(
     out = Path(out_dir) if out_dir is not None else run_dir / "reports"
     written: list[Path] = []
     if figures and any(summaries for _, summaries in groups):
-        written = write_cap_figures(groups, out)
+        from harness.report_html import pareto_figures
+
+        written = write_cap_figures(groups, out) + pareto_figures(groups, out)
     summary = {
         "source": str(loaded.path), "invalid_windows": windows,
         "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": None if multi else limit, "power_limit_source": limit_src, "band": list(BAND),
@@ -418,7 +422,10 @@ def sweep_report(
         "figures": [str(p) for p in written],
     }
     if figures:
+        from harness.report_html import write_html
+
         write_json_atomic(out / "summary.json", summary)
+        written.append(write_html(out / "report.html", source=str(loaded.path), groups=groups, summary=summary, figures=written))
         for p in written + [out / "summary.json"]:
             console.print(f"wrote {p}", markup=False)
     return summary

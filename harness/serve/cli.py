@@ -1,0 +1,68 @@
+"""``harness serve``: the band-holding OpenAI-compatible front. Light imports at module level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    @app.command("serve")
+    def serve(
+        picks: Annotated[Optional[str], typer.Option(help="pick table BS=s:k:d,... (e.g. 1=0:0:0,16=3:2:4)")] = None,
+        recipe: Annotated[Optional[Path], typer.Option(help="an active sweep's recipe.json (or its run folder)")] = None,
+        models: Annotated[Optional[Path], typer.Option(help="models folder of harness train (with --algo)")] = None,
+        algo: Annotated[Optional[str], typer.Option(help="which of the eight policies picks")] = None,
+        dataset: Annotated[Optional[Path], typer.Option(help="with --models: pick on this run's states (else picks.json)")] = None,
+        configs: Annotated[Optional[str], typer.Option(help="instances to launch s:k:d,... (default: every picked config; no_spec always)")] = None,
+        mode: Annotated[str, typer.Option(help="band (the controller) or adaptive (the sglang --speculative-adaptive emulation)")] = "band",
+        engine: Annotated[str, typer.Option(help="twin or sglang")] = "twin",
+        out: Annotated[Path, typer.Option(help="folder for logs and switches.jsonl")] = Path("results/serve"),
+        host: Annotated[str, typer.Option()] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="0 picks a free port (printed)")] = 8000,
+        max_batch_size: Annotated[int, typer.Option(help="each instance's --max-running-requests")] = 16,
+        mem_fraction: Annotated[Optional[float], typer.Option(help="per instance (default 0.65 / instances)")] = None,
+        time_scale: Annotated[float, typer.Option(help="twin world speed-up")] = 1.0,
+        sampler_url: Annotated[Optional[str], typer.Option(help="a running sampler (sglang: else NVML in-process)")] = None,
+        twin_gpu: Annotated[Optional[str], typer.Option(help="a running twin GPU (with --sampler-url)")] = None,
+        speculative_adaptive: Annotated[bool, typer.Option(help="pass --speculative-adaptive to topk-1 sglang instances (sglang >= 0.5.12)")] = False,
+        engine_arg: Annotated[Optional[list[str]], typer.Option(help="extra engine flag for every instance (repeat)")] = None,
+        band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
+        dwell_ticks: Annotated[int, typer.Option(help="ticks a new pick must hold before it is applied")] = 5,
+        tick_s: Annotated[float, typer.Option(help="control tick, wall seconds")] = 0.05,
+    ) -> None:
+        """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config,
+        routing each request to the config the controller picks for the current batch size (switches logged)."""
+        import signal
+        import threading
+
+        from harness.errors import UsageError
+        from harness.grid import parse_configs
+        from harness.serve import picks as pick_sources
+        from harness.serve.controller import ControllerParams
+        from harness.serve.session import ServeOptions, open_session
+
+        if mode not in ("band", "adaptive") or engine not in ("twin", "sglang"):
+            raise UsageError(f"bad --mode {mode!r} or --engine {engine!r}", fix="--mode band|adaptive, --engine twin|sglang")
+        try:
+            lo, hi = (float(x) for x in band.split(","))
+        except ValueError:
+            raise UsageError(f"bad --band {band!r}", fix="write it as LOW,HIGH, e.g. 0.95,0.98") from None
+        table = pick_sources.resolve(picks, recipe, models, algo, dataset)
+        options = ServeOptions(picks=table, configs=parse_configs(configs) if configs else [], mode=mode,  # type: ignore[arg-type]
+                               engine=engine, run_dir=out, host=host, port=port, max_batch_size=max_batch_size,  # type: ignore[arg-type]
+                               mem_fraction=mem_fraction, time_scale=time_scale, tick_s=tick_s, sampler_url=sampler_url,
+                               twin_gpu_url=twin_gpu, speculative_adaptive=speculative_adaptive,
+                               engine_args=tuple(engine_arg or ()),
+                               controller=ControllerParams(band=(lo, hi), dwell_ticks=dwell_ticks))
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        with open_session(options) as session:
+            session.loop.on_switch = lambda rec: typer.echo(f"switch {rec['old']} -> {rec['new']}: {rec['reason']}", err=True)
+            typer.echo(f"serving on {session.url} ({len(session.pool.instances)} instances, switches in "
+                       f"{session.loop.log_path}); stop with Ctrl-C")
+            while not stop.wait(0.5):
+                pass

@@ -1,0 +1,147 @@
+"""The OpenAI-compatible front (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, plain and SSE) on
+``harness/httpserve.py``: each request goes to the instance the control loop routes to. When the connection to an
+instance breaks before any answer came back and the instance is found dead (its process exited, or it stopped
+answering ``/health``), it is marked lost and the request is sent again to the next route: completions have no side
+effects, so a client sees an error only for a stream whose tokens had already started (an error event, then the
+end) or when every instance is lost (503). A broken connection to a live instance is a 502."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from harness.httpserve import Request, Response, Router, Server, Stream, error, make_server
+from harness.serve.loop import ControlLoop
+from harness.serve.pool import Instance
+
+SERVER_HEADER = "harness-serve"
+
+
+def accept_length_of(obj: Any) -> float | None:
+    """A response's (or final chunk's) ``sglext.spec_tokens_details.spec_accept_length`` (sglang >= 0.5.23)."""
+    if not isinstance(obj, dict):
+        return None
+    val = ((obj.get("sglext") or {}).get("spec_tokens_details") or {}).get("spec_accept_length")
+    return float(val) if isinstance(val, (int, float)) else None
+
+
+class Front:
+    """The routes over a ``ControlLoop``; ``ask_accept`` asks engines for per-request spec details (the adaptive
+    emulation needs the accept length) and hides them from clients that did not ask."""
+
+    def __init__(self, loop: ControlLoop, *, request_timeout_s: float = 600.0, ask_accept: bool = False) -> None:
+        self.loop = loop
+        self.ask_accept = ask_accept
+        self.http = httpx.Client(timeout=httpx.Timeout(request_timeout_s, connect=2.0), trust_env=False,
+                                 limits=httpx.Limits(max_connections=512, max_keepalive_connections=0))
+
+    def router(self) -> Router:
+        r = Router()
+        r.add("GET", "/health", self.health)
+        r.add("GET", "/serve/state", lambda req: self.loop.describe())
+        r.add("GET", "/v1/models", self.models)
+        r.add("POST", "/v1/chat/completions", lambda req: self.forward(req, "/v1/chat/completions"))
+        r.add("POST", "/v1/completions", lambda req: self.forward(req, "/v1/completions"))
+        return r
+
+    def health(self, req: Request) -> Response:
+        alive = self.loop.pool.alive()
+        return Response(200 if alive else 503, {"ok": bool(alive), "alive": sorted(c.as_list() for c in alive)})
+
+    def models(self, req: Request) -> Response | dict[str, Any]:
+        for _ in range(len(self.loop.pool.instances)):
+            inst = self.loop.route()
+            if inst is None:
+                break
+            try:
+                return self.http.get(inst.base_url + "/v1/models").json()
+            except httpx.ConnectError as exc:
+                self.loop.lost(inst, f"connection refused: {exc}")
+            except (httpx.HTTPError, ValueError) as exc:
+                return error(502, f"engine instance {inst.config} failed: {type(exc).__name__}: {exc}")
+        return error(503, "no engine instance is alive")
+
+    def forward(self, req: Request, path: str) -> Response | Stream:
+        body = req.json()
+        if not isinstance(body, dict):
+            return error(400, "the body must be a JSON object")
+        client_asked = bool(body.get("return_spec_tokens_details"))
+        if self.ask_accept:
+            body["return_spec_tokens_details"] = True
+        self.loop.request_started()
+        streaming = False
+        accept: float | None = None
+        try:
+            for _ in range(len(self.loop.pool.instances)):
+                inst = self.loop.route()
+                if inst is None:
+                    break
+                try:
+                    out, accept = self._send(inst, path, body, client_asked)
+                except httpx.TransportError as exc:
+                    if not isinstance(exc, httpx.ConnectError) and not inst.confirm_dead():
+                        return error(502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}")
+                    self.loop.lost(inst, f"{type(exc).__name__}: {exc}")
+                    continue
+                streaming = isinstance(out, Stream)  # the stream calls request_finished when it ends
+                return out
+            return error(503, "no engine instance is alive", fix="restart harness serve")
+        finally:
+            if not streaming:
+                self.loop.request_finished(accept)
+
+    def _send(self, inst: Instance, path: str, body: dict[str, Any], client_asked: bool) -> tuple[Response | Stream, float | None]:
+        """One try on ``inst``; a broken connection (``httpx.TransportError``) propagates to ``forward``."""
+        if body.get("stream"):
+            resp = self.http.send(self.http.build_request("POST", inst.base_url + path, json=body), stream=True)
+            if resp.status_code != 200:
+                data = resp.read()
+                resp.close()
+                return Response(resp.status_code, _json_or_text(data)), None
+            inst.enter()
+            return Stream(self._relay(inst, resp, client_asked)), None
+        inst.enter()
+        try:
+            resp = self.http.post(inst.base_url + path, json=body)
+            payload = _json_or_text(resp.content)
+        finally:
+            inst.leave()
+        accept = accept_length_of(payload)
+        if isinstance(payload, dict) and not client_asked:
+            payload.pop("sglext", None)
+        return Response(resp.status_code, payload), accept
+
+    def _relay(self, inst: Instance, resp: httpx.Response, client_asked: bool) -> Iterator[str]:
+        accept: float | None = None
+        try:
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and '"sglext"' in line:
+                    obj = json.loads(line[6:])
+                    accept = accept_length_of(obj) or accept
+                    if not client_asked:
+                        obj.pop("sglext", None)
+                        line = "data: " + json.dumps(obj)
+                yield line + "\n"
+        except httpx.HTTPError as exc:  # the instance died mid-stream: the client gets an error event, then the end
+            yield "data: " + json.dumps({"error": {"message": f"engine instance {inst.config} failed mid-stream: {exc}"}}) + "\n\n"
+        finally:
+            resp.close()
+            inst.leave()
+            self.loop.request_finished(accept)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _json_or_text(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"error": {"message": data.decode(errors="replace")[:500]}}
+
+
+def make_front_server(front: Front, host: str, port: int) -> Server:
+    return make_server(host, port, front.router(), server_header=SERVER_HEADER)

@@ -1,0 +1,116 @@
+"""The pre-launched engine instances the front routes between: one per speculative config, launched through
+``harness.engine.launch.EngineLauncher`` (sglang on a GPU box, the twin engine here) or given by URL."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from harness.engine.launch import EngineLauncher, RunningServer
+from harness.errors import UsageError
+from harness.grid import SpecConfig
+
+
+@dataclass
+class Instance:
+    """One engine instance: its config and URL, the process when the harness launched it, whether it was lost."""
+
+    config: SpecConfig
+    base_url: str
+    server: RunningServer | None = None
+    lost_reason: str | None = None
+    in_flight: int = 0
+    served: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def alive(self) -> bool:
+        """Not marked lost and, when launched here, its process still running."""
+        if self.lost_reason is not None:
+            return False
+        if self.server is not None and not self.server.alive():
+            self.lost_reason = f"process exited with code {self.server.returncode}"
+            return False
+        return True
+
+    def confirm_dead(self, timeout_s: float = 1.0) -> bool:
+        """After a broken connection: has the instance died (its process exited, or it no longer answers /health)?"""
+        if self.server is not None:
+            try:
+                self.server.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        import httpx
+
+        try:
+            return httpx.get(self.base_url + "/health", timeout=timeout_s, trust_env=False).status_code >= 500
+        except httpx.HTTPError:
+            return True
+
+    def mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if self.lost_reason is None:
+                self.lost_reason = reason
+
+    def enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.served += 1
+
+
+class Pool:
+    """The instances by config; ``close()`` stops those the pool launched."""
+
+    def __init__(self, instances: Sequence[Instance]) -> None:
+        self.instances: dict[SpecConfig, Instance] = {}
+        for inst in instances:
+            if inst.config in self.instances:
+                raise UsageError(f"two instances for config {inst.config}", fix="give each config once")
+            self.instances[inst.config] = inst
+
+    def alive(self) -> frozenset[SpecConfig]:
+        return frozenset(c for c, inst in self.instances.items() if inst.alive())
+
+    def get(self, config: SpecConfig) -> Instance:
+        return self.instances[config]
+
+    def describe(self) -> list[dict[str, object]]:
+        return [{"config": c.as_list(), "url": i.base_url, "alive": i.alive(), "lost_reason": i.lost_reason,
+                 "in_flight": i.in_flight, "served": i.served, "pid": i.server.pid if i.server else None}
+                for c, i in sorted(self.instances.items())]
+
+    def close(self) -> None:
+        for inst in self.instances.values():
+            if inst.server is not None:
+                inst.server.stop()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def launch_pool(launcher: EngineLauncher, configs: Sequence[SpecConfig], max_batch_size: int, mem_fraction: float,
+                log_dir: str | Path, adaptive: EngineLauncher | None = None) -> Pool:
+    """Launch one instance per config (each sized for ``max_batch_size``); ``adaptive``, when given, launches the
+    topk == 1 configs (its spec carries sglang's ``--speculative-adaptive`` flags). A failed launch stops the others."""
+    launched: list[Instance] = []
+    try:
+        for cfg in configs:
+            use = adaptive if adaptive is not None and cfg.topk == 1 else launcher
+            server = use.launch(cfg, max_batch_size, mem_fraction, log_path=Path(log_dir) / f"engine-{cfg.label.replace(':', '-')}.log")
+            launched.append(Instance(cfg, server.base_url, server))
+    except BaseException:
+        for inst in launched:
+            assert inst.server is not None
+            inst.server.stop()
+        raise
+    return Pool(launched)

@@ -1,0 +1,144 @@
+"""One serving session: the world (twin GPU + sampler, or a GPU box's sampler), one engine instance per config,
+the control loop and the front, started together and stopped together (``with open_session(options) as s``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.engine.version import version_tuple
+from harness.errors import UsageError
+from harness.grid import BASELINE, SpecConfig
+from harness.httpserve import Server, serve_in_thread
+from harness.serve.adaptive import AdaptiveParams
+from harness.serve.controller import ControllerParams
+from harness.serve.front import Front, make_front_server
+from harness.serve.loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
+from harness.serve.picks import PickTable
+from harness.serve.pool import Pool, launch_pool
+from harness.world import World, open_world
+
+ADAPTIVE_SINCE = (0, 5, 12)
+"""The first sglang whose parser has ``--speculative-adaptive``."""
+PUBLISHED_MEM_FRACTION = 0.65
+
+
+@dataclass
+class ServeOptions:
+    """What ``harness serve`` (and the benchmark) runs: ``configs`` are the instances; ``picks`` the table the band
+    controller applies (``mode="adaptive"`` runs the sglang-adaptive emulation instead)."""
+
+    picks: PickTable
+    configs: list[SpecConfig] = field(default_factory=list)
+    mode: Literal["band", "adaptive"] = "band"
+    engine: Literal["twin", "sglang"] = "twin"
+    run_dir: Path = Path("results/serve")
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_batch_size: int = 16
+    mem_fraction: float | None = None
+    """Per instance; default 0.65 / number of instances (on the twin: 0.65 of a device with that many times the memory)."""
+    time_scale: float = 1.0
+    tick_s: float = 0.05
+    sampler_url: str | None = None
+    twin_gpu_url: str | None = None
+    sglang_version: str | None = None
+    speculative_adaptive: bool = False
+    """Pass ``--speculative-adaptive`` to the topk == 1 sglang instances where the sglang parser has it."""
+    controller: ControllerParams = field(default_factory=ControllerParams)
+    adaptive: AdaptiveParams = field(default_factory=AdaptiveParams)
+    seed: int = 0
+    engine_args: tuple[str, ...] = ()
+    """Extra engine flags for every instance (the twin's ``--twin-launch-scale 0.1`` in tests)."""
+
+    def instance_configs(self) -> list[SpecConfig]:
+        """The instances: the given configs, else every picked config; no_spec is always one (the fallback)."""
+        chosen = self.configs or sorted(set(self.picks.values()))
+        return list(dict.fromkeys([BASELINE, *chosen]))
+
+
+def serving_profile(run_dir: Path, instances: int) -> str:
+    """The twin GPU for ``instances`` engines: the calibrated laptop profile with ``instances`` times its memory
+    (each engine keeps the published 0.65 of the original 8 GB); power, clocks and cap are unchanged."""
+    from harness.twin.profile import load_profile
+
+    prof = load_profile()
+    dev = prof.device.model_copy(update={"memory_total_mb": prof.device.memory_total_mb * instances})
+    prof = prof.model_copy(update={"device": dev, "about": f"{prof.about} [serving: memory x{instances}]"})
+    path = run_dir / "twin_serve_profile.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prof.model_dump(), indent=1))
+    return str(path)
+
+
+class ServeSession:
+    """A running front: ``url``, ``loop``, ``pool``, ``world``; ``close()`` stops everything it started."""
+
+    def __init__(self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server) -> None:
+        self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
+        host, port = server.server_address[:2]
+        self.url = f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
+        serve_in_thread(server, name="serve-front")
+        loop.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.loop.close()
+        self.front.close()
+        self.pool.close()
+        self.world.close()
+
+    def __enter__(self) -> "ServeSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _spec(options: ServeOptions) -> Any:
+    from harness.engine.argv import EngineSpec
+    from harness.engine.version import resolve_version
+
+    base = EngineSpec(kind=options.engine)
+    version = options.sglang_version or resolve_version("auto", options.engine, base.python)
+    return base.model_copy(update={"sglang_version": version, "extra_args": tuple(options.engine_args)})
+
+
+def open_session(options: ServeOptions) -> ServeSession:
+    """Start the world, the instances, the loop and the front; on failure stop what was started."""
+    configs = options.instance_configs()
+    missing = sorted(set(options.picks.values()) - set(configs))
+    if missing:
+        raise UsageError(f"picks name configs without an instance: {', '.join(map(str, missing))}",
+                         fix="add them to --configs or leave --configs out (then every picked config gets one)")
+    run_dir = Path(options.run_dir)
+    profile = serving_profile(run_dir, len(configs)) if options.engine == "twin" and options.twin_gpu_url is None else None
+    world = open_world(options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
+                       time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_spec(options), profile=profile)
+    pool: Pool | None = None
+    loop: ControlLoop | None = None
+    try:
+        adaptive = None
+        spec = world.launcher.spec
+        if options.speculative_adaptive and options.engine == "sglang" and version_tuple(spec.sglang_version) >= ADAPTIVE_SINCE:
+            from harness.engine.launch import EngineLauncher
+
+            adaptive = EngineLauncher(spec.model_copy(update={"extra_args": (*spec.extra_args, "--speculative-adaptive")}),
+                                      run_dir, launch_timeout_s=world.launcher.launch_timeout_s)
+        mf = options.mem_fraction or PUBLISHED_MEM_FRACTION / len(configs)
+        pool = launch_pool(world.launcher, configs, options.max_batch_size, mf, run_dir / "logs", adaptive)
+        decider: Decider = AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, options.controller)
+        loop = ControlLoop(pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s)
+        front = Front(loop, ask_accept=options.mode == "adaptive")
+        server = make_front_server(front, options.host, options.port)
+        return ServeSession(world, pool, loop, front, server)
+    except BaseException:
+        if loop is not None:
+            loop.close()
+        if pool is not None:
+            pool.close()
+        world.close()
+        raise

@@ -1,0 +1,127 @@
+"""The band controller and the sglang-adaptive emulation as pure functions: state in, decision out."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import DataError, UsageError
+from harness.grid import BASELINE, SpecConfig
+from harness.serve import adaptive, controller, picks
+from harness.serve.controller import ControllerParams, ControllerState, Observation
+
+A = SpecConfig(3, 4, 8)
+B = SpecConfig(3, 2, 4)
+TABLE = {1: BASELINE, 4: A, 16: B}
+ALL = frozenset({BASELINE, A, B})
+P = ControllerParams(dwell_ticks=3, min_hold_s=0.5)
+
+
+def run(loads: list[int], *, util: float | None = 0.96, alive: frozenset[SpecConfig] = ALL, state: ControllerState | None = None,
+        t0: float = 0.0, dt: float = 0.1) -> tuple[ControllerState, list[controller.Switch]]:
+    s = state or ControllerState()
+    switches = []
+    for i, n in enumerate(loads):
+        d = controller.step(s, Observation(t0 + i * dt, n, util, alive), TABLE, P)
+        s = d.state
+        if d.switch:
+            switches.append(d.switch)
+    return s, switches
+
+
+def test_pick_for_nearest_on_log_scale() -> None:
+    assert controller.pick_for(TABLE, 1) == (1, BASELINE)
+    assert controller.pick_for(TABLE, 2) == (1, BASELINE)  # ties (log 2 between 1 and 4) go to the smaller
+    assert controller.pick_for(TABLE, 3) == (4, A)
+    assert controller.pick_for(TABLE, 9) == (16, B)
+    assert controller.pick_for(TABLE, 0) == (1, BASELINE)
+
+
+def test_load_step_switches_once_after_dwell() -> None:
+    s, sw = run([1] * 10 + [16] * 40)
+    assert [(x.reason, x.new) for x in sw] == [("start", BASELINE), ("load_change", B)]
+    assert s.active == B and sw[1].detail["table_bs"] == 16 and sw[1].old == BASELINE
+
+
+def test_flapping_load_does_not_flap() -> None:
+    # alternating 1 / 3 each tick: the EMA crosses the 1|4 boundary (2) every tick, so no new pick holds the dwell
+    s, sw = run([1] * 5 + [1, 3] * 30)
+    assert [x.reason for x in sw] == ["start"]
+
+
+def test_min_hold_blocks_a_second_switch_too_soon() -> None:
+    p = ControllerParams(dwell_ticks=1, min_hold_s=10.0, bs_alpha=1.0)
+    s = ControllerState()
+    reasons = []
+    for t, n in [(0.0, 1), (20.0, 16), (21.0, 1), (22.0, 1), (25.0, 1)]:
+        d = controller.step(s, Observation(t, n, 0.9, ALL), TABLE, p)
+        s = d.state
+        reasons += [d.switch.reason] if d.switch else []
+    assert reasons == ["start", "load_change"]  # back to 1 within 10 s of the last switch: held
+    d = controller.step(s, Observation(30.0, 1, 0.9, ALL), TABLE, p)
+    assert d.switch is not None and d.switch.new == BASELINE
+
+
+def test_lost_telemetry_falls_back_at_once_and_restores_after_dwell() -> None:
+    s, _ = run([16] * 20)
+    assert s.active == B
+    d = controller.step(s, Observation(5.0, 16, None, ALL), TABLE, P)
+    assert d.switch is not None and (d.switch.new, d.switch.reason) == (BASELINE, "telemetry_lost") and d.state.fallback
+    s, sw = run([16] * 3, state=d.state, util=0.96, t0=6.0)
+    assert sw == [] and s.active == BASELINE  # restore_ticks (5) not reached yet
+    s, sw = run([16] * 5, state=s, util=0.96, t0=7.0)
+    assert [(x.reason, x.new) for x in sw] == [("telemetry_restored", B)]
+
+
+def test_lost_instance_routes_to_fallback_then_any_alive() -> None:
+    s, _ = run([16] * 20)
+    d = controller.step(s, Observation(5.0, 16, 0.96, frozenset({BASELINE, A})), TABLE, P)
+    assert d.switch is not None and (d.switch.old, d.switch.new, d.switch.reason) == (B, BASELINE, "instance_lost")
+    d = controller.step(d.state, Observation(5.1, 16, 0.96, frozenset({A})), TABLE, P)
+    assert d.switch is not None and (d.switch.new, d.switch.reason) == (A, "instance_lost")
+    d = controller.step(d.state, Observation(5.2, 16, 0.96, frozenset()), TABLE, P)
+    assert d.state.active is None and d.switch is None
+
+
+def test_adaptive_tiers_move_on_accept_length_with_dwell() -> None:
+    tiers = frozenset(adaptive.tier_config(s) for s in (0, 1, 3, 5, 7))
+    p = adaptive.AdaptiveParams(dwell_ticks=2, alpha=1.0)
+    s = adaptive.AdaptiveState()
+    moves = []
+    for acc in [None, 1.9, 1.9, 1.9, 1.9, 1.3, 1.3, 1.3]:
+        d = adaptive.step(s, Observation(0.0, 1, None, tiers, accept_length=acc), p)
+        s = d.state
+        moves += [(d.switch.reason, d.switch.new.steps)] if d.switch else []
+    # bs 1 tiers (1,3,5,7): start at 1; accept 1.9 (gain 0.9 >= 0.6 * 1) -> 3; at 3, 1.9 is neither; 1.3 (0.3 <= 0.9) -> 1
+    assert moves == [("start", 1), ("accept_length", 3), ("accept_length", 1)]
+    at5 = adaptive.AdaptiveState(active=adaptive.tier_config(5), ticks=3)
+    d = adaptive.step(at5, Observation(0.0, 16, None, tiers), adaptive.AdaptiveParams(dwell_ticks=1, bs_alpha=1.0))
+    assert d.switch is not None and (d.switch.reason, d.switch.new) == ("load_change", SpecConfig(3, 1, 4))  # bs 8 tiers (0,1,3)
+
+
+def test_pick_sources(tmp_path) -> None:
+    assert picks.parse_table("1=0:0:0, 16=3:2:4") == {1: BASELINE, 16: B}
+    with pytest.raises(UsageError, match="BS=s:k:d"):
+        picks.parse_table("16:3:2:4")
+    (tmp_path / "recipe.json").write_text('{"1": {"config": [3,4,8], "confidence": 0.9}, "16": {"config": [3,2,4]}}')
+    assert picks.from_recipe(tmp_path) == {1: A, 16: B}
+    (tmp_path / "bad.json").write_text('{"1": {"cfg": [3,4,8]}}')
+    with pytest.raises(DataError, match="not a recipe"):
+        picks.from_recipe(tmp_path / "bad.json")
+    with pytest.raises(UsageError, match="exactly one"):
+        picks.resolve("1=0:0:0", tmp_path, None, None)
+
+
+def test_closed_loop_bias_moves_the_pick_to_the_config_the_traffic_puts_in_band() -> None:
+    c = SpecConfig(5, 4, 4)
+    model = {16: {A: (1.02, 300.0), B: (0.97, 250.0), c: (0.92, 200.0)}}
+    p = ControllerParams(dwell_ticks=3, min_hold_s=0.0, bias_alpha=0.5, model=model)
+    s, alive = ControllerState(), frozenset({BASELINE, A, B, c})
+    log = []
+    for i in range(30):  # the traffic draws 0.05 less than the closed-loop model says, whatever the config
+        u = {A: 0.97, B: 0.92, c: 0.87}.get(s.active, 0.5) if s.active else 0.5
+        d = controller.step(s, Observation(i * 0.1, 16, u, alive), {16: B}, p)
+        s = d.state
+        log += [(d.switch.reason, d.switch.new)] if d.switch else []
+    assert log[-1] == ("load_change", A) and s.active == A and abs(s.bias + 0.05) < 0.01
+    assert controller.model_pick(model[16], 0.0, (0.95, 0.98), alive) == B  # at bias 0: the recipe rule
+    assert controller.model_pick(model[16], -0.2, (0.95, 0.98), alive) == A  # none inside: the closest

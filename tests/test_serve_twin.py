@@ -1,0 +1,106 @@
+"""``harness serve`` on the twin, real processes on loopback (twin GPU, sampler, one twin engine per config, the
+front): a load step switches once, a lost sampler falls back to no_spec, a lost instance's traffic goes elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.grid import BASELINE, SpecConfig
+from harness.serve.controller import ControllerParams
+from harness.serve.loadgen import ClosedLoop, Recorder
+from harness.serve.session import ServeOptions, ServeSession, open_session
+
+B = SpecConfig(3, 2, 4)
+PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku about energy."]
+
+
+def session(tmp_path: Path, table: dict[int, SpecConfig]) -> ServeSession:
+    return open_session(ServeOptions(picks=table, run_dir=tmp_path, time_scale=20, tick_s=0.05,
+                                     controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
+                                     engine_args=("--twin-launch-scale", "0.1")))
+
+
+def switches(s: ServeSession) -> list[dict]:
+    return [json.loads(line) for line in s.loop.log_path.read_text().splitlines()]
+
+
+def wait_for(pred, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def step_session(tmp_path: Path) -> Iterator[ServeSession]:
+    with session(tmp_path, {1: BASELINE, 16: B}) as s:
+        yield s
+
+
+def test_load_step_switches_to_the_bs16_pick_once(step_session: ServeSession) -> None:
+    s, rec = step_session, Recorder()
+    one = ClosedLoop(s.url, 1, 48, PROMPTS, rec).start()
+    time.sleep(0.6)
+    assert [r["reason"] for r in switches(s)] == ["start"] and s.loop.describe()["active"] == [0, 0, 0]
+    many = ClosedLoop(s.url, 15, 48, PROMPTS, rec).start()  # 16 sessions in flight
+    wait_for(lambda: s.loop.describe()["active"] == B.as_list())
+    served_before = s.pool.get(B).served
+    time.sleep(1.0)  # twenty twin seconds at 16: no flapping back
+    many.stop()
+    one.stop()
+    log = switches(s)
+    assert [(r["reason"], r["new"]) for r in log] == [("start", [0, 0, 0]), ("load_change", [3, 2, 4])]
+    assert log[1]["table_bs"] == 16 and log[1]["bs_ema"] > 4 and log[1]["utilization"] is not None
+    assert s.pool.get(B).served > served_before  # the traffic after the switch went to the (3,2,4) instance
+    done = rec.snapshot()
+    assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done)
+    models = httpx.get(s.url + "/v1/models").json()
+    assert models["data"][0]["id"].startswith("twin:")  # the front is transparent: the engine's own answer
+
+
+def test_lost_sampler_falls_back_to_no_spec(tmp_path: Path) -> None:
+    with session(tmp_path, {1: B}) as s:
+        assert s.loop.describe()["active"] == B.as_list()
+        sampler = s.world.child_pids["sampler"]
+        os.kill(sampler, signal.SIGKILL)  # the sampler this session's world started
+        wait_for(lambda: s.loop.describe()["active"] == [0, 0, 0])
+        log = switches(s)
+        assert [(r["reason"], r["new"]) for r in log] == [("start", [3, 2, 4]), ("telemetry_lost", [0, 0, 0])]
+        assert log[1]["utilization"] is None and log[1]["telemetry_problem"]
+        r = httpx.post(s.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, timeout=30)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+        with httpx.stream("POST", s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 5, "stream": True}, timeout=30) as r:
+            events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]" and "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+        assert len(events) == 6 and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+        assert s.pool.get(BASELINE).served == 2 and s.pool.get(B).served == 0
+
+
+def test_lost_instance_routes_elsewhere_without_client_errors(tmp_path: Path) -> None:
+    with session(tmp_path, {1: B}) as s:
+        rec = Recorder()
+        load = ClosedLoop(s.url, 4, 64, PROMPTS, rec).start()
+        wait_for(lambda: s.pool.get(B).served >= 8)
+        victim = s.pool.get(B).server
+        assert victim is not None
+        killed_at = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        wait_for(lambda: s.pool.get(BASELINE).served >= 8)
+        load.stop()
+        done = rec.snapshot()
+        # the requests in flight at the kill are sent again to no_spec (completions have no side effects): no errors
+        assert [d.error for d in done if not d.ok] == []
+        assert any(d.start_s < killed_at < d.end_s for d in done)
+        log = switches(s)
+        assert [(r["reason"], r["new"]) for r in log] == [("start", [3, 2, 4]), ("instance_lost", [0, 0, 0])]
+        assert log[1]["lost"]
+        state = s.loop.describe()
+        assert [i["alive"] for i in state["instances"]] == [True, False]
