@@ -120,6 +120,9 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
     session = manifest.begin_session(argv or sys.argv, resumed=resumed, retry_errors=retry_errors)
     manifest.save(run_dir)
     old = signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C stops the sweep even when the parent started it with SIGINT ignored (a non-interactive shell's `cmd &`
+    # hands its children SIGINT = SIG_IGN, and such a sweep ran on to exit 0).
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = mono_ns()
     try:
         with open_sweep_world(opts, run_dir, _engine_spec(opts), manifest, console) as world:
@@ -159,6 +162,7 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
                                fix=f"continue with: harness sweep --resume {run_dir}") from None
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
     return run_dir, rows, manifest
 
 

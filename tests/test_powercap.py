@@ -222,9 +222,15 @@ def test_record_mode_records_the_limit_in_force_and_never_sets_one(tmp_path):
     assert bad.returncode == 2 and "record never sets a cap" in bad.stderr + bad.stdout
 
 
-def _start(run: Path, gpu_url: str, extra: list[str] = ()) -> subprocess.Popen:
+def _ignore_sigint() -> None:
+    """What a non-interactive shell's ``cmd &`` does to its child: SIGINT starts out ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start(run: Path, gpu_url: str, extra: list[str] = (), sigint_ignored: bool = False) -> subprocess.Popen:
     return subprocess.Popen(harness_cmd("sweep", *GRID, "--power-caps", "60,80", "--twin-gpu", gpu_url, "--out", str(run),
-                                        *extra, *FAST), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        *extra, *FAST), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
 def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
@@ -236,12 +242,16 @@ def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -
     raise AssertionError(f"no {n} rows in time (rc {proc.poll()})")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_sigterm_and_sigint_restore_the_original_limit(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "sigint_ignored"), [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                                     (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGINT-started-ignored"])
+def test_sigterm_and_sigint_restore_the_original_limit(tmp_path, sig, sigint_ignored):
+    """SIGINT-started-ignored: a sweep launched with SIGINT ignored (``cmd &`` from a script, as CI's shell does) still
+    stops on Ctrl-C; it used to run on and exit 0, which made this test fail only when pytest itself ran that way."""
     run = tmp_path / "run"
     with twin_gpu() as gpu:
         TwinCapDevice(gpu.url).set_limit(70)
-        proc = _start(run, gpu.url)
+        proc = _start(run, gpu.url, sigint_ignored=sigint_ignored)
         try:
             _wait_rows(run, 1, proc)
             proc.send_signal(sig)
