@@ -136,13 +136,13 @@ def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(scri
         assert m["power_cap"]["original_w"] == 650.0 and m["power_cap"]["restored"] is False
         c = PowerCapController(dev, "set", m)
         c.begin(["250"])
-        assert c.restore() == 650.0 and dev.limits().current_w == 650.0 and m["power_cap"]["restored"] is True
+        assert c.restore() == "power limit restored to 650 W" and dev.limits().current_w == 650.0 and m["power_cap"]["restored"] is True
         # a later session of the same run, after a clean restore, takes the limit in force as the original
         dev.set_limit(500)
         again = PowerCapController(dev, "set", m)
         again.begin(["250"])
         again.apply("250")
-        assert dev.limits().current_w == 250.0 and again.restore() == 500.0
+        assert dev.limits().current_w == 250.0 and again.restore() == "power limit restored to 500 W"
     finally:
         dev.close()
 
