@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.errors import UsageError
+from harness.errors import DataError, UsageError
 from harness.smclocks import ClockInfo, NvmlClockDevice, SmClockController, SmClockError, TwinClockDevice, parse_sm_clocks, resolve_clock
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
@@ -129,6 +129,11 @@ def test_sweep_over_caps_and_clocks_lower_clock_lower_joules_per_token(tmp_path)
     assert (run / "reports" / "joules_per_token_cap70w_clk990mhz.png").exists()
     v = run_harness("dataset", "validate", str(run), "--subset")  # a config once per cap and clock is no duplicate
     assert v.returncode == 0, v.stdout + v.stderr
+    from policies.contract import load_dataset  # policies never pool clock passes either
+
+    with pytest.raises(DataError, match="2 SM clocks") as info:
+        load_dataset(run)
+    assert "--sm-clock 990" in (info.value.fix or "") and len(load_dataset(run, sm_clock="max").rows) == 1
 
 
 def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
