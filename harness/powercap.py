@@ -85,8 +85,14 @@ def resolve_cap(label: str, limits: CapLimits) -> float:
     return watts
 
 
-class TwinCapDevice:
-    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+class TwinSettingDevice:
+    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
+    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
+
+    route = "/v1/power_limit"
+    what = "the power limit"
+    error: type[DeviceSettingError] = DeviceSettingError
+    fix = "choose a cap within the GPU's limits"
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
@@ -94,15 +100,21 @@ class TwinCapDevice:
     def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             with httpx.Client(timeout=10.0, trust_env=False) as http:
-                resp = http.request(method, f"{self.url}/v1/power_limit", json=body)
+                resp = http.request(method, f"{self.url}{self.route}", json=body)
         except httpx.HTTPError as exc:
             raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
                                           fix="start it or fix --twin-gpu") from None
         data = resp.json()
         if resp.status_code >= 400:
             msg = (data.get("error") or {}).get("message", resp.text)
-            raise PowerCapError(f"the twin GPU refused the power limit: {msg}", fix="choose a cap within the GPU's limits")
+            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
         return data
+
+
+class TwinCapDevice(TwinSettingDevice):
+    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+
+    error = PowerCapError
 
     def limits(self) -> CapLimits:
         d = self._call("GET")
@@ -132,6 +144,22 @@ class NvmlDevice:
         except pynvml.NVMLError as exc:
             raise self.error(f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
 
+    def set_call(self, call: Callable[..., Any], *args: int, doing: str, refused: str, root_fix: str, refused_fix: str,
+                 unsupported_fix: str | None = None) -> None:
+        """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
+        error become ``self.error`` naming the NVML error text and the fix."""
+        nv = self.nv
+        try:
+            call(self.handle, *args)
+        except nv.NVMLError_NoPermission as exc:
+            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
+        except nv.NVMLError_NotSupported as exc:
+            if unsupported_fix is None:
+                raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+            raise self.error(f"{doing}: this GPU does not support it (NVML: {exc})", fix=unsupported_fix) from None
+        except nv.NVMLError as exc:
+            raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+
     def close(self) -> None:
         try:
             self.nv.nvmlShutdown()
@@ -160,16 +188,11 @@ class NvmlCapDevice(NvmlDevice):
                          min_w=lo, max_w=hi, default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit))
 
     def set_limit(self, watts: float) -> None:
-        nv = self.nv
-        try:
-            nv.nvmlDeviceSetPowerManagementLimit(self.handle, int(round(watts * 1000)))
-        except nv.NVMLError_NoPermission:
-            raise PowerCapError(f"setting the power limit to {watts:g} W needs root (NVML: No Permission)",
-                                fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
-                                    "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)") from None
-        except nv.NVMLError as exc:
-            raise PowerCapError(f"NVML refused the power limit {watts:g} W: {exc}",
-                                fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints") from None
+        self.set_call(self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)),
+                      doing=f"setting the power limit to {watts:g} W", refused=f"the power limit {watts:g} W",
+                      root_fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
+                               "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)",
+                      refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints")
 
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-import httpx
 from pydantic import BaseModel, Field
 
 from harness.devicesetting import DeviceSettingError, PassSetting
-from harness.errors import ServiceUnavailableError, UsageError
-from harness.powercap import NvmlDevice
+from harness.errors import UsageError
+from harness.powercap import NvmlDevice, TwinSettingDevice
 
 UNLOCKED = "max"
 """The label of an unlocked pass (``max`` or ``default`` on the command line)."""
@@ -100,24 +99,10 @@ def resolve_clock(label: str, info: ClockInfo) -> int | None:
     return mhz
 
 
-class TwinClockDevice:
+class TwinClockDevice(TwinSettingDevice):
     """The twin GPU's clock endpoints (``GET``/``POST``/``DELETE /v1/clocks``)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            with httpx.Client(timeout=10.0, trust_env=False) as http:
-                resp = http.request(method, f"{self.url}/v1/clocks", json=body)
-        except httpx.HTTPError as exc:
-            raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
-                                          fix="start it or fix --twin-gpu") from None
-        data = resp.json()
-        if resp.status_code >= 400:
-            msg = (data.get("error") or {}).get("message", resp.text)
-            raise SmClockError(f"the twin GPU refused the SM clock lock: {msg}", fix="choose a supported clock")
-        return data
+    route, what, error, fix = "/v1/clocks", "the SM clock lock", SmClockError, "choose a supported clock"
 
     def clocks(self) -> ClockInfo:
         d = self._call("GET")
@@ -149,19 +134,11 @@ class NvmlClockDevice(NvmlDevice):
         return ClockInfo(locked_mhz=self.locked_mhz, max_mhz=got.get("max_sm_mhz"), supported_mhz=got.get("sm_mhz") or [])
 
     def _set(self, what: str, call: Any, *args: int) -> None:
-        nv = self.nv
-        try:
-            call(self.handle, *args)
-        except nv.NVMLError_NoPermission as exc:
-            raise SmClockError(f"{what} needs root (NVML: {exc})",
-                               fix="run the sweep as root (sudo; in Docker also --cap-add SYS_ADMIN), or drop "
-                                   "--sm-clocks and lock the clocks yourself beforehand (sudo nvidia-smi -lgc MHZ,MHZ)") from None
-        except nv.NVMLError_NotSupported as exc:
-            raise SmClockError(f"{what}: this GPU does not support locked clocks (NVML: {exc})",
-                               fix="drop --sm-clocks (clock locking needs Volta or newer)") from None
-        except nv.NVMLError as exc:
-            raise SmClockError(f"NVML refused {what}: {exc}",
-                               fix="choose a clock from nvmlDeviceGetSupportedGraphicsClocks (nvidia-smi -q -d SUPPORTED_CLOCKS)") from None
+        self.set_call(call, *args, doing=what, refused=what,
+                      root_fix="run the sweep as root (sudo; in Docker also --cap-add SYS_ADMIN), or drop --sm-clocks "
+                               "and lock the clocks yourself beforehand (sudo nvidia-smi -lgc MHZ,MHZ)",
+                      refused_fix="choose a clock from nvmlDeviceGetSupportedGraphicsClocks (nvidia-smi -q -d SUPPORTED_CLOCKS)",
+                      unsupported_fix="drop --sm-clocks (locked clocks need a Volta or newer GPU)")
 
     def lock(self, mhz: int) -> None:
         self._set(f"locking the SM clock at {mhz} MHz", self.nv.nvmlDeviceSetGpuLockedClocks, int(mhz), int(mhz))

@@ -15,7 +15,7 @@ import pytest
 
 from harness.errors import DataError, UsageError
 from harness.smclocks import ClockInfo, NvmlClockDevice, SmClockController, SmClockError, TwinClockDevice, parse_sm_clocks, resolve_clock
-from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
+from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu
 
@@ -136,17 +136,6 @@ def test_sweep_over_caps_and_clocks_lower_clock_lower_joules_per_token(tmp_path)
     assert "--sm-clock 990" in (info.value.fix or "") and len(load_dataset(run, sm_clock="max").rows) == 1
 
 
-def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (run / "rows.jsonl").exists() and len((run / "rows.jsonl").read_bytes().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {n} rows in time (rc {proc.poll()})")
-
-
 def _sweep(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(harness_cmd("sweep", *args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -169,13 +158,13 @@ def test_kill9_leaves_the_lock_resume_keeps_the_original_and_sigterm_restores_it
         TwinClockDevice(gpu.url).lock(1980)
         proc = _sweep(["--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1", "--sm-clocks", "1410,max",
                        "--twin-gpu", gpu.url, "--out", str(run), *SHORT])
-        _wait_rows(run, 1, proc)
+        wait_rows(run, 1, proc)
         _stop(proc, signal.SIGKILL)
         assert _locked(gpu) == 1410  # no cleanup ran: the first pass's lock is still set
         sc = json.loads((run / "manifest.json").read_text())["sm_clocks"]
         assert sc["original_mhz"] == 1980 and sc["restored"] is False
         proc = _sweep(["--resume", str(run), "--twin-gpu", gpu.url, "--plain"])
-        _wait_rows(run, 2, proc)
+        wait_rows(run, 2, proc)
         err = _stop(proc, signal.SIGTERM)
         assert proc.returncode == 130, err
         assert _locked(gpu) == 1980
