@@ -37,7 +37,10 @@ class ClockInfo(BaseModel):
 
 
 class ClockDevice(Protocol):
-    """What the controller needs from a GPU: read its clocks, lock the SM clock at one value, unlock it."""
+    """What the controller needs from a GPU: read its clocks, lock the SM clock at one value, unlock it;
+    ``lock_readable``: whether ``clocks().locked_mhz`` is the device's own (else only what this process set)."""
+
+    lock_readable: bool
 
     def clocks(self) -> ClockInfo: ...
 
@@ -103,6 +106,7 @@ class TwinClockDevice(TwinSettingDevice):
     """The twin GPU's clock endpoints (``GET``/``POST``/``DELETE /v1/clocks``)."""
 
     route, what, error, fix = "/v1/clocks", "the SM clock lock", SmClockError, "choose a supported clock"
+    lock_readable = True
 
     def clocks(self) -> ClockInfo:
         d = self._call("GET")
@@ -122,6 +126,7 @@ class NvmlClockDevice(NvmlDevice):
 
     error = SmClockError
     purpose = "SM clock locking"
+    lock_readable = False
 
     def __init__(self, gpu_index: int = 0) -> None:
         super().__init__(gpu_index)
@@ -161,7 +166,7 @@ class SmClockController(PassSetting):
         info = self._info = self.device.clocks()
         sup = info.supported_mhz
         facts = {"max_mhz": info.max_mhz, "supported_range_mhz": [min(sup), max(sup)] if sup else None,
-                 "supported_count": len(sup), "original_source": "device" if isinstance(self.device, TwinClockDevice)
+                 "supported_count": len(sup), "original_source": "device" if self.device.lock_readable
                  else "assumed unlocked (NVML has no getter for a lock; restore = nvmlDeviceResetGpuLockedClocks)"}
         return info.locked_mhz, {"clocks": facts}
 
