@@ -165,7 +165,7 @@ class SweepManifest(RunManifest):
     """``harness sweep``'s manifest (schema 1). ``launches`` counts every server start of every session."""
 
     OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
-        "writer", "world", "engine_identity", "power_cap", "infrastructure_events", "seeds", "wall_s",
+        "writer", "world", "engine_identity", "power_cap", "sm_clocks", "infrastructure_events", "seeds", "wall_s",
         "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus", "idle_power_w",
         "active", "vllm_version", "skipped_configs"}
 
@@ -191,6 +191,8 @@ class SweepManifest(RunManifest):
     seeds: dict[str, Any] | None = None
     engine_identity: dict[str, Any] | None = None
     power_cap: dict[str, Any] | None = None
+    sm_clocks: dict[str, Any] | None = None
+    """``--sm-clocks``: the SM clock controller's records (harness.smclocks)."""
     infrastructure_events: list[dict[str, Any]] | None = None
     wall_s: float | None = None
     executor: dict[str, Any] | None = None
@@ -231,11 +233,15 @@ class SweepManifest(RunManifest):
     def infrastructure_event(self, event: dict[str, Any]) -> None:
         self.infrastructure_events = [*(self.infrastructure_events or []), event]
 
-    def power_cap_records(self) -> dict[str, Any]:
-        """The power cap controller's records (original limit, targets, enforced watts, restored), kept in place."""
-        if self.power_cap is None:
-            self.power_cap = {}
-        return self.power_cap
+    def setting_records(self, key: str) -> dict[str, Any]:
+        """A device setting controller's records (``power_cap``, ``sm_clocks``: original, targets, enforced,
+        restored), kept in place."""
+        if key not in ("power_cap", "sm_clocks"):
+            raise KeyError(key)
+        if getattr(self, key) is None:
+            setattr(self, key, {})
+        records: dict[str, Any] = getattr(self, key)
+        return records
 
     def end_session(self, session: SweepSession, *, launches: int, sampler_restarts: int, wall_s: float) -> None:
         session.launches, session.sampler_restarts, session.wall_s = launches, sampler_restarts, wall_s

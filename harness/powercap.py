@@ -11,20 +11,19 @@ limit the device reports (the fallback when the harness is not root).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
 import httpx
 from pydantic import BaseModel
 
-from harness.errors import HarnessError, ServiceUnavailableError, UsageError
+from harness.devicesetting import DeviceSettingError, PassSetting, SettingMode
+from harness.errors import ServiceUnavailableError, UsageError
 
-PowerCapMode = Literal["set", "record"]
+PowerCapMode = SettingMode
 
 
-class PowerCapError(HarnessError):
+class PowerCapError(DeviceSettingError):
     """The power limit could not be set (permission, range or device error)."""
-
-    exit_code = 9
 
 
 class CapLimits(BaseModel):
@@ -86,8 +85,14 @@ def resolve_cap(label: str, limits: CapLimits) -> float:
     return watts
 
 
-class TwinCapDevice:
-    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+class TwinSettingDevice:
+    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
+    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
+
+    route = "/v1/power_limit"
+    what = "the power limit"
+    error: type[DeviceSettingError] = DeviceSettingError
+    fix = "choose a cap within the GPU's limits"
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
@@ -95,15 +100,21 @@ class TwinCapDevice:
     def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             with httpx.Client(timeout=10.0, trust_env=False) as http:
-                resp = http.request(method, f"{self.url}/v1/power_limit", json=body)
+                resp = http.request(method, f"{self.url}{self.route}", json=body)
         except httpx.HTTPError as exc:
             raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
                                           fix="start it or fix --twin-gpu") from None
         data = resp.json()
         if resp.status_code >= 400:
             msg = (data.get("error") or {}).get("message", resp.text)
-            raise PowerCapError(f"the twin GPU refused the power limit: {msg}", fix="choose a cap within the GPU's limits")
+            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
         return data
+
+
+class TwinCapDevice(TwinSettingDevice):
+    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+
+    error = PowerCapError
 
     def limits(self) -> CapLimits:
         d = self._call("GET")
@@ -114,20 +125,52 @@ class TwinCapDevice:
         self._call("POST", {"power_limit_w": watts})
 
 
-class NvmlCapDevice:
-    """NVML through nvidia-ml-py: the limit getters, the constraints, and the (root-only) setter."""
+class NvmlDevice:
+    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu_index``): the base of the NVML
+    setting devices (the power limit here, the SM clock lock in ``harness.smclocks``)."""
+
+    error: type[DeviceSettingError] = DeviceSettingError
+    purpose = "the power cap"
 
     def __init__(self, gpu_index: int = 0) -> None:
         try:
             import pynvml
         except ImportError:
-            raise PowerCapError("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
+            raise self.error("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
         self.nv = pynvml
         try:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         except pynvml.NVMLError as exc:
-            raise PowerCapError(f"NVML is unavailable for the power cap: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
+            raise self.error(f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
+
+    def set_call(self, call: Callable[..., Any], *args: int, doing: str, refused: str, root_fix: str, refused_fix: str,
+                 unsupported_fix: str | None = None) -> None:
+        """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
+        error become ``self.error`` naming the NVML error text and the fix."""
+        nv = self.nv
+        try:
+            call(self.handle, *args)
+        except nv.NVMLError_NoPermission as exc:
+            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
+        except nv.NVMLError_NotSupported as exc:
+            if unsupported_fix is None:
+                raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+            raise self.error(f"{doing}: this GPU does not support it (NVML: {exc})", fix=unsupported_fix) from None
+        except nv.NVMLError as exc:
+            raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+
+    def close(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+
+class NvmlCapDevice(NvmlDevice):
+    """NVML through nvidia-ml-py: the limit getters, the constraints, and the (root-only) setter."""
+
+    error = PowerCapError
 
     def _w(self, fn: Callable[..., Any]) -> float | None:
         try:
@@ -145,92 +188,41 @@ class NvmlCapDevice:
                          min_w=lo, max_w=hi, default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit))
 
     def set_limit(self, watts: float) -> None:
-        nv = self.nv
-        try:
-            nv.nvmlDeviceSetPowerManagementLimit(self.handle, int(round(watts * 1000)))
-        except nv.NVMLError_NoPermission:
-            raise PowerCapError(f"setting the power limit to {watts:g} W needs root (NVML: No Permission)",
-                                fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
-                                    "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)") from None
-        except nv.NVMLError as exc:
-            raise PowerCapError(f"NVML refused the power limit {watts:g} W: {exc}",
-                                fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints") from None
-
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except self.nv.NVMLError:
-            pass
+        self.set_call(self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)),
+                      doing=f"setting the power limit to {watts:g} W", refused=f"the power limit {watts:g} W",
+                      root_fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
+                               "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)",
+                      refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints")
 
 
-class PowerCapController:
-    """Applies caps for a run and restores the original limit; its state lives in the manifest's ``power_cap``
-    records (a ``SweepManifest``'s ``power_cap_records()``, or a plain manifest dict's ``"power_cap"`` key)."""
 
-    def __init__(self, device: CapDevice, mode: PowerCapMode, manifest: Any,
-                 save: Callable[[], None] = lambda: None) -> None:
-        self.device = device
-        self.mode = mode
-        self.state: dict[str, Any] = (manifest.power_cap_records() if hasattr(manifest, "power_cap_records")
-                                      else manifest.setdefault("power_cap", {}))
-        self.state["mode"] = mode
-        self.save = save
-        self.current: str | None = None
-        self.targets: dict[str, float] = {}
+class PowerCapController(PassSetting):
+    """The power cap per pass (``harness.devicesetting.PassSetting``): records under the manifest's ``power_cap``
+    (``original_w``, ``targets_w``, ``enforced_w``, ``limits``, ``restored``)."""
 
-    def begin(self, caps: list[str]) -> CapLimits:
-        """Read the limits, resolve every cap (refusing out-of-range ones before anything runs), and remember the
-        original limit: the one in force now, unless an earlier session of this run set a cap and never restored
-        it (killed): then the limit that session found is kept, since the one in force now is that session's cap."""
+    key, unit, what = "power_cap", "w", "the power limit"
+    _limits: CapLimits
+
+    def read(self) -> tuple[float | None, dict[str, Any]]:
         limits = self.device.limits()
         if self.mode == "set" and limits.current_w is None:
             raise PowerCapError("the GPU does not report its current power limit, so a cap set now could not be restored",
                                 fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)")
-        self.targets = {c: resolve_cap(c, limits) for c in caps}
-        if self.state.get("restored", True) or self.state.get("original_w") is None:
-            self.state["original_w"] = limits.current_w
-        self.state.update(limits={k: v for k, v in limits.model_dump().items() if k != "enforced_w"},
-                          targets_w=dict(self.targets))
-        self.save()
-        return limits
+        self._limits = limits
+        return limits.current_w, {"limits": {k: v for k, v in limits.model_dump().items() if k != "enforced_w"}}
 
-    def apply(self, cap: str | None) -> float | None:
-        """Make ``cap`` the limit in force (``set`` mode; nothing in ``record`` mode); returns the enforced watts."""
-        changed = cap is not None and self.mode == "set" and cap != self.current
-        if changed and cap is not None:
-            self.state["restored"] = False
-            self.save()
-            try:
-                self.device.set_limit(self.targets[cap])
-            except HarnessError:
-                self._note_unchanged_limit()
-                raise
-            self.current = cap
-        enforced = self.device.limits().enforced_w
-        if changed and cap is not None:
-            self.state.setdefault("enforced_w", {})[cap] = enforced  # the manifest's record of what each cap enforced
-            self.save()
-        return enforced
+    def resolve(self, label: str, facts: dict[str, Any]) -> float:
+        return resolve_cap(label, self._limits)
 
-    def restore(self) -> float | None:
-        """Put the original limit back (``set`` mode, once a cap was set); returns the limit now enforced."""
-        original = self.state.get("original_w")
-        if self.mode != "set" or original is None or self.state.get("restored", True):
-            return None
-        self.device.set_limit(float(original))
-        self.current = None
-        self.state["restored"] = True
-        try:
-            self.save()
-        except HarnessError:  # the limit is back; a manifest still saying "not restored" only makes --resume set it again
-            pass
+    def put(self, value: float | None) -> None:
+        if value is not None:
+            self.device.set_limit(float(value))
+
+    def enforced(self) -> float | None:
         return self.device.limits().enforced_w
 
-    def _note_unchanged_limit(self) -> None:
-        """After a failed set: if the original limit is still in force, nothing needs restoring (no false alarm)."""
-        try:
-            if self.device.limits().enforced_w == self.state.get("original_w"):
-                self.state["restored"] = True
-                self.save()
-        except HarnessError:
-            pass
+    def applied_text(self, label: str | None, value: float | None) -> str:
+        return f"power cap {label}: {'unknown' if value is None else f'{value:g}'} W enforced"
+
+    def restored_text(self, value: float | None) -> str:
+        return f"power limit restored to {value:g} W" if value is not None else "power limit restored"

@@ -2,8 +2,8 @@
 
 Energy utilization u = avg_power_watts / the row's enforced power cap (``power_limit_w``; rows without one, as in
 published-layout files, use the run's or the published 80 W); the band is [0.95, 0.98] (published). A sweep over
-several caps (``--power-caps``) is reported per cap: tables, a recipe (best config in the band) per cap and batch
-size, and speed vs utilization with one colour per cap. Values are means over repeats of successful rows.
+several caps (``--power-caps``) or SM clocks (``--sm-clocks``) is reported per pass (cap, clock): tables, a recipe
+(best config in the band) per pass and batch size, and speed vs utilization with one colour per pass. Values are means over repeats of successful rows.
 matplotlib is imported lazily with the Agg backend.
 """
 
@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
+from harness.report_passes import Pass, PassGroup, pass_groups
 from harness.rows import SweepRow
 
 BAND = (0.95, 0.98)
@@ -94,19 +95,12 @@ def _find_key(obj: Any, key: str) -> Any:
     return None
 
 
-CapGroup = tuple[float, list[SweepRow]]
+CapGroup = PassGroup  # the old name: groups are per pass (cap, and SM clock with --sm-clocks)
 
 
-def cap_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float | None = None) -> list[CapGroup]:
-    """Grid rows grouped by the cap they ran under (the row's enforced limit, else ``fallback_w``), lowest first;
-    one group at ``override_w`` when given (``--power-limit``)."""
-    grid = [r for r in rows if not r.is_pilot]
-    if override_w is not None:
-        return [(float(override_w), grid)]
-    groups: dict[float, list[SweepRow]] = defaultdict(list)
-    for r in grid:
-        groups[round(float(r.power_limit_w or fallback_w), 1)].append(r)
-    return sorted(groups.items()) or [(fallback_w, [])]
+def cap_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float | None = None) -> list[PassGroup]:
+    """Grid rows per pass (``harness.report_passes.pass_groups``)."""
+    return pass_groups(rows, fallback_w, override_w)
 
 
 def _measured(cells: list[CellSummary], config: SpecConfig) -> CellSummary | None:
@@ -192,11 +186,11 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
     limit, _ = power_limit_of(rows, None, power_limit_w)
     groups = cap_groups(rows, limit, power_limit_w)
     multi = len(groups) > 1
-    what = "u = W/row's cap" if multi else f"u = W/{groups[0][0]:g}"
+    what = "u = W/row's cap" if multi else f"u = W/{groups[0][0].cap_w:g}"
     t = Table(title=f"sweep summary (tok/s, x baseline; {what}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     if multi:
-        t.add_column("cap W", justify="right", no_wrap=True)
+        t.add_column("cap W" if all(k.clock is None for k, _ in groups) else "pass", justify="right", no_wrap=True)
     summary_columns: tuple[tuple[str, JustifyMethod], ...] = (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
                       ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right"))
     for col, just in summary_columns:
@@ -205,7 +199,7 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
     def speed(c: CellSummary | None, base: CellSummary | None) -> str:
         return "-" if c is None or c.speed_tok_s is None else f"{c.speed_tok_s:.1f} {_vs(c, base)}"
 
-    for cap, s in ((group_cap, s) for group_cap, group in groups for s in summarize(group, group_cap)):
+    for key, s in ((k, s) for k, group in groups for s in summarize(group, k.cap_w)):
         ref, b = s.reference, s.best_in_band
         if b is not None:
             best = [str(SpecConfig(*b.config)), speed(b, s.baseline), _fmt(b.utilization, ".2f")]
@@ -214,24 +208,29 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
             best = ["[dim]none[/]", f"[dim]~{SpecConfig(*c.config)}[/]", _fmt(c.utilization, ".2f")]
         else:
             best = ["[dim]none[/]", "-", "-"]
-        t.add_row(*([f"{cap:g}"] if multi else []), str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
+        t.add_row(*([key.label.removesuffix(" W") if key.clock is None else key.label] if multi else []), str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
                   _fmt(ref.utilization if ref else None, ".2f"), *best, str(len(s.in_band)), str(s.n_error_rows))
     t.caption = "n: configs in band; ~: closest if none; err: error rows"
     return t
 
 
-def recipes(groups: Sequence[tuple[float, Sequence[BatchSummary]]]) -> dict[str, dict[str, Any]]:
-    """Per cap (W) and batch size: the fastest config inside the band (``None`` when none is), as ``s,k,d`` lists."""
-    return {f"{cap:g}": {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
-            for cap, summaries in groups}
+SummaryGroups = Sequence[tuple[Pass, Sequence[BatchSummary]]]
 
 
-def recipe_table(groups: Sequence[tuple[float, Sequence[BatchSummary]]]) -> Table:
-    """The recipe per cap: rows are batch sizes, columns caps, each cell the best config in the band (speed, u)."""
-    t = Table(title="recipe per power cap: fastest config inside the band (~: closest when none is)", title_justify="left")
+def recipes(groups: SummaryGroups) -> dict[str, dict[str, Any]]:
+    """Per pass (``Pass.id``: the cap in W, ``@clock`` with --sm-clocks) and batch size: the fastest config inside the
+    band (``None`` when none is), as ``s,k,d`` lists."""
+    return {key.id: {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
+            for key, summaries in groups}
+
+
+def recipe_table(groups: SummaryGroups) -> Table:
+    """The recipe per pass: rows are batch sizes, columns passes, each cell the best config in the band (speed, u)."""
+    what = "power cap" if all(k.clock is None for k, _ in groups) else "power cap and SM clock"
+    t = Table(title=f"recipe per {what}: fastest config inside the band (~: closest when none is)", title_justify="left")
     t.add_column("bs", justify="right")
-    for cap, _ in groups:
-        t.add_column(f"{cap:g} W")
+    for key, _ in groups:
+        t.add_column(key.label)
     by = {cap: {s.batch_size: s for s in summaries} for cap, summaries in groups}
     for bs in sorted({s.batch_size for _, summaries in groups for s in summaries}):
         cells = []
@@ -262,12 +261,12 @@ def error_table(rows: Sequence[SweepRow]) -> Table | None:
 
 def write_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_limit_w: float) -> list[Path]:
     """speed_vs_utilization.png (band shaded, one panel per batch size) and joules_per_token.png (per config)."""
-    return write_cap_figures([(power_limit_w, summaries)], out_dir)
+    return write_cap_figures([(Pass(power_limit_w), summaries)], out_dir)
 
 
-def write_cap_figures(groups: Sequence[tuple[float, Sequence[BatchSummary]]], out_dir: Path) -> list[Path]:
-    """The figures of one cap (as ``write_figures``), or of several: speed_vs_utilization.png with one colour per cap
-    (utilization against each cap) and joules_per_token_cap<W>w.png per cap."""
+def write_cap_figures(groups: SummaryGroups, out_dir: Path) -> list[Path]:
+    """The figures of one pass (as ``write_figures``), or of several: speed_vs_utilization.png with one colour per
+    pass (utilization against each pass's cap) and joules_per_token_<Pass.slug>.png per pass."""
     from harness.extras import needs
 
     with needs("writing PNG figures (--no-figures skips them)"):
@@ -278,29 +277,29 @@ def write_cap_figures(groups: Sequence[tuple[float, Sequence[BatchSummary]]], ou
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if len(groups) == 1:
-        return _single_cap_figures(groups[0][1], out_dir, groups[0][0], plt)
+        return _single_cap_figures(groups[0][1], out_dir, groups[0][0].cap_w, plt)
     written = [_speed_vs_utilization_per_cap(groups, out_dir, plt)]
-    for cap, summaries in groups:
-        written.append(_jpt_figure(summaries, out_dir / f"joules_per_token_cap{cap:g}w.png", plt, f" at {cap:g} W"))
+    for key, summaries in groups:
+        written.append(_jpt_figure(summaries, out_dir / f"joules_per_token_{key.slug}.png", plt, f" at {key.label}"))
     return written
 
 
-def _speed_vs_utilization_per_cap(groups: Sequence[tuple[float, Sequence[BatchSummary]]], out_dir: Path, plt: Any) -> Path:
+def _speed_vs_utilization_per_cap(groups: SummaryGroups, out_dir: Path, plt: Any) -> Path:
     sizes = sorted({s.batch_size for _, summaries in groups for s in summaries})
     fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(4.2 * max(1, len(sizes)), 3.8), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, bs in zip(axes[0], sizes):
         ax.axvspan(*BAND, color="tab:green", alpha=0.18, label="energy band")
-        for i, (cap, summaries) in enumerate(groups):
+        for i, (key, summaries) in enumerate(groups):
             s = next((x for x in summaries if x.batch_size == bs), None)
             pts = [c for c in (s.cells if s else []) if c.utilization is not None and c.speed_tok_s is not None]
             colour = colours[i % len(colours)]
-            ax.scatter([c.utilization for c in pts], [c.speed_tok_s for c in pts], s=18, color=colour, label=f"cap {cap:g} W")
+            ax.scatter([c.utilization for c in pts], [c.speed_tok_s for c in pts], s=18, color=colour, label=key.label)
             if s is not None and s.best_in_band is not None:
                 b = s.best_in_band
                 ax.scatter([b.utilization], [b.speed_tok_s], s=70, facecolors="none", edgecolors=colour, linewidths=1.8)
                 ax.annotate("%d,%d,%d" % b.config, (b.utilization, b.speed_tok_s), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        ax.set_title(f"batch size {bs} (circled: best in band per cap)", fontsize=8)
+        ax.set_title(f"batch size {bs} (circled: best in band per pass)", fontsize=8)
         ax.set_xlabel("utilization (avg W / the row's cap)")
         ax.set_ylabel("speed (tok/s per sequence)")
         ax.grid(alpha=0.3)
@@ -362,6 +361,12 @@ def _jpt_figure(summaries: Sequence[BatchSummary], p: Path, plt: Any, suffix: st
     return p
 
 
+def _pass_fields(key: Pass) -> dict[str, Any]:
+    """A pass in summary.json: its cap, and its SM clock when the sweep locked clocks."""
+    clock = {} if key.clock is None else {"sm_clock": key.clock, "sm_clock_mhz": key.sm_clock_mhz}
+    return {"power_limit_w": key.cap_w, **clock}
+
+
 def sweep_report(
     path: str | Path,
     *,
@@ -387,19 +392,21 @@ def sweep_report(
     rows = loaded.rows
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
     fallback = limit if limit_src != "rows" else PUBLISHED_POWER_LIMIT_W
-    groups = [(cap, summarize(g, cap)) for cap, g in cap_groups(rows, fallback, power_limit_w)]
+    groups = [(key, summarize(g, key.cap_w)) for key, g in pass_groups(rows, fallback, power_limit_w)]
     multi = len(groups) > 1
     if multi:
-        console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows at {len(groups)} power caps: "
-                      + ", ".join(f"{cap:g} W" for cap, _ in groups) + " (each row's enforced cap)")
+        clocks = any(key.clock is not None for key, _ in groups)
+        console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows at {len(groups)} "
+                      + ("passes: " if clocks else "power caps: ") + ", ".join(key.label for key, _ in groups)
+                      + (" (each row's enforced cap and locked SM clock)" if clocks else " (each row's enforced cap)"))
     else:
-        limit = groups[0][0] if limit_src == "rows" else limit
+        limit = groups[0][0].cap_w if limit_src == "rows" else limit
         console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
-    for cap, summaries in groups:
+    for key, summaries in groups:
         for s in summaries:
-            t = batch_table(s, cap)
+            t = batch_table(s, key.cap_w)
             if multi:
-                t.title = f"power cap {cap:g} W, {t.title}"
+                t.title = f"{'power cap ' if key.clock is None else ''}{key.label}, {t.title}"
             console.print(t)
     if multi:
         console.print(recipe_table(groups))
@@ -415,8 +422,8 @@ def sweep_report(
     summary = {
         "source": str(loaded.path), "invalid_windows": windows,
         "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": None if multi else limit, "power_limit_source": limit_src, "band": list(BAND),
-        "batch_sizes": [{**s.model_dump(mode="json"), **({"power_limit_w": cap} if multi else {})} for cap, summaries in groups for s in summaries],
-        "caps": [{"power_limit_w": cap, "recipe": recipes([(cap, summaries)])[f"{cap:g}"]} for cap, summaries in groups],
+        "batch_sizes": [{**s.model_dump(mode="json"), **(_pass_fields(key) if multi else {})} for key, summaries in groups for s in summaries],
+        "caps": [{**_pass_fields(key), "recipe": recipes([(key, summaries)])[key.id]} for key, summaries in groups],
         "error_rows": [{"index": r.index, "repeat": r.repeat, "batch_size": r.batch_size, "config": r.config.as_tuple(),
                         "error": r.error} for r in rows if r.is_error],
         "figures": [str(p) for p in written],

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from harness.report import BatchSummary, CellSummary
+    from harness.report_passes import Pass
 
 
 def config_label(config: Sequence[int]) -> str:
@@ -28,11 +29,11 @@ def pareto_front(cells: Sequence["CellSummary"]) -> list["CellSummary"]:
     return sorted(front, key=lambda c: c.joules_per_token or 0.0)
 
 
-def pareto_figures(groups: Sequence[tuple[float, Sequence["BatchSummary"]]], out_dir: Path) -> list[Path]:
-    """``pareto.png`` (one cap) or ``pareto_cap<W>w.png`` per cap."""
+def pareto_figures(groups: Sequence[tuple["Pass", Sequence["BatchSummary"]]], out_dir: Path) -> list[Path]:
+    """``pareto.png`` (one pass) or ``pareto_<Pass.slug>.png`` per pass (``pareto_cap60w.png``, ``..._clk1410mhz``)."""
     if len(groups) == 1:
         return [pareto_figure(groups[0][1], out_dir / "pareto.png")]
-    return [pareto_figure(summaries, out_dir / f"pareto_cap{cap:g}w.png", f" at {cap:g} W") for cap, summaries in groups]
+    return [pareto_figure(summaries, out_dir / f"pareto_{key.slug}.png", f" at {key.label}") for key, summaries in groups]
 
 
 def pareto_figure(summaries: Sequence["BatchSummary"], path: Path, title_suffix: str = "") -> Path:
@@ -97,18 +98,18 @@ CSS = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-col
        "tr.band{background:#e6f4e6}tr.best{background:#c8e8c8;font-weight:bold}img{max-width:100%;border:1px solid #ddd}")
 
 
-def write_html(path: Path, *, source: str, groups: Sequence[tuple[float, Sequence["BatchSummary"]]], summary: dict[str, Any],
+def write_html(path: Path, *, source: str, groups: Sequence[tuple["Pass", Sequence["BatchSummary"]]], summary: dict[str, Any],
                figures: Sequence[Path]) -> Path:
     """``report.html``: the run, the recipe per cap, a table per batch size and every figure inline."""
     parts = [f"<h1>Sweep report</h1><p>source: <code>{html.escape(source)}</code>; band {summary['band'][0]}–{summary['band'][1]} "
              "of the enforced power cap; means over the successful repeats (± SD).</p>"]
-    for cap in summary["caps"]:
+    for (key, _), cap in zip(groups, summary["caps"]):
         recipe = cap["recipe"]
         items = "".join(f"<li>batch size {html.escape(str(bs))}: {config_label(v) if v else 'none in band'}</li>" for bs, v in recipe.items())
-        parts.append(f"<h2>Recipe at {cap['power_limit_w']:g} W</h2><ul>{items}</ul>")
-    for cap, summaries in groups:
+        parts.append(f"<h2>Recipe at {html.escape(key.label)}</h2><ul>{items}</ul>")
+    for key, summaries in groups:
         for s in summaries:
-            parts.append(f"<h3>{cap:g} W, batch size {s.batch_size}</h3>{_batch_table(s)}")
+            parts.append(f"<h3>{html.escape(key.label)}, batch size {s.batch_size}</h3>{_batch_table(s)}")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode()
         parts.append(f"<h3>{html.escape(Path(fig).stem)}</h3><img alt=\"{html.escape(Path(fig).stem)}\" src=\"data:image/png;base64,{data}\">")

@@ -126,6 +126,7 @@ class SweepRow(BaseModel):
     pre_gpu_power_w: Num | None = None
     # device and launch
     power_limit_w: Num | None = None
+    sm_clock_locked_mhz: Num | None = None  # the pass's locked SM clock (--sm-clocks); null: unlocked or not swept
     gpu_name: str | None = None
     gpu_uuid: str | None = None
     mem_fraction: Num | None = None

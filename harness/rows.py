@@ -42,7 +42,7 @@ __all__ = [
     "EXTRA_KEYS", "GRID_SPEED_SOURCES", "NATIVE_KEYS", "PILOT_ERROR_PREFIX", "PILOT_NOTE", "PILOT_SPEED_SOURCES",
     "PUBLISHED_HARDWARE", "PUBLISHED_KEYS", "EngineInfo", "Num", "SpeedSource", "SweepRow", "from_native", "from_published",
     "key_order_problem", "non_finite_fields", "to_native", "to_published",
-    "PILOT_ROWS", "RowStore", "error_row", "grid_index", "hardware_label", "load_rows", "make_cell_id", "make_pilot_cell_id", "pilot_row",
+    "PILOT_ROWS", "RowStore", "error_row", "grid_index", "hardware_label", "load_rows", "make_cell_id", "make_pilot_cell_id", "pass_of", "pilot_row",
     "resolve_latest", "resolve_latest_published", "throttling_flags",
 ]
 
@@ -76,6 +76,11 @@ def make_cell_id(repeat: int, batch_size: int, config: SpecConfig | Sequence[int
     """Filesystem-safe id of a grid cell, e.g. ``r0-bs16-s5k4d16``."""
     s, k, d = config.as_tuple() if isinstance(config, SpecConfig) else tuple(int(v) for v in config)
     return f"r{repeat}-bs{batch_size}-s{s}k{k}d{d}"
+
+
+def pass_of(row: SweepRow) -> tuple[str | None, str | None]:
+    """The (power cap, SM clock) labels of the sweep pass a native row ran in (None: that dimension not swept)."""
+    return (row.extras.get("power_cap") or {}).get("label"), (row.extras.get("sm_clock") or {}).get("label")
 
 
 def make_pilot_cell_id(suite: str, config_name: str, task: str, trial: int | str = 0) -> str:

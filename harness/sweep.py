@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from harness.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
 from harness.console import SweepConsole
@@ -22,7 +22,7 @@ from harness.grid import SpecConfig
 from harness.health import ServiceProblem
 from harness.manifest import SweepManifest
 from harness.measurement import measurement
-from harness.powercap import PowerCapController
+from harness.devicesetting import PassSetting
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row
 from harness.sweep_errors import FIX_BY_KIND, InfrastructureLost, WorldLost
 from harness.sweep_options import SweepOptions, parse_settle
@@ -49,12 +49,12 @@ class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
     def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: SweepManifest,
-                 console: SweepConsole, power_cap: PowerCapController | None = None, *, retry_errors: bool = False,
+                 console: SweepConsole, settings: Sequence[PassSetting] = (), *, retry_errors: bool = False,
                  executor: Any | None = None) -> None:
         self.opts = opts
         self.executor = executor  # None: run cells here; else ``executor.run(self, cells)`` runs them elsewhere
-        self.power_cap = power_cap
-        self.enforced_w: float | None = None
+        self.settings_by_key = {s.key: s for s in settings}  # the device settings swept per pass (power_cap, sm_clocks)
+        self.enforced: dict[str, float | None] = {}  # what each setting enforced for the pass now running
         self.world = world
         self.run_dir = run_dir
         self.manifest = manifest
@@ -156,7 +156,7 @@ class SweepRunner:
     def _config_groups(self, pending: list[Cell]) -> Iterator[list[Cell]]:
         group: list[Cell] = []
         for cell in pending:
-            if group and (cell.repeat, cell.cap, cell.config) != (group[0].repeat, group[0].cap, group[0].config):
+            if group and (cell.pass_key, cell.config) != (group[0].pass_key, group[0].config):
                 yield group
                 group = []
             group.append(cell)
@@ -164,19 +164,21 @@ class SweepRunner:
             yield group
 
     # --- modes ----------------------------------------------------------------------------------------------------
-    def _apply_cap(self, cell: Cell) -> None:
-        """Set the cell's cap (a no-op while it is already in force) and note the enforced limit for its row. The world
-        is checked first: a lost device is an infrastructure failure, not a cap error from the controller."""
-        if self.power_cap is not None:
+    def _apply_settings(self, cell: Cell) -> None:
+        """Set the cell's cap and SM clock (no-ops while already in force) and note what is enforced for its row. The
+        world is checked first: a lost device is an infrastructure failure, not a setting error from a controller."""
+        for key, label in (("power_cap", cell.cap), ("sm_clocks", cell.clock)):
+            setting = self.settings_by_key.get(key)
+            if setting is None:
+                continue
             self._check_world(cell)
-            before = self.power_cap.current
-            self.enforced_w = self.power_cap.apply(cell.cap)
-            if cell.cap != before:
-                enforced = "unknown" if self.enforced_w is None else f"{self.enforced_w:g}"
-                self.console.line(f"power cap {cell.cap}: {enforced} W enforced")
+            before = setting.current
+            self.enforced[key] = got = setting.apply(label)
+            if label != before:
+                self.console.line(setting.applied_text(label, got))
 
     def _run_cell_mode(self, cell: Cell) -> None:
-        self._apply_cap(cell)
+        self._apply_settings(cell)
         self._settle()
         self._check_world(cell)
         t0 = time.monotonic()
@@ -188,7 +190,7 @@ class SweepRunner:
         server: RunningServer | None = None
         attempts: list[LaunchAttempt] = []
         fallback = False
-        self._apply_cap(group[0])
+        self._apply_settings(group[0])
         try:
             for i, cell in enumerate(group):
                 self._settle()
@@ -335,20 +337,25 @@ class SweepRunner:
                               version=self.opts.vllm_version if self.opts.api == "vllm" else self.opts.sglang_version),
             sglang_version=None if self.opts.api == "vllm" else self.opts.sglang_version,
             time_scale=self.world.clock.scale,
-            power_limit_w=_num(self.enforced_w if self.enforced_w is not None else self.world.power_limit_w),
+            power_limit_w=_num(self.enforced.get("power_cap") or self.world.power_limit_w),
+            sm_clock_locked_mhz=_num(self.enforced.get("sm_clocks")),
             extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per,
                     "stream": self.settings.stream, **self._cap_extras(cell)},
         )
 
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:
-        if cell.cap is None or self.power_cap is None:
-            return {}
-        return {"power_cap": {"label": cell.cap, "target_w": self.power_cap.targets.get(cell.cap), "mode": self.opts.power_cap_mode}}
+        out: dict[str, Any] = {}
+        cap, clock = self.settings_by_key.get("power_cap"), self.settings_by_key.get("sm_clocks")
+        if cell.cap is not None and cap is not None:
+            out["power_cap"] = {"label": cell.cap, "target_w": cap.targets.get(cell.cap), "mode": self.opts.power_cap_mode}
+        if cell.clock is not None and clock is not None:
+            out["sm_clock"] = {"label": cell.clock, "target_mhz": clock.targets.get(cell.clock)}
+        return out
 
     def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:
         m = measurement(r.window, r.pre, r.after)
         common = self._common(cell, attempts, t0, server)
-        if self.power_cap is None and r.after is not None and r.after.power_limit_w is not None:
+        if "power_cap" not in self.settings_by_key and r.after is not None and r.after.power_limit_w is not None:
             common["power_limit_w"] = _num(r.after.power_limit_w)  # record: the limit the device enforced
         common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=r.window.energy_method,
                                 window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,

@@ -17,7 +17,7 @@ from harness.errors import UsageError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.model_cli import Flag
 
-GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = ("Grid", "Engine", "Workload", "World", "Power caps",
+GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = ("Grid", "Engine", "Workload", "World", "Power caps and SM clocks",
                                                  "Executor (many GPUs)", "Strategy (active sweep)")
 """Help panels of ``harness sweep``."""
 
@@ -38,6 +38,12 @@ def _power_caps(text: str) -> list[str]:
     from harness.powercap import parse_power_caps
 
     return parse_power_caps(text)
+
+
+def _sm_clocks(text: str) -> list[str]:
+    from harness.smclocks import parse_sm_clocks
+
+    return parse_sm_clocks(text)
 
 
 def _backend(text: str) -> str | None:
@@ -115,6 +121,9 @@ class SweepOptions(BaseModel):
     power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
         "set", description="set (needs root on NVML; the original limit is restored) or record (only record the "
                            "enforced limit)")
+    sm_clocks: Annotated[list[str] | None, Flag(CAPS, parse=_sm_clocks)] = Field(
+        None, description="locked SM clocks swept per pass (inside each cap), MHz or max (unlocked), e.g. 1980,1410,990 "
+                          "(needs root on NVML; unlocked again at the end; docs/smclocks.md)")
     energy_window: Annotated[Literal["measured", "steady"], Flag(BENCH)] = Field(
         "measured", description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)")
     executor: Annotated[Literal["local", "ray"], Flag(EXEC)] = Field(

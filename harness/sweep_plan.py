@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from harness.grid import SpecConfig
 from harness.powercap import cap_slug
+from harness.smclocks import clock_slug
 from harness.rows import grid_index, make_cell_id
 from harness.sweep_options import SweepOptions
 
@@ -18,11 +19,18 @@ class Cell:
     config: SpecConfig
     index: int
     cap: str | None = None
+    clock: str | None = None
+    """The pass's ``--sm-clocks`` label (None without that dimension)."""
 
     @property
     def cell_id(self) -> str:
-        base = make_cell_id(self.repeat, self.batch_size, self.config)
-        return f"{cap_slug(self.cap)}-{base}" if self.cap is not None else base
+        prefix = ([cap_slug(self.cap)] if self.cap is not None else []) + ([clock_slug(self.clock)] if self.clock is not None else [])
+        return "-".join([*prefix, make_cell_id(self.repeat, self.batch_size, self.config)])
+
+    @property
+    def pass_key(self) -> tuple[int, str | None, str | None]:
+        """(repeat, cap, clock): the cells of one pass share it (the device settings are set once per pass)."""
+        return self.repeat, self.cap, self.clock
 
 
 def plan_cells(opts: SweepOptions) -> list[Cell]:
@@ -30,14 +38,16 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
     config then batch size. Indexes follow the published order (repeat, batch size, config) in both modes."""
     configs, sizes = opts.spec_configs, opts.batch_sizes
     caps: list[str | None] = list(opts.power_caps) if opts.power_caps else [None]
+    clocks: list[str | None] = list(opts.sm_clocks) if opts.sm_clocks else [None]
+    settings = [(cap, clock) for cap in caps for clock in clocks]  # caps outer, clocks inner
     per_pass = len(configs) * len(sizes)
     cells: list[Cell] = []
     for r in range(opts.repeats):
         pairs = ([(bs, c) for bs in sizes for c in configs] if opts.launch_per == "cell"
                  else [(bs, c) for c in configs for bs in sizes])
-        for i, cap in enumerate(caps):  # one pass per (repeat, cap): the cap is set once per pass
-            offset = (r * (len(caps) - 1) + i) * per_pass  # caps after the first shift the published index
-            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap) for bs, c in pairs]
+        for i, (cap, clock) in enumerate(settings):  # one pass per (repeat, cap, clock): each set once per pass
+            offset = (r * (len(settings) - 1) + i) * per_pass  # passes after the first shift the published index
+            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap, clock) for bs, c in pairs]
     return cells
 
 

@@ -1,5 +1,5 @@
 """One sweep session: check the options, take the run folder's writer lock (new run or ``--resume``), open the world,
-wire the power caps, run ``SweepRunner``, and leave the manifest saying how the session ended."""
+wire the device settings swept per pass (power caps, SM clocks), run ``SweepRunner``, and leave the manifest saying how the session ended."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from harness.engine.version import resolve_version
 from harness.errors import HarnessError, UsageError
 from harness.jsonl import write_error
 from harness.manifest import SweepManifest, read_manifest, read_options
-from harness.powercap import PowerCapController
+from harness.devicesetting import PassSetting
 from harness.rows import SweepRow
 from harness.run_folder import new_run_id, prepare_resume, prepare_run_dir
 from harness.runlock import RunLock
@@ -132,8 +132,8 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
             if manifest.idle_power_w is None:  # the board before any server (twin calibrate --from reads it)
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
-            power_cap = open_power_cap(opts, world, manifest, lambda: manifest.save(run_dir))
-            runner = SweepRunner(opts, world, run_dir, manifest, console, power_cap, retry_errors=retry_errors,
+            settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
+            runner = SweepRunner(opts, world, run_dir, manifest, console, settings, retry_errors=retry_errors,
                                  executor=getattr(world, "executor", None))
             try:
                 rows = runner.run()
@@ -142,8 +142,7 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
                 manifest.interrupted()
                 raise
             finally:
-                if power_cap is not None:
-                    restore_cap(power_cap, console, run_dir)
+                restore_settings(settings, console, run_dir)
                 manifest.end_session(session, launches=runner.launches, sampler_restarts=world.sampler_restarts,
                                      wall_s=(mono_ns() - t0) / 1e9)
                 manifest.save_best_effort(run_dir)
@@ -172,32 +171,45 @@ def _record_failure(run_dir: Path, manifest: SweepManifest, exc: HarnessError) -
     manifest.save_best_effort(run_dir)
 
 
-def open_power_cap(opts: SweepOptions, world: Any, manifest: SweepManifest, save: Any) -> PowerCapController | None:
-    """The cap controller of a sweep with ``--power-caps`` (None without); every cap is checked against the GPU's
-    limits before the first cell, and the original limit is saved in the manifest before the first set."""
-    if not opts.power_caps:
-        return None
-    from harness.powercap import NvmlCapDevice, TwinCapDevice
+def open_settings(opts: SweepOptions, world: Any, manifest: SweepManifest, save: Any, console: SweepConsole,
+                  run_dir: Path) -> list[PassSetting]:
+    """The controllers of the device settings swept per pass (``--power-caps``, ``--sm-clocks``; none without): every
+    value is checked against the GPU before the first cell, each original is saved in the manifest before the first
+    set. A refusal restores what an earlier controller of this session already took over (nothing is set yet)."""
+    from harness.powercap import NvmlCapDevice, PowerCapController, TwinCapDevice
+    from harness.smclocks import NvmlClockDevice, SmClockController, TwinClockDevice
 
-    device: Any = TwinCapDevice(world.twin_gpu_url) if opts.engine == "twin" else NvmlCapDevice(0)
-    controller = PowerCapController(device, opts.power_cap_mode, manifest, save)
-    controller.begin(list(opts.power_caps))
-    return controller
-
-
-def restore_cap(power_cap: PowerCapController, console: SweepConsole, run_dir: Path) -> None:
-    """Restore the original limit; a failure is reported (and kept in the manifest) without hiding the run's own."""
+    twin = opts.engine == "twin"
+    wanted: list[tuple[Any, Any, list[str], Any]] = []
+    if opts.power_caps:
+        wanted.append((PowerCapController, TwinCapDevice if twin else NvmlCapDevice, list(opts.power_caps), opts.power_cap_mode))
+    if opts.sm_clocks:
+        wanted.append((SmClockController, TwinClockDevice if twin else NvmlClockDevice, list(opts.sm_clocks), "set"))
+    out: list[PassSetting] = []
     try:
-        restored = power_cap.restore()
-    except HarnessError as exc:
-        power_cap.state["restore_error"] = exc.message
-        power_cap.save()
-        console.line(f"could not restore the power limit: {exc.message} ({exc.fix}); "
-                     f"harness sweep --resume {run_dir} restores it")
-        return
-    finally:
-        close = getattr(power_cap.device, "close", None)
-        if callable(close):
-            close()
-    if restored is not None:
-        console.line(f"power limit restored to {restored:g} W")
+        for controller, device, labels, mode in wanted:
+            setting = controller(device(world.twin_gpu_url) if twin else device(0), mode, manifest, save)
+            out.append(setting)
+            setting.begin(labels)
+    except BaseException:
+        restore_settings(out, console, run_dir)
+        raise
+    return out
+
+
+def restore_settings(settings: list[PassSetting], console: SweepConsole, run_dir: Path) -> None:
+    """Put each original back (the last set first); a failure is reported (and kept in the manifest) without hiding
+    the run's own, and the other settings are still restored."""
+    for setting in reversed(settings):
+        try:
+            text = setting.restore()
+        except HarnessError as exc:
+            setting.state["restore_error"] = exc.message
+            setting.save()
+            console.line(f"could not restore {setting.what}: {exc.message} ({exc.fix}); "
+                         f"harness sweep --resume {run_dir} restores it")
+            continue
+        finally:
+            setting.close()
+        if text is not None:
+            console.line(text)

@@ -63,6 +63,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         param: Annotated[Optional[list[str]], typer.Option(help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md")] = None,
         invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
         power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60")] = None,
+        sm_clock: Annotated[Optional[str], typer.Option("--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks), e.g. 1410 or max")] = None,
     ) -> None:
         """Train the policies on a sweep and write their artifacts and picks.json.
 
@@ -79,7 +80,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
         data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight,  # type: ignore[arg-type]
                                                                                            limit_source, memory_term, memory_total_mb),
-                            windows=invalid_windows, power_cap=power_cap)
+                            windows=invalid_windows, power_cap=power_cap, sm_clock=sm_clock)
         if tune:
             from harness.jsonl import write_json_atomic
             from policies.tune import tune_variants
@@ -88,7 +89,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             params.update({t.variant: t.chosen for t in tunings})
             names += [t.variant for t in tunings]
             write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
-        summary = train_all(data, out, names, seed, params, selection={"invalid_windows": invalid_windows, "power_cap": power_cap})
+        summary = train_all(data, out, names, seed, params, selection={"invalid_windows": invalid_windows, "power_cap": power_cap, "sm_clock": sm_clock})
         print_picks(out)
         print_published_picks(summary.model_dump())
         typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
@@ -110,6 +111,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         state: Annotated[str, typer.Option()] = "hindsight",
         invalid_windows: Annotated[Optional[str], typer.Option("--invalid-windows", help=WINDOWS_HELP + "; default: as train chose")] = None,
         power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps); default: the one train used")] = None,
+        sm_clock: Annotated[Optional[str], typer.Option("--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks); default: the one train used")] = None,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.jsonl import write_json_atomic
@@ -134,7 +136,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         chosen = train_meta.get("selection") or {}  # the rows train used, unless told otherwise
         data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
                             windows=invalid_windows or chosen.get("invalid_windows") or "exclude",
-                            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"))
+                            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"),
+                            sm_clock=sm_clock if sm_clock is not None else chosen.get("sm_clock"))
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())

@@ -273,7 +273,7 @@ def dataset_from_rows(
 
 
 def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: RewardOptions = RewardOptions(),
-                 windows: str = "exclude", power_cap: str | None = None) -> PolicyDataset:
+                 windows: str = "exclude", power_cap: str | None = None, sm_clock: str | None = None) -> PolicyDataset:
     """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset.
 
     Rows come from the one loader (``harness.dataset.load``, validate's checks): a torn line, NaN/inf or duplicate
@@ -288,25 +288,28 @@ def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: Re
             reward = reward.model_copy(update={"memory_total_mb": total})
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
-    return dataset_from_rows(rows_of_one_cap(loaded.rows, power_cap, path), state=state, reward=reward, source=str(path))
+    return dataset_from_rows(rows_of_one_cap(loaded.rows, power_cap, path, sm_clock), state=state, reward=reward, source=str(path))
 
 
-def rows_of_one_cap(rows: list[SweepRow], power_cap: str | None, path: str | Path) -> list[SweepRow]:
-    """The rows of one power-cap pass (``harness sweep --power-caps``). A policy's state has no cap and baselines are
-    per batch size, so rows of several caps are never pooled: naming none of several caps is a DataError."""
-    def cap_of(r: SweepRow) -> str | None:
-        return (r.extras.get("power_cap") or {}).get("label")
+def rows_of_one_cap(rows: list[SweepRow], power_cap: str | None, path: str | Path,
+                    sm_clock: str | None = None) -> list[SweepRow]:
+    """The rows of one sweep pass: one power cap (``harness sweep --power-caps``) and one locked SM clock
+    (``--sm-clocks``). A policy's state has neither and baselines are per batch size, so rows of several passes are
+    never pooled: naming none of several caps (or clocks) is a DataError."""
+    from harness.rows import pass_of
 
-    caps = sorted({c for c in map(cap_of, rows) if c is not None})
-    if power_cap is None:
-        if len(caps) > 1:
-            raise DataError(f"{path}: rows from {len(caps)} power caps ({', '.join(caps)}); a policy's state has no cap "
-                            "and its baselines are per batch size, so caps are never pooled",
-                            fix=f"train and evaluate one cap at a time: --power-cap {caps[0]}")
-        return rows
-    if power_cap not in caps:
-        raise DataError(f"{path}: no rows at power cap {power_cap!r}", fix=f"one of: {', '.join(caps) or '(no capped rows)'}")
-    return [r for r in rows if cap_of(r) == power_cap]
+    for i, (want, what, flag) in enumerate(((power_cap, "power cap", "--power-cap"), (sm_clock, "SM clock", "--sm-clock"))):
+        labels = sorted({p for p in (pass_of(r)[i] for r in rows) if p is not None})
+        if want is None:
+            if len(labels) > 1:
+                raise DataError(f"{path}: rows from {len(labels)} {what}s ({', '.join(labels)}); a policy's state has no "
+                                f"{what} and its baselines are per batch size, so they are never pooled",
+                                fix=f"train and evaluate one {what} at a time: {flag} {labels[0]}")
+            continue
+        if want not in labels:
+            raise DataError(f"{path}: no rows at {what} {want!r}", fix=f"one of: {', '.join(labels) or f'(no rows with a {what})'}")
+        rows = [r for r in rows if pass_of(r)[i] == want]
+    return rows
 
 
 def manifest_memory_total_mb(path: str | Path) -> float | None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,16 @@ def harness_cmd(*args: str) -> list[str]:
 def run_harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(harness_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    """Wait until ``run/rows.jsonl`` has ``n`` lines while the sweep ``proc`` runs (fails when it ends first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run / "rows.jsonl").exists() and len((run / "rows.jsonl").read_bytes().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} rows in time (rc {proc.poll()})")
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

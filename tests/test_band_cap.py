@@ -83,7 +83,7 @@ def test_policies_never_pool_power_caps(tmp_path):
         load_dataset(path, power_cap="70")
     r = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m"), "--algos", "lookup_table", "--power-cap", "60")
     assert r.returncode == 0, r.stderr + r.stdout
-    assert json.loads((tmp_path / "m" / "train.json").read_text())["selection"] == {"invalid_windows": "exclude", "power_cap": "60"}
+    assert json.loads((tmp_path / "m" / "train.json").read_text())["selection"] == {"invalid_windows": "exclude", "power_cap": "60", "sm_clock": None}
     ev = harness("evaluate", "--models", str(tmp_path / "m"), "--dataset", str(path), "--no-loro", "--json")
     assert ev.returncode == 0, ev.stderr + ev.stdout  # evaluate scores the cap pass train used
     pooled = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m2"), "--algos", "lookup_table")

@@ -118,6 +118,10 @@ def test_cap_binding_verdict():
     lim = {"min_w": 200.0, "default_w": 700.0, "enforced_w": 700.0}
     v = lambda p: cap_binds_verdict({"limits": lim, "windows": {"decode_b1": {"avg_power_w": p}}})  # noqa: E731
     assert v(150.0)["verdict"] == "never_binds" and v(150.0)["needs_sm_clocks"]
+    assert v(150.0)["next"] == "harness sweep --sm-clocks max,1410,990 (docs/smclocks.md)" and "next" not in v(650.0)
+    picked = cap_binds_verdict({"limits": lim, "windows": {"decode_b1": {"avg_power_w": 150.0}},
+                                "phases": {"sm_clocks": {"picked_mhz": [1980, 1410]}}})
+    assert picked["next"].startswith("harness sweep --sm-clocks max,1410 ")
     assert v(300.0)["verdict"] == "binds_only_far_below_default" and v(300.0)["needs_sm_clocks"]
     assert v(650.0)["verdict"] == "binds" and not v(650.0)["needs_sm_clocks"]
     assert cap_binds_verdict({"limits": lim, "windows": {}})["verdict"] == "unknown"

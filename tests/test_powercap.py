@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.powercap import CapLimits, NvmlCapDevice, PowerCapController, PowerCapError, TwinCapDevice, parse_power_caps, resolve_cap
-from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
+from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu
 
@@ -136,13 +135,13 @@ def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(scri
         assert m["power_cap"]["original_w"] == 650.0 and m["power_cap"]["restored"] is False
         c = PowerCapController(dev, "set", m)
         c.begin(["250"])
-        assert c.restore() == 650.0 and dev.limits().current_w == 650.0 and m["power_cap"]["restored"] is True
+        assert c.restore() == "power limit restored to 650 W" and dev.limits().current_w == 650.0 and m["power_cap"]["restored"] is True
         # a later session of the same run, after a clean restore, takes the limit in force as the original
         dev.set_limit(500)
         again = PowerCapController(dev, "set", m)
         again.begin(["250"])
         again.apply("250")
-        assert dev.limits().current_w == 250.0 and again.restore() == 500.0
+        assert dev.limits().current_w == 250.0 and again.restore() == "power limit restored to 500 W"
     finally:
         dev.close()
 
@@ -233,15 +232,6 @@ def _start(run: Path, gpu_url: str, extra: list[str] = (), sigint_ignored: bool 
                             preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
-def _wait_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (run / "rows.jsonl").exists() and len((run / "rows.jsonl").read_bytes().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {n} rows in time (rc {proc.poll()})")
-
-
 @pytest.mark.parametrize(("sig", "sigint_ignored"), [(signal.SIGTERM, False), (signal.SIGINT, False),
                                                      (signal.SIGINT, True)],
                          ids=["SIGTERM", "SIGINT", "SIGINT-started-ignored"])
@@ -253,7 +243,7 @@ def test_sigterm_and_sigint_restore_the_original_limit(tmp_path, sig, sigint_ign
         TwinCapDevice(gpu.url).set_limit(70)
         proc = _start(run, gpu.url, sigint_ignored=sigint_ignored)
         try:
-            _wait_rows(run, 1, proc)
+            wait_rows(run, 1, proc)
             proc.send_signal(sig)
             _, err = proc.communicate(timeout=60)
         finally:
@@ -271,7 +261,7 @@ def test_kill9_leaves_the_cap_and_resume_restores_the_original(tmp_path):
         TwinCapDevice(gpu.url).set_limit(70)
         proc = _start(run, gpu.url)
         try:
-            _wait_rows(run, 1, proc)
+            wait_rows(run, 1, proc)
             proc.kill()
             proc.wait()
         finally:

@@ -24,9 +24,10 @@ def check_active_options(opts: Any) -> None:
     if getattr(opts, "executor", "local") != "local":
         raise UsageError("--strategy active picks a few cells per round from the rows so far; it does not run on "
                          "--executor ray yet", fix="use --executor local (the default) with --strategy active")
-    if opts.power_caps:
-        raise UsageError("--strategy active settles one recipe per GPU setting; it does not sweep --power-caps",
-                         fix="run one active sweep per cap (set the cap beforehand), or use --strategy grid")
+    if opts.power_caps or opts.sm_clocks:
+        flag = "--power-caps" if opts.power_caps else "--sm-clocks"
+        raise UsageError(f"--strategy active settles one recipe per GPU setting; it does not sweep {flag}",
+                         fix="run one active sweep per setting (set it beforehand), or use --strategy grid")
     if (0, 0, 0) not in [tuple(c) for c in opts.configs]:
         raise UsageError("--strategy active needs the baseline (0,0,0) in the grid: rewards are speed-ups over it",
                          fix="include 0:0:0 in --configs (the default grid has it)")

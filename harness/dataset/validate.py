@@ -15,7 +15,7 @@ from harness.errors import DataError, HarnessError
 from harness.grid import ACTIONS, SpecConfig
 from harness.jsonl import read_jsonl
 from harness.rows import GRID_SPEED_SOURCES, NATIVE_KEYS, PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, SweepRow
-from harness.rows import from_native, key_order_problem, non_finite_fields, resolve_latest, to_published
+from harness.rows import from_native, key_order_problem, non_finite_fields, pass_of, resolve_latest, to_published
 
 
 class Issue(BaseModel):
@@ -265,11 +265,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
 
     # completeness: each (repeat, batch size) has every config exactly once
     groups: dict[tuple[int, int], list[SpecConfig]] = defaultdict(list)
-    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, Any]]] = defaultdict(list)  # a config once per power cap
+    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, Any]]] = defaultdict(list)  # a config once per cap and clock
     for r in grid:
         if r.repeat is not None:
             groups[(r.repeat, r.batch_size)].append(r.config)
-            per_cap[(r.repeat, r.batch_size)].append((r.config, (r.extras.get("power_cap") or {}).get("label")))
+            per_cap[(r.repeat, r.batch_size)].append((r.config, pass_of(r)))
     report.repeats = sorted({k[0] for k in groups})
     report.batch_sizes = sorted({k[1] for k in groups})
     report.configs_per_group = {f"r{rep}/bs{bs}": len(cfgs) for (rep, bs), cfgs in sorted(groups.items())}
@@ -282,8 +282,9 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         where = f"repeat {rep}, batch size {bs}"
         twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
         if twice:
-            hint = ("" if any(cap for _c, cap in per_cap[(rep, bs)]) else
-                    " (a sweep over several power caps? The published layout has no cap column: load the run folder or its rows.jsonl)")
+            hint = ("" if any(any(p) for _c, p in per_cap[(rep, bs)]) else
+                    " (a sweep over several power caps or SM clocks? The published layout has no cap or clock column: "
+                    "load the run folder or its rows.jsonl)")
             report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}{hint}", where)
         lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
         if lacking and not partial:

@@ -43,6 +43,7 @@ def check_executor_options(opts: Any) -> None:
     if opts.twin_gpus is not None and opts.engine != "twin":
         raise UsageError("--twin-gpus only applies to --engine twin (real GPUs are the Ray cluster's own)",
                          fix="drop --twin-gpus; start the cluster with the GPUs to use (ray start --num-gpus N)")
-    if opts.power_caps:
-        raise UsageError("--power-caps is not supported with --executor ray yet (a cap is set per device, "
-                         "and the cap passes are not sharded)", fix="sweep power caps with --executor local")
+    if opts.power_caps or opts.sm_clocks:
+        flag = "--power-caps" if opts.power_caps else "--sm-clocks"
+        raise UsageError(f"{flag} is not supported with --executor ray yet (a cap or clock is set per device, "
+                         "and the passes are not sharded)", fix=f"sweep {flag} with --executor local")

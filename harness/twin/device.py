@@ -9,6 +9,10 @@ Physics (all on the twin clock, ``ScaledClock`` anchored at device start):
   0x4) until power sits at the limit (plus a small controller overshoot).
 - Temperature follows first-order dynamics toward ambient + R_th x power (exact exponential step per segment);
   past the slowdown temperature the clock is reduced further (bits 0x20 / 0x40).
+- A locked SM clock (``POST /v1/clocks``, as ``nvmlDeviceSetGpuLockedClocks``) is one more clock ceiling,
+  locked / max SM clock, beside the thermal one: the same DVFS law (dynamic power x clock_factor^gamma) gives the
+  power, the cap can only hold the clock lower still, and bit 0x2 (clocks setting) is set while the lock is what
+  holds a busy clock down. Engines stretch only the compute-bound share of a step by 1/clock_factor (``model.py``).
 - The idle reason (0x1) is set only after the GPU has had no load for ``idle_after_s`` twin seconds.
 - Memory: engines lease MB; a lease not renewed (any activity report renews it) within ``lease_s`` WALL seconds
   expires (leases are about process liveness, not physics, so they do not scale with the twin clock).
@@ -29,8 +33,9 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.clock_events import HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
+from harness.clock_events import APPLICATIONS_CLOCKS_SETTING, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
+from harness.twin.device_settings import BoardSettings
 
 if TYPE_CHECKING:  # the model itself needs no pydantic (the GPU check replays it on machines without it)
     from harness.twin.profile import TwinProfile
@@ -56,7 +61,7 @@ def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float
     return min(ceiling, (room / dynamic_w) ** (1.0 / gamma))
 
 
-class TwinGpu:
+class TwinGpu(BoardSettings):
     """Thread-safe state of one twin GPU. All times are device (twin) epoch ns."""
 
     def __init__(self, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, index: int = 0) -> None:
@@ -79,6 +84,8 @@ class TwinGpu:
         self.noise_w = 0.0
         self.clock_factor = 1.0
         self.capped = False
+        self.locked_mhz: int | None = None  # nvmlDeviceSetGpuLockedClocks: the SM clock lock in force (None: unlocked)
+        self.lock_binds = False
         self.util = 0.0
         self.util_avg = 0.0
         self.busy = False
@@ -188,9 +195,11 @@ class TwinGpu:
             self.last_busy_ns = self.t_ns
         base = p.idle_power_w + (p.engine_loaded_power_w if self.engines else 0.0)
         thermal = self.thermal_factor()
+        ceiling = min(thermal, self.lock_factor())
         cap_w = self.limit_w * (1.0 + p.cap_overshoot_frac)
-        f = cap_clock_factor(base, dyn, cap_w, p.dvfs_exponent, thermal)
-        self.capped = self.busy and f < thermal - 1e-9
+        f = cap_clock_factor(base, dyn, cap_w, p.dvfs_exponent, ceiling)
+        self.capped = self.busy and f < ceiling - 1e-9
+        self.lock_binds = self.busy and not self.capped and ceiling < thermal - 1e-9
         self.clock_factor = max(p.min_clock_factor, f)
         power = max(0.5, self._ideal_power(base, dyn) + self.noise_w)
         if power != self.power_w:
@@ -323,6 +332,8 @@ class TwinGpu:
             bits |= IDLE
         if self.capped:
             bits |= SW_POWER_CAP
+        if self.lock_binds:
+            bits |= APPLICATIONS_CLOCKS_SETTING
         if self.temp_c > self.p.slowdown_temp_c:
             bits |= SW_THERMAL
         if self.temp_c > self.p.hw_slowdown_temp_c:
@@ -379,6 +390,8 @@ class TwinGpu:
             "twin": True,
             "power_limit_w": self.limit_w,
             **self.power_limits(),
+            "sm_clock_locked_mhz": self.locked_mhz,
+            "max_sm_clock_mhz": self.p.max_sm_clock_mhz,
             "memory_total_mb": self.p.memory_total_mb,
             "time_scale": self.clock.scale,
             "seed": self.seed,
@@ -388,24 +401,6 @@ class TwinGpu:
     def clock_info(self) -> dict:
         m, w = mono_ns(), wall_ns()
         return {**self.clock.to_dict(), "wall_ns": w, "mono_ns": m, "device_ns": self.clock.from_mono(m)}
-
-    # ---- power limit (nvmlDeviceSetPowerManagementLimit) ------------------------------------------------------
-    def power_limits(self) -> dict:
-        """The limit in force and the board's constraints, like NVML's limit getters."""
-        return {"power_limit_w": self.limit_w, "power_limit_min_w": self.p.power_limit_min_w,
-                "power_limit_max_w": self.p.power_limit_max_w, "power_limit_default_w": self.p.power_management_limit_w}
-
-    def set_power_limit(self, watts: float) -> dict:
-        """Set the limit (as root does with NVML); a value outside [min, max] raises ValueError, like
-        NVML_ERROR_INVALID_ARGUMENT. Power from now on is capped at the new limit."""
-        lo, hi = self.p.power_limit_min_w, self.p.power_limit_max_w
-        if not (lo <= watts <= hi):
-            raise ValueError(f"power limit {watts:g} W is outside this GPU's constraints [{lo:g}, {hi:g}] W")
-        with self.lock:
-            self._advance(self.now_ns())
-            self.limit_w = float(watts)
-            self._recompute()
-        return self.power_limits()
 
     def apply_faults(self, body: dict) -> dict:
         with self.lock:

@@ -61,7 +61,7 @@ def build_router(gpu: TwinGpu) -> Router:
         if out is None:
             return error(404, f"no lease for engine {req.params['eid']} (expired or released)")
         return {"clock_factor": out[0], "device_ns": out[1], "thermal_factor": gpu.thermal_factor(),
-                "power_limit_w": gpu.limit_w}
+                "power_limit_w": gpu.limit_w, "sm_clock_locked_mhz": gpu.locked_mhz}
 
     def release(req: Request) -> Reply:
         found = gpu.release(req.params["eid"])
@@ -94,6 +94,18 @@ def build_router(gpu: TwinGpu) -> Router:
         except ValueError as exc:
             return error(400, str(exc), code="invalid_argument", **gpu.power_limits())
 
+    def lock_clocks(req: Request) -> Reply:
+        body = req.json() or {}
+        raw = body.get("sm_clock_locked_mhz", "missing")
+        try:
+            mhz = None if raw is None else int(raw)
+        except (TypeError, ValueError):
+            return error(400, "sm_clock_locked_mhz (MHz, an integer; null unlocks) is required")
+        try:
+            return gpu.lock_sm_clock(mhz)
+        except ValueError as exc:
+            return error(400, str(exc), code="invalid_argument", **gpu.clocks())
+
     r.add("GET", "/v1/state", state)
     r.add("POST", "/v1/engines", lease)
     r.add("POST", "/v1/engines/{eid}/activity", activity)
@@ -103,6 +115,9 @@ def build_router(gpu: TwinGpu) -> Router:
     r.add("POST", "/v1/faults", lambda req: gpu.apply_faults(req.json() or {}))
     r.add("GET", "/v1/power_limit", lambda req: gpu.power_limits())
     r.add("POST", "/v1/power_limit", power_limit)
+    r.add("GET", "/v1/clocks", lambda req: gpu.clocks())
+    r.add("POST", "/v1/clocks", lock_clocks)
+    r.add("DELETE", "/v1/clocks", lambda req: gpu.lock_sm_clock(None))
     return r
 
 

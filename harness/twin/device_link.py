@@ -28,6 +28,8 @@ class DeviceLink:
         self.clock_factor = 1.0
         self.thermal_factor = 1.0
         self.power_limit_w: float | None = None  # the device's limit in force (a set power cap), from /v1/info and replies
+        self.lock_factor = 1.0  # the device's SM clock lock / max SM clock (1: unlocked), from /v1/info and replies
+        self.max_sm_clock_mhz = 0.0
         self._last: tuple[bool, float, float] | None = (False, 0.0, 0.0)  # a new lease starts idle
         self._queue: list[dict[str, Any]] = []
         self._cv = threading.Condition()
@@ -39,6 +41,12 @@ class DeviceLink:
         r = self.http.get(path)
         r.raise_for_status()
         return r.json()
+
+    def note_lock(self, locked_mhz: float | None, max_mhz: float | None = None) -> None:
+        """The device's SM clock lock (None: unlocked) as a clock ceiling (``max_mhz``: the board's, else the last)."""
+        self.max_sm_clock_mhz = float(max_mhz or self.max_sm_clock_mhz)
+        top = self.max_sm_clock_mhz
+        self.lock_factor = 1.0 if locked_mhz is None or not top else min(1.0, float(locked_mhz) / top)
 
     def lease(self, memory_mb: float, lease_s: float = 10.0) -> tuple[int, dict[str, Any]]:
         """Reserve (or resize) this engine's memory: (HTTP status, answer); 507 when it does not fit."""
@@ -91,6 +99,8 @@ class DeviceLink:
                     self.thermal_factor = float(body.get("thermal_factor", 1.0))
                     if body.get("power_limit_w") is not None:
                         self.power_limit_w = float(body["power_limit_w"])
+                    if "sm_clock_locked_mhz" in body:
+                        self.note_lock(body["sm_clock_locked_mhz"])
                     events = []
                 else:
                     log(f"twin GPU refused the activity report ({r.status_code}): {r.text[:200]}", "WARNING")

@@ -186,10 +186,12 @@ class TwinEngine:
             self._log_decode(it)
 
     def _clock_factor(self, batch: int) -> float:
-        """The clock factor of the next iteration, from the model's power cap (and the device's thermal ceiling):
-        computed, not read back from the device, so it does not depend on when the device's answer arrived."""
+        """The clock factor of the next iteration, from the model's power cap (and the device's thermal and SM clock
+        lock ceilings): computed, not read back from the device, so it does not depend on when the device's answer
+        arrived."""
         dyn = self.decoder.demand(batch)[0] if batch else 0.0
-        return device_power(self.profile, dyn, ceiling=self.link.thermal_factor, limit_w=self.link.power_limit_w)[1]
+        ceiling = min(self.link.thermal_factor, self.link.lock_factor)
+        return device_power(self.profile, dyn, ceiling=ceiling, limit_w=self.link.power_limit_w)[1]
 
     def _log_decode(self, it: Iteration) -> None:
         t0, g0 = self._tp_mark

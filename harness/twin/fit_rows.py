@@ -44,9 +44,10 @@ def row_utilization(row: SweepRow, fallback_limit_w: float | None) -> float | No
 
 
 def usable(row: SweepRow) -> bool:
-    """A measured row the fit can use: no error, a valid window, speed and power present."""
+    """A measured row the fit can use: no error, a valid window, speed and power present, and an unlocked SM clock
+    (the fit is of the board at its own clocks; a ``--sm-clocks`` pass measures the clock law, docs/smclocks.md)."""
     return (not row.is_error and row.window_valid is not False and bool(row.speed_tok_s)
-            and row.avg_power_watts is not None and bool(row.joules_per_token))
+            and row.avg_power_watts is not None and bool(row.joules_per_token) and row.sm_clock_locked_mhz is None)
 
 
 @dataclass(frozen=True)

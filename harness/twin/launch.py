@@ -105,6 +105,7 @@ def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[D
         dev_info = link.get("/v1/info")
         if dev_info.get("power_limit_w") is not None:  # a power cap set on the device (harness sweep --power-caps)
             link.power_limit_w = float(dev_info["power_limit_w"])
+        link.note_lock(dev_info.get("sm_clock_locked_mhz"), dev_info.get("max_sm_clock_mhz") or profile.device.max_sm_clock_mhz)
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
         return None

@@ -43,6 +43,9 @@ class DeviceParams(_Strict):
     dvfs_exponent: float = Field(2.2, description="dynamic power ~ clock_factor ** dvfs_exponent")
     min_clock_factor: float = 0.35
     max_sm_clock_mhz: int = 2370
+    min_sm_clock_mhz: int = Field(840, description="lowest SM clock a lock accepts (nvmlDeviceGetSupportedGraphicsClocks "
+                                  "lists max down to this in sm_clock_step_mhz steps)")
+    sm_clock_step_mhz: int = Field(15, description="step between supported SM clocks")
     idle_sm_clock_mhz: int = 210
     mem_clock_mhz: int = 8001
     idle_mem_clock_mhz: int = 405
