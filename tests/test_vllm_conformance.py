@@ -37,11 +37,12 @@ def sweep_argvs(version: str) -> list[list[str]]:
 def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> None:
     python = conformance_python(version, "vllm")
     argvs = sweep_argvs(version)
-    bad = [*argvs[:1], [*argvs[2], "--speculative-config", '{"method":"eagle3","model":"d","num_speculative_tokens":2,"bogus":1}'],
-           [*argvs[0], "--mem-fraction-static", "0.6"]]
+    spec = '{"method":"eagle3","model":"d","num_speculative_tokens":2,%s}'
+    extra = [[*argvs[2], "--speculative-config", spec % '"bogus":1'], [*argvs[0], "--mem-fraction-static", "0.6"],
+             [*argvs[2], "--speculative-config", spec % '"speculative_token_tree":"[(0,), (1,)]"']]
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.path.join(HERE, "cpu_platform")}  # vLLM 0.11's CPU platform: see probe.py
-    done = subprocess.run([str(python), REPO_PROBE], input=json.dumps(argvs + bad[1:]), capture_output=True, text=True,
+    done = subprocess.run([str(python), REPO_PROBE], input=json.dumps(argvs + extra), capture_output=True, text=True,
                           timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = json.loads(done.stdout.strip().splitlines()[-1])
@@ -53,6 +54,8 @@ def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> No
         assert res["max_num_seqs"] == int(flags["--max-num-seqs"]) and res["model"] == flags["--model"]
         if "--speculative-config" in flags:
             assert res["speculative_config"] == json.loads(flags["--speculative-config"])
-    unknown_key, sglang_flag = results[len(argvs):]
+    unknown_key, sglang_flag, static_tree = results[len(argvs):]
     assert not unknown_key["ok"] and "bogus" in unknown_key["error"]  # the probe can fail: a real verdict
     assert not sglang_flag["ok"] and "--mem-fraction-static" in " ".join(sglang_flag["error"])
+    # vLLM's own tree knob (a static path list, docs/engines.md): 0.11 has it, the newest does not
+    assert static_tree["ok"] == (version == "0.11.0"), static_tree
