@@ -105,7 +105,8 @@ def _finish_str(q: EngineRequest) -> str:
     return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr.get("type", ""), "stop")
 
 
-def _usage(q: EngineRequest, api: str) -> dict[str, Any]:
+def usage_of(q: EngineRequest, api: str) -> dict[str, Any]:
+    """The ``usage`` object of a request as sglang or vLLM (``api``) reports it."""
     out = {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible, "total_tokens": q.sim.prompt_tokens + q.visible,
            "prompt_tokens_details": None}
     return out if api == "vllm" else {**out, "reasoning_tokens": 0}
@@ -139,7 +140,7 @@ def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, 
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_str(q), **_stop_field(q, api)}
         obj = "text_completion"
     out: dict[str, Any] = {"id": _ids(q, kind, api), "object": obj, "created": int(time.time()), "model": eng.model_id,
-                           "choices": [choice], "usage": _usage(q, api)}
+                           "choices": [choice], "usage": usage_of(q, api)}
     if api == "sglang":
         out["metadata"] = {"weight_version": "default"}
     else:
@@ -174,7 +175,7 @@ def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: boo
             first = False
             yield sse(chunk)
         if include_usage:
-            yield sse({"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [], "usage": _usage(q, api)})
+            yield sse({"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [], "usage": usage_of(q, api)})
         yield sse("[DONE]")
     except GeneratorExit:
         if not q.done:

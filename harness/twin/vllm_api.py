@@ -14,7 +14,7 @@ from harness import promtext
 from harness.httpserve import Request, Response, Router, Stream, error, sse
 from harness.twin.engine import TwinEngine
 from harness.twin.engine_request import EngineRequest, iter_counts
-from harness.twin.openai_api import Reply, chat_route, twin_stamps, vllm_gate
+from harness.twin.openai_api import Reply, chat_route, twin_stamps, usage_of, vllm_gate
 from harness.twin.sglang_api import admit
 
 
@@ -54,8 +54,7 @@ def _chunk(eng: TwinEngine, q: EngineRequest, choice: dict[str, Any] | None, *, 
     out: dict[str, Any] = {"id": f"cmpl-{q.sim.rid}", "object": "text_completion", "created": int(time.time()),
                            "model": eng.model_id, "choices": [choice] if choice else []}
     if usage:
-        out["usage"] = {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible,
-                        "total_tokens": q.sim.prompt_tokens + q.visible, "prompt_tokens_details": None}
+        out["usage"] = usage_of(q, "vllm")
     return {**out, **twin_stamps(q)} if twin else out
 
 
