@@ -42,7 +42,7 @@ def _compose_cmd() -> list[str] | None:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "PIP_INSTALL"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "VLLM_TAG", "PIP_INSTALL"))}
     env.update(DOCKER_HOST="unix:///nonexistent/docker.sock", DOCKER_CONFIG=str(ROOT / ".e2e" / "no-docker-config"))
     env.update(extra)
     return env
