@@ -2,17 +2,19 @@
 #   cpu      harness[report,export]: twin, sampler, sweep, report, dataset tools on a plain Python base (ARG BASE_IMAGE)
 #   sampler  small telemetry sidecar: the core install only (nvidia-ml-py, typer, rich, pydantic, httpx, numpy, prometheus_client, pyyaml)
 #   train    harness[all]: cpu + torch, scikit-learn, joblib (policy training)
-#   gpu      the official sglang image (pinned by ARG SGLANG_TAG) + harness[all] on sglang's own torch, so a sweep
-#            launches sglang per config
+#   gpu      an official engine image (ARG ENGINE_IMAGE: sglang's, pinned by ARG SGLANG_TAG, by default; compose's
+#            profile "vllm" passes vllm/vllm-openai:${VLLM_TAG}) + harness[all] on the engine's own torch, so a sweep
+#            launches the engine per config
 # Dependencies come from pyproject.toml's core list and extras only (see docs/containers.md).
 #
 # Offline/CI builds: put wheels into .e2e/wheels/ (pip wheel/download on the host) and build with
 # --build-arg PIP_INSTALL_FLAGS=--no-index; pip then installs only from that folder. Without it, pip uses its index.
 # The gpu stage is LAST on purpose: the legacy builder runs every stage up to --target, so building cpu/sampler/train
-# never touches the sglang image. No secrets are copied: .dockerignore admits only the sources and the wheelhouse.
+# never touches an engine image. No secrets are copied: .dockerignore admits only the sources and the wheelhouse.
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 ARG SGLANG_TAG=v0.5.2-cu126
+ARG ENGINE_IMAGE=lmsysorg/sglang:${SGLANG_TAG}
 
 # ------------------------------------------------------------------------------------------------------------ pybase
 FROM ${BASE_IMAGE} AS pybase
@@ -99,11 +101,12 @@ ENTRYPOINT ["harness"]
 CMD ["--help"]
 
 # --------------------------------------------------------------------------------------------------------------- gpu
-# Keep LAST (see the top). The harness goes into sglang's own interpreter (the sweep runs `python -m
-# sglang.launch_server` with it) with every extra, constrained to every version the image already has (torch
-# included: [policies] takes sglang's), so installing the harness never changes a package sglang depends on. pip
-# fails the build if that is impossible.
-FROM lmsysorg/sglang:${SGLANG_TAG} AS gpu
+# Keep LAST (see the top). The harness goes into the engine's own interpreter (the sweep runs `python -m
+# sglang.launch_server` or `python -m vllm.entrypoints.openai.api_server` with it) with every extra, constrained to
+# every version the image already has (torch included: [policies] takes the engine's), so installing the harness never
+# changes a package the engine depends on. pip fails the build if that is impossible. The sglang variables below are
+# inert in a vLLM image.
+FROM ${ENGINE_IMAGE} AS gpu
 ARG PIP_INSTALL_FLAGS=
 ARG HARNESS_UID=1000
 ENV HOME=/home/harness \
@@ -116,13 +119,13 @@ ENV HOME=/home/harness \
     HARBOR_TELEMETRY=0 \
     SGLANG_RECORD_STEP_TIME=1 \
     SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
-RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this sglang image has " + sys.version.split()[0] + ": pick another SGLANG_TAG")'
+RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this engine image has " + sys.version.split()[0] + ": pick another SGLANG_TAG / VLLM_TAG")'
 COPY pyproject.toml .e2e/wheel[s] /wheels/
 # the same /deps stub as in build-base (copying it from there would build pybase, i.e. pull its base)
 COPY pyproject.toml README.md /deps/
 COPY harness/__init__.py /deps/harness/__init__.py
-RUN python3 -m pip freeze | { grep -v -E ' @ |^-e ' || true; } >/tmp/sglang-constraints.txt \
- && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/sglang-constraints.txt '/deps[all]' \
+RUN python3 -m pip freeze | { grep -v -E ' @ |^-e ' || true; } >/tmp/engine-constraints.txt \
+ && python3 -m pip install $PIP_INSTALL_FLAGS -c /tmp/engine-constraints.txt '/deps[all]' \
  && python3 -m pip uninstall -y -q eagle-energy-harness
 COPY README.md pyproject.toml /src/
 COPY harness /src/harness

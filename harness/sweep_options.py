@@ -69,8 +69,8 @@ class SweepOptions(BaseModel):
     twin_emulate: Annotated[Literal["sglang", "vllm"], Flag(ENGINE)] = Field(
         "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)")
     vllm_version: Annotated[str, Flag(ENGINE)] = Field(
-        "auto", description="auto (the vLLM installed where the server runs; the twin: 0.33.0) or a version from "
-                            "0.11.0 to 0.33.0; used when the engine is vLLM or the twin emulates it")
+        "auto", description="auto (the vLLM installed where the server runs; the twin: 0.34.0) or a version from "
+                            "0.11.0 to 0.34.0; used when the engine is vLLM or the twin emulates it")
     sglang_version: Annotated[str, Flag(ENGINE)] = Field(
         "auto", description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
                             "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one")

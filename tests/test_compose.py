@@ -21,6 +21,7 @@ COMPOSE_FILE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 CI_BASE_IMAGE = "harness-e2e/base:bookworm"  # what .ci/e2e.sh imports from debootstrap
 WORLDS = ("gpu", "twin")
+SGLANG_ENGINE, VLLM_ENGINE = "lmsysorg/sglang", "vllm/vllm-openai"  # the official engine images the gpu stage builds on
 
 
 def _compose_cmd() -> list[str] | None:
@@ -41,7 +42,7 @@ def _compose_cmd() -> list[str] | None:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "PIP_INSTALL"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "VLLM_TAG", "PIP_INSTALL"))}
     env.update(DOCKER_HOST="unix:///nonexistent/docker.sock", DOCKER_CONFIG=str(ROOT / ".e2e" / "no-docker-config"))
     env.update(extra)
     return env
@@ -91,7 +92,12 @@ def dockerfile_stages(text: str) -> tuple[dict[str, str], list[dict]]:
 
 
 def _expand(ref: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), ""), ref)
+    """``ref`` with ``$VAR``/``${VAR}`` replaced, repeatedly (a global ARG's default may name an earlier ARG)."""
+    for _ in range(8):
+        ref, n = re.subn(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), ""), ref)
+        if n == 0:
+            break
+    return ref
 
 
 def external_images(target: str, build_args: dict[str, str], text: str) -> list[str]:
@@ -204,8 +210,8 @@ def test_gpu_services_follow_the_official_sglang_runtime() -> None:
 def test_twin_stack_needs_no_pull_in_ci() -> None:
     """Every image of the twin stack is built here from a base CI makes locally, with pull_policy never."""
     text = DOCKERFILE.read_text()
-    cfg = config("twin", "jobs", HARNESS_BASE_IMAGE=CI_BASE_IMAGE)
-    assert pull_problems(cfg, text, {CI_BASE_IMAGE}) == []
+    cfg = config("twin", "jobs", "vllm", HARNESS_BASE_IMAGE=CI_BASE_IMAGE)
+    assert "sweep-vllm" in cfg["services"] and pull_problems(cfg, text, {CI_BASE_IMAGE}) == []
     # the check itself bites: a pulled image, a missing pull_policy, a non-local base are all reported
     broken = json.loads(json.dumps(cfg))
     broken["services"]["sampler"]["pull_policy"] = "missing"
@@ -223,10 +229,11 @@ def test_dockerfile_pins_sglang_by_tag_through_an_arg() -> None:
     tag = global_args["SGLANG_TAG"]
     assert re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?-cu\d+", tag), f"SGLANG_TAG default {tag!r} is not a pinned version"
     gpu_stage = next(s for s in stages if s["name"] == "gpu")
-    assert gpu_stage["from"] == "lmsysorg/sglang:${SGLANG_TAG}"
+    assert gpu_stage["from"] == "${ENGINE_IMAGE}" and global_args["ENGINE_IMAGE"] == SGLANG_ENGINE + ":${SGLANG_TAG}"
     assert stages[-1]["name"] == "gpu", "the gpu stage must stay last (legacy builder runs all stages up to --target)"
     # building the gpu target needs the sglang image and nothing else (no python base pulled on the GPU box)
-    assert external_images("gpu", {}, DOCKERFILE.read_text()) == [f"lmsysorg/sglang:{tag}"]
+    assert external_images("gpu", {}, DOCKERFILE.read_text()) == [f"{SGLANG_ENGINE}:{tag}"]
+    assert external_images("gpu", {"SGLANG_TAG": "v9"}, DOCKERFILE.read_text()) == [f"{SGLANG_ENGINE}:v9"]
     for target in ("cpu", "sampler", "train"):
         assert external_images(target, {}, DOCKERFILE.read_text()) == [global_args["BASE_IMAGE"]], target
 
@@ -240,9 +247,39 @@ def test_gpu_stack_builds_from_the_pinned_sglang_tag() -> None:
         build = cfg["services"][name]["build"]
         assert build["target"] == "gpu" and build["args"]["SGLANG_TAG"] == tag, name
         assert cfg["services"][name]["image"] == f"eagle-harness:gpu-{tag}"
-        assert external_images("gpu", build["args"], DOCKERFILE.read_text()) == [f"lmsysorg/sglang:{tag}"]
+        assert external_images("gpu", build["args"], DOCKERFILE.read_text()) == [f"{SGLANG_ENGINE}:{tag}"]
     other = config("gpu", "jobs", SGLANG_TAG="v0.5.23-cu129")["services"]["sweep"]
     assert other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu129" and other["image"] == "eagle-harness:gpu-v0.5.23-cu129"
+    assert other["build"]["args"]["ENGINE_IMAGE"] == f"{SGLANG_ENGINE}:v0.5.23-cu129"
+
+
+@needs_compose
+def test_vllm_profile_sweeps_vllm_from_the_official_image_with_the_same_sampler() -> None:
+    from harness.engine.vllm_argv import VLLM_SUPPORTED_RANGE
+
+    text = DOCKERFILE.read_text()
+    gpu, gpu_plain = config("gpu", "vllm"), config("gpu")
+    assert set(gpu["services"]) == set(gpu_plain["services"]) | {"sweep-vllm"}
+    assert gpu["services"]["sampler"] == gpu_plain["services"]["sampler"], "the sidecar must be the sglang stack's"
+    svc = gpu["services"]["sweep-vllm"]
+    assert (e := svc["entrypoint"])[e.index("--engine") + 1] == "vllm" and "--sampler-url" in e
+    assert svc["depends_on"]["sampler"]["condition"] == "service_healthy" and svc["ipc"] == "host"
+    assert svc["pull_policy"] == "never" and svc["network_mode"] == "host" and svc["init"] is True
+    devices = svc["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "compute" in devices[0]["capabilities"]
+    build = svc["build"]
+    image, _, tag = build["args"]["ENGINE_IMAGE"].partition(":")
+    assert build["target"] == "gpu" and image == VLLM_ENGINE and svc["image"] == f"eagle-harness:gpu-vllm-{tag}"
+    assert external_images("gpu", build["args"], text) == [f"{VLLM_ENGINE}:{tag}"]  # sglang's image is not pulled
+    version = tuple(int(x) for x in tag.lstrip("v").split("."))
+    low, high = (tuple(int(x) for x in v.split(".")) for v in VLLM_SUPPORTED_RANGE)
+    assert low <= version <= high, f"VLLM_TAG default {tag} is outside the supported range {VLLM_SUPPORTED_RANGE}"
+    other = config("gpu", "vllm", VLLM_TAG="v0.34.0")["services"]["sweep-vllm"]
+    assert other["build"]["args"]["ENGINE_IMAGE"] == f"{VLLM_ENGINE}:v0.34.0" and other["image"].endswith("v0.34.0")
+    twin = config("twin", "vllm")["services"]["sweep-vllm"]
+    e = twin["entrypoint"]
+    assert e[e.index("--engine") + 1] == "twin" and e[e.index("--twin-emulate") + 1] == "vllm" and "--twin-gpu" in e
+    assert not twin.get("deploy") and twin["depends_on"]["sampler"]["condition"] == "service_healthy"
 
 
 def test_images_carry_no_secrets_and_the_context_is_an_allow_list() -> None:
@@ -260,7 +297,7 @@ def _service_argvs() -> list[tuple[str, str, list[str]]]:
         return []
     out = []
     for world in WORLDS:
-        for name, svc in config(world, "jobs")["services"].items():
+        for name, svc in config(world, "jobs", "vllm")["services"].items():
             if svc.get("scale") == 0:
                 continue
             out.append((world, name, [*svc["entrypoint"], *(svc.get("command") or [])]))

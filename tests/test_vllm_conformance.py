@@ -14,9 +14,10 @@ from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, vllm_con
 from harness.grid import ACTIONS, BASELINE
 from _sglang_helpers import conformance_python
 
-REPO_PROBE = os.path.join(os.path.dirname(__file__), "vllm_conformance", "probe.py")
-VERSIONS = [VLLM_SUPPORTED_RANGE[1]]
-"""The vLLM versions checked (the newest supported; see docs/engines.md for the older minor)."""
+HERE = os.path.join(os.path.dirname(__file__), "vllm_conformance")
+REPO_PROBE = os.path.join(HERE, "probe.py")
+VERSIONS = list(VLLM_SUPPORTED_RANGE)
+"""The vLLM versions checked: both ends of the supported range (the oldest minor and the newest)."""
 
 
 def sweep_argvs(version: str) -> list[list[str]]:
@@ -36,14 +37,16 @@ def sweep_argvs(version: str) -> list[list[str]]:
 def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> None:
     python = conformance_python(version, "vllm")
     argvs = sweep_argvs(version)
-    bad = [*argvs[:1], [*argvs[2], "--speculative-config", '{"method":"eagle3","model":"d","num_speculative_tokens":2,"bogus":1}'],
-           [*argvs[0], "--mem-fraction-static", "0.6"]]
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    done = subprocess.run([str(python), REPO_PROBE], input=json.dumps(argvs + bad[1:]), capture_output=True, text=True,
+    spec = '{"method":"eagle3","model":"d","num_speculative_tokens":2,%s}'
+    extra = [[*argvs[2], "--speculative-config", spec % '"bogus":1'], [*argvs[0], "--mem-fraction-static", "0.6"],
+             [*argvs[2], "--speculative-config", spec % '"speculative_token_tree":"[(0,), (1,)]"']]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.path.join(HERE, "cpu_platform")}  # vLLM 0.11's CPU platform: see probe.py
+    done = subprocess.run([str(python), REPO_PROBE], input=json.dumps(argvs + extra), capture_output=True, text=True,
                           timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = json.loads(done.stdout.strip().splitlines()[-1])
-    assert verdict["version"] == version
+    assert verdict["version"] == version and verdict["platform"] == "CpuPlatform"
     results = verdict["results"]
     for argv, res in zip(argvs, results):
         assert res["ok"], (argv, res["error"])
@@ -51,6 +54,8 @@ def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> No
         assert res["max_num_seqs"] == int(flags["--max-num-seqs"]) and res["model"] == flags["--model"]
         if "--speculative-config" in flags:
             assert res["speculative_config"] == json.loads(flags["--speculative-config"])
-    unknown_key, sglang_flag = results[len(argvs):]
+    unknown_key, sglang_flag, static_tree = results[len(argvs):]
     assert not unknown_key["ok"] and "bogus" in unknown_key["error"]  # the probe can fail: a real verdict
     assert not sglang_flag["ok"] and "--mem-fraction-static" in " ".join(sglang_flag["error"])
+    # vLLM's own tree knob (a static path list, docs/engines.md): 0.11 has it, the newest does not
+    assert static_tree["ok"] == (version == "0.11.0"), static_tree

@@ -35,7 +35,7 @@ def test_vllm_argv_maps_chains_and_refuses_trees() -> None:
     twin = EngineSpec(kind="twin", twin_emulate="vllm", twin_gpu_url="http://127.0.0.1:1", python="py")
     targv = build_argv(twin, SpecConfig(1, 1, 2), 4, 0.55, 8002)
     assert targv[:5] == ["py", "-m", "harness", "twin", "engine"] and targv[-4:] == ["--emulate", "vllm",
-                                                                                     "--emulate-version", "0.33.0"]
+                                                                                     "--emulate-version", "0.34.0"]
     assert twin.api == "vllm" and twin.label == "twin-vllm" and EngineSpec(kind="twin").api == "sglang"
 
 
@@ -57,19 +57,34 @@ def test_twin_vllm_api_metrics_and_client(tmp_path) -> None:
     with twin_gpu(time_scale=50.0) as gpu, twin_engine(gpu.url, args, log_dir=str(tmp_path)) as eng:
         models = httpx.get(eng.url + "/v1/models").json()["data"]
         assert models[0]["owned_by"] == "vllm-twin"
-        assert httpx.get(eng.url + "/version").json() == {"version": "0.33.0", "twin": True}
+        assert httpx.get(eng.url + "/version").json() == {"version": "0.34.0", "twin": True}
         wrong = httpx.post(eng.url + "/v1/completions", json={"model": "other", "prompt": "hi"})
         assert wrong.status_code == 404 and "does not exist" in wrong.json()["error"]["message"]
-        with VllmClient(eng.url, "0.33.0", model="m") as client:
+        with VllmClient(eng.url, "0.34.0", model="m") as client:
             client.server_info()  # the interval starts here
             streamed = client.generate("The capital of France is", max_new_tokens=64, stream=True)
             whole = client.generate("Once upon a time", max_new_tokens=64, stream=False)
+            chat = client.chat([{"role": "user", "content": "Name a colour."}], max_tokens=12, ignore_eos=True)
             info = client.server_info()
             client.flush_cache()
+        chat_stream = httpx.post(eng.url + "/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}, timeout=30).text
+        wrong_chat = httpx.post(eng.url + "/v1/chat/completions", json={"model": "other", "messages": [{"role": "user"}]})
         for out in (streamed, whole):
             assert out.completion_tokens == 64 and out.finish_reason == "length" and out.text
             assert out.server_clock == "twin_device" and out.server_finish_ns > out.server_received_ns
-        assert info.version == "0.33.0" and info.avg_spec_accept_length is not None
+        assert chat["object"] == "chat.completion" and chat["id"].startswith("chatcmpl-") and chat["model"] == models[0]["id"]
+        assert chat["choices"][0]["message"]["role"] == "assistant" and chat["choices"][0]["message"]["content"]
+        assert chat["choices"][0]["finish_reason"] == "length" and "stop_reason" in chat["choices"][0]
+        assert chat["usage"]["completion_tokens"] == 12 and chat["usage"]["prompt_tokens"] > 0 and "twin" in chat
+        events = [json.loads(ln[6:]) for ln in chat_stream.splitlines() if ln.startswith("data: {")]
+        assert chat_stream.rstrip().endswith("data: [DONE]") and events[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert all(e["object"] == "chat.completion.chunk" for e in events) and events[-1]["choices"] == []
+        assert events[-1]["usage"]["completion_tokens"] == 8 and events[-2]["choices"][0]["finish_reason"] == "length"
+        assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
+        assert wrong_chat.status_code == 404
+        assert info.version == "0.34.0" and info.avg_spec_accept_length is not None
         assert 1.0 < info.avg_spec_accept_length <= 4.0
         text = httpx.get(eng.url + "/metrics").text
         totals = counter_totals(text)
@@ -84,12 +99,12 @@ def test_twin_vllm_sweep_rows_and_report(tmp_path) -> None:
                     "--batch-sizes", "4", "--out", str(run), *FAST)
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["vllm_version"] == "0.33.0" and manifest["skipped_configs"] == [[3, 4, 8]]
+    assert manifest["vllm_version"] == "0.34.0" and manifest["skipped_configs"] == [[3, 4, 8]]
     rows = read_lines(run / "rows.jsonl")
     assert [(r["steps"], r["topk"]) for r in rows] == [(0, 0), (3, 1)]
     for row in rows:
         assert row["error"] is None and row["energy_joules"] > 0 and row["window_valid"]
-        assert row["engine"]["kind"] == "twin" and row["engine"]["api"] == "vllm" and row["engine"]["version"] == "0.33.0"
+        assert row["engine"]["kind"] == "twin" and row["engine"]["api"] == "vllm" and row["engine"]["version"] == "0.34.0"
         assert row["sglang_version"] is None and "--emulate" in row["engine"]["identity"]["argv"]
         assert row["speed_source"] == "wall_clock" and row["extras"]["window_source"] == "server"
     spec = rows[1]
@@ -104,14 +119,14 @@ def test_twin_vllm_sweep_rows_and_report(tmp_path) -> None:
         out = run_harness(*cmd)
         assert out.returncode in (0, 1), out.stdout + out.stderr  # compare: 1 = the engines disagree
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("│  4 │") and "twin(" in ln]
-        assert len(lines) == 2 and "twin(sglang 0.5.2)" in lines[0] and "twin(vllm 0.33.0)" in lines[1], out.stdout
+        assert len(lines) == 2 and "twin(sglang 0.5.2)" in lines[0] and "twin(vllm 0.34.0)" in lines[1], out.stdout
         assert "(3,4,8)" not in lines[1]  # the tree is not among vLLM's configs
 
 
 @pytest.mark.parametrize("options, needle", [
     ({"engine": "vllm", "configs": [(3, 4, 8)]}, "none of the configs has a vLLM equivalent"),
-    ({"engine": "vllm", "vllm_version": "0.9.2"}, "outside the supported range 0.11.0 to 0.33.0"),
-    ({"engine": "twin", "twin_emulate": "vllm", "vllm_version": "0.11.0"}, "emulates vLLM 0.33.0"),
+    ({"engine": "vllm", "vllm_version": "0.9.2"}, "outside the supported range 0.11.0 to 0.34.0"),
+    ({"engine": "twin", "twin_emulate": "vllm", "vllm_version": "0.11.0"}, "emulates vLLM 0.34.0"),
     ({"engine": "sglang", "twin_emulate": "vllm"}, "--twin-emulate only applies to --engine twin"),
 ])
 def test_vllm_option_errors(options: dict, needle: str) -> None:

@@ -32,7 +32,7 @@ class EngineSide(BaseModel):
 
 
 def engine_label(rows: Sequence[SweepRow]) -> str:
-    """``twin(vllm 0.33.0)``, ``sglang 0.5.23`` ...: the engines of the rows, from their ``engine`` column."""
+    """``twin(vllm 0.34.0)``, ``sglang 0.5.23`` ...: the engines of the rows, from their ``engine`` column."""
     labels = set()
     for r in rows:
         e = r.engine

@@ -34,7 +34,7 @@ class EngineSpec(BaseModel):
     kind: Literal["sglang", "vllm", "twin"] = "twin"
     twin_emulate: Literal["sglang", "vllm"] = "sglang"
     """Which engine's CLI and API the twin speaks (``kind == "twin"`` only)."""
-    vllm_version: str = "0.33.0"
+    vllm_version: str = "0.34.0"
     """The vLLM version whose flags and endpoints to use (``api == "vllm"``)."""
     model_path: str = DEFAULT_MODEL
     draft_model_path: str = DEFAULT_DRAFT

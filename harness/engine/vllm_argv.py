@@ -18,10 +18,10 @@ from harness.grid import SpecConfig
 if TYPE_CHECKING:
     from harness.engine.argv import EngineSpec
 
-VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.33.0")
+VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.34.0")
 """vLLM versions whose parser the flags are checked against (tests/test_vllm_conformance.py: both ends)."""
-VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.33.0",)
-VLLM_DEFAULT_VERSION = "0.33.0"
+VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.34.0",)
+VLLM_DEFAULT_VERSION = "0.34.0"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 VLLM_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
 """Dev mode registers ``POST /reset_prefix_cache``, the sweep's cache flush between warm-up and measurement."""

@@ -41,7 +41,7 @@ def accept_length(before: dict[str, float], after: dict[str, float]) -> float | 
 class VllmClient(EngineClient):
     """HTTP client of one vLLM server (or the twin in vLLM mode) serving ``model``."""
 
-    def __init__(self, base_url: str, version: str = "0.33.0", *, model: str = "default", request_timeout: float = 300.0,
+    def __init__(self, base_url: str, version: str = "0.34.0", *, model: str = "default", request_timeout: float = 300.0,
                  connect_timeout: float = 5.0) -> None:
         super().__init__(base_url, version, request_timeout=request_timeout, connect_timeout=connect_timeout)
         self.model = model
@@ -90,6 +90,11 @@ class VllmClient(EngineClient):
 
     def model_info(self) -> dict[str, Any]:
         return {"models": self.models(), "version": self.version}
+
+    def chat(self, messages: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+        """``/v1/chat/completions`` for this client's model (vLLM answers 404 to any other name)."""
+        kw.setdefault("model", self.model)
+        return super().chat(messages, **kw)
 
 
 def _result(text: str, finish: str | None, usage: dict[str, Any], twin: dict[str, Any], rid: str | None) -> GenerateResult:

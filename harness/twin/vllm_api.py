@@ -1,5 +1,6 @@
 """The twin engine's HTTP surface in vLLM mode: vLLM's OpenAI server routes (``/health``, ``/ping``, ``/version``,
-``/v1/models``, ``/v1/completions`` plain and SSE, ``/reset_prefix_cache``) and ``/metrics`` with vLLM's
+``/v1/models``, ``/v1/completions`` plain and SSE, ``/v1/chat/completions`` (openai_api's chat route in vLLM's
+dialect), ``/reset_prefix_cache``) and ``/metrics`` with vLLM's
 speculative-decoding counters, on ``harness.httpserve``. Twin extras: ``twin`` (device-clock stamps of each
 completion, which real vLLM does not give) and ``owned_by: vllm-twin``."""
 
@@ -13,15 +14,8 @@ from harness import promtext
 from harness.httpserve import Request, Response, Router, Stream, error, sse
 from harness.twin.engine import TwinEngine
 from harness.twin.engine_request import EngineRequest, iter_counts
-from harness.twin.loop_hint import parse_loop_hint
+from harness.twin.openai_api import Reply, chat_route, twin_stamps, usage_of, vllm_gate
 from harness.twin.sglang_api import admit
-
-Reply = Response | Stream | dict[str, Any]
-
-
-def _not_found(model: Any) -> Response:
-    return Response(404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
-                                    "param": "model", "code": 404}})
 
 
 def completions(eng: TwinEngine, req: Request) -> Reply:
@@ -29,12 +23,9 @@ def completions(eng: TwinEngine, req: Request) -> Reply:
     body = admit(eng, req)
     if isinstance(body, Response):
         return body
-    if body.get("model") not in (None, eng.model_id, eng.args.model_path):  # the twin answers to its path too
-        return _not_found(body.get("model"))
-    try:
-        hint = parse_loop_hint(req.headers)
-    except ValueError as exc:
-        return error(400, str(exc))
+    hint = vllm_gate(eng, req, body)
+    if isinstance(hint, Response):
+        return hint
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -63,12 +54,8 @@ def _chunk(eng: TwinEngine, q: EngineRequest, choice: dict[str, Any] | None, *, 
     out: dict[str, Any] = {"id": f"cmpl-{q.sim.rid}", "object": "text_completion", "created": int(time.time()),
                            "model": eng.model_id, "choices": [choice] if choice else []}
     if usage:
-        out["usage"] = {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible,
-                        "total_tokens": q.sim.prompt_tokens + q.visible, "prompt_tokens_details": None}
-    if twin and q.sim.finish_ns is not None:
-        out["twin"] = {"received_ns": q.received_ns, "finish_ns": q.sim.finish_ns,
-                       "first_token_ns": q.sim.first_token_ns, "e2e_latency_s": (q.sim.finish_ns - q.received_ns) / 1e9}
-    return out
+        out["usage"] = usage_of(q, "vllm")
+    return {**out, **twin_stamps(q)} if twin else out
 
 
 def _sse(eng: TwinEngine, q: EngineRequest, include_usage: bool) -> Iterator[str]:
@@ -132,7 +119,7 @@ def _families(eng: TwinEngine) -> list[Any]:
 def build_vllm_router(eng: TwinEngine) -> Router:
     """Every route of the engine in vLLM mode."""
     r = Router()
-    version = str(getattr(eng.args, "vllm_version", None) or "0.33.0")
+    version = str(getattr(eng.args, "vllm_version", None) or "0.34.0")
 
     def health(req: Request) -> Response:
         return Response(200 if eng.status == "Up" else 503, None, text="")
@@ -151,6 +138,7 @@ def build_vllm_router(eng: TwinEngine) -> Router:
     r.add("GET", "/version", lambda req: {"version": version, "twin": True})
     r.add("GET", "/v1/models", models)
     r.add("POST", "/v1/completions", lambda req: completions(eng, req))
+    r.add("POST", "/v1/chat/completions", chat_route(eng, lambda req: admit(eng, req)))
     r.add("POST", "/reset_prefix_cache", reset)
     r.add("GET", "/metrics", lambda req: Response(200, None, text=promtext.render(_families(eng)),
                                                   content_type=promtext.CONTENT_TYPE))

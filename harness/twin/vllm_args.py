@@ -1,7 +1,7 @@
 """The twin engine's vLLM mode: ``vllm.entrypoints.openai.api_server`` flags (the subset the harness emits plus
 common ones) and the ``--speculative-config`` rules, translated into the twin's own (sglang-shaped) launch arguments.
 
-``harness twin engine --emulate vllm --emulate-version 0.33.0 <vLLM flags> --twin-gpu URL``. vLLM's EAGLE3 is a
+``harness twin engine --emulate vllm --emulate-version 0.34.0 <vLLM flags> --twin-gpu URL``. vLLM's EAGLE3 is a
 chain: ``num_speculative_tokens = k`` runs on the twin as ``SpecConfig(k, 1, k + 1)``, the same physics as sglang's
 topk == 1 chain. A rejected speculative config logs vLLM's kind of error and exits 1; a flag error exits 2.
 """

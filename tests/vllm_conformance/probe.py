@@ -3,9 +3,10 @@ argument parser judges each argv (the flags after ``-m vllm.entrypoints.openai.a
 ``--speculative-config`` is checked against vLLM's own ``SpeculativeConfig`` fields and its ``method`` choices.
 
 No stubs: ``VLLM_TARGET_DEVICE=cpu`` (set by the test) lets vLLM pick its CPU platform, so ``make_arg_parser`` runs
-without a GPU. What does not run here is ``SpeculativeConfig.__post_init__`` (it loads the draft model's config from
+without a GPU; vLLM 0.11 ignores that variable and gets the same ``CpuPlatform`` from the platform plugin of
+``cpu_platform/`` (vLLM's ``vllm.platform_plugins`` entry point, on ``PYTHONPATH``). What does not run here is ``SpeculativeConfig.__post_init__`` (it loads the draft model's config from
 the Hugging Face hub), so the speculative check stops at field names, the method and the token count's type.
-Stdin: a JSON list of argvs; stdout (last line): ``{"version", "results": [{"ok", "error", "speculative_config"}]}``.
+Stdin: a JSON list of argvs; stdout (last line): ``{"version", "platform", "results": [{"ok", "error", "speculative_config"}]}``.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import typing
 
 
 def _parser():  # type: ignore[no-untyped-def]
+    """vLLM's api_server parser and its post-parse check (``validate_parsed_serve_args``), as its ``main`` runs them."""
     try:
-        from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.2x and later
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args  # 0.2x and later
     except ImportError:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser  # 0.11
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # 0.11
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    return make_arg_parser(FlexibleArgumentParser())
+    return make_arg_parser(FlexibleArgumentParser()), validate_parsed_serve_args
 
 
 def _methods(field_type: object) -> set[str]:
@@ -56,14 +58,17 @@ def main() -> None:
     import importlib.metadata
 
     argvs = json.loads(sys.stdin.read())
-    parser = _parser()
+    parser, validate = _parser()
     results = []
     for argv in argvs:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
                 args = parser.parse_args(argv)
-        except SystemExit:
+            validate(args)
+        except (SystemExit, TypeError, ValueError) as exc:
+            if not isinstance(exc, SystemExit):
+                err.write(f"\n{type(exc).__name__}: {exc}")
             results.append({"ok": False, "error": err.getvalue().strip().splitlines()[-1:]})
             continue
         sc = args.speculative_config
@@ -71,7 +76,10 @@ def main() -> None:
         results.append({"ok": problem is None, "error": problem, "speculative_config": sc,
                         "max_num_seqs": args.max_num_seqs, "gpu_memory_utilization": args.gpu_memory_utilization,
                         "model": args.model})
-    print(json.dumps({"version": importlib.metadata.version("vllm"), "results": results}))
+    from vllm.platforms import current_platform
+
+    print(json.dumps({"version": importlib.metadata.version("vllm"), "platform": type(current_platform).__name__,
+                      "results": results}))
 
 
 if __name__ == "__main__":
