@@ -10,15 +10,18 @@ run:
 
 1. the full grid (19 configs x ``--batch-sizes`` x ``--repeats``) gives the true recipe per batch size (highest mean
    published reward) and the full grid's GPU-seconds (launch + measure, device time);
-2. ``harness sweep --strategy active --budget B`` on the same device: its recipe, scored by the full grid's mean
-   rewards (goal: the same config, or one within 1 standard error of the best: the pooled within-cell s.e. of the
-   batch size), and its GPU-seconds as a fraction of the full grid's (goal <= 0.2);
+2. ``harness sweep --strategy active --budget B`` on the same device, with its own seed (``SEED_OFFSETS``: its
+   launches are new ones, as a user's would be): its recipe, scored by the full grid's mean rewards (goal: the same
+   config, or one within 1 standard error of the difference between its mean and the best's: both cells' s.e. in
+   quadrature, each the s.e. a rerun would see, ``harness/active/spread.py``: repeat noise plus the cell's own
+   throttle-flag variance), and its GPU-seconds as a fraction of the full grid's (goal <= 0.2);
 3. a random-subset baseline at the same GPU-seconds: the baseline cell of every batch size, then full-grid cells in
    a random order while the active sweep's GPU-seconds last, recipe = best measured mean reward; ``--random-draws``
    draws (its cells are the full grid's own rows: a random subset measured again would give the same rows);
 4. ``harness twin calibrate --from FULL_RUN --holdout-every N``: held-out cells within the twin targets (speed 5 %,
    J/token 10 %, accept length 3 %, utilization 0.03);
-5. ``--second-full NAMES``: a second full grid of those profiles, after the active sweep, on the same device. Its
+5. ``--second-full NAMES``: a second full grid of those profiles, after the active sweep, on the same device, with
+   a seed of its own (a rerun of the grid). Its
    recipe is scored against the first grid's by the same rule: whether a full grid's own recipe reproduces (on a
    GPU where the throttle flag decides the reward, it need not), and the active pick is scored against the second
    grid too. The goals are judged against the first grid, as in 2, except that a recipe miss at a batch size where
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import statistics
 import sys
@@ -44,6 +46,7 @@ from rich.table import Table
 
 from harness.active.cost import row_cost
 from harness.active.estimate import measured_rewards
+from harness.active.spread import cell_spreads, gap_in_se
 from harness.console import SweepConsole
 from harness.engine import proc as procs
 from harness.grid import ACTIONS
@@ -91,36 +94,39 @@ def variants() -> list[TwinProfile]:
     return out
 
 
-def sweep(out: Path, url: str, args: argparse.Namespace, **extra: object) -> tuple[list[SweepRow], SweepManifest]:
+SEED_OFFSETS = {"full": 0, "active": 1, "full2": 2}
+"""Each sweep of a profile gets its own run seed (``--seed`` + this): a cell's twin launch is seeded by the run seed
+and the cell id, so sweeps of one seed would replay each other's launches (the same speed to the last digit) and a
+rerun would look far more alike than a user's rerun on a GPU, where every launch is new."""
+
+
+def sweep(out: Path, url: str, args: argparse.Namespace, kind: str, **extra: object) -> tuple[list[SweepRow], SweepManifest]:
     opts = SweepOptions(engine="twin", twin_gpu_url=url, configs=[a.as_tuple() for a in ACTIONS],
                         batch_sizes=args.batch_sizes, repeats=args.repeats, time_scale=args.time_scale, settle="0",
-                        engine_args=FAST_LAUNCH, seed=args.seed, **extra)
+                        engine_args=FAST_LAUNCH, seed=args.seed + SEED_OFFSETS[kind], **extra)
     _, rows, manifest = run_sweep(opts, out, force=True, argv=["benchmarks/active_sweep.py"],
                                   console=SweepConsole(force_plain=True))
     return rows, manifest
 
 
 def truth(rows: list[SweepRow], limit_w: float | None) -> dict[int, dict]:
-    """Per batch size: mean reward per spec config, the best, and the pooled within-cell s.e. of a mean."""
-    rewards = measured_rewards(rows, limit_w)
+    """Per batch size: every spec config's mean reward and its s.e. a rerun would see (``cell_spreads``), the best."""
+    spreads = cell_spreads(rows, limit_w)
     out: dict[int, dict] = {}
-    for bs in sorted({k[0] for k in rewards}):
-        means = {cfg: statistics.fmean(v) for (b, cfg), v in rewards.items() if b == bs and cfg != (0, 0, 0)}
-        groups = [v for (b, cfg), v in rewards.items() if b == bs and cfg != (0, 0, 0) and len(v) > 1]
-        dof = sum(len(v) - 1 for v in groups)
-        sd = math.sqrt(sum(statistics.variance(v) * (len(v) - 1) for v in groups) / dof) if dof else 0.0
-        n = max((len(v) for v in groups), default=1)
-        best = max(means, key=lambda c: means[c])
-        out[bs] = {"means": means, "best": best, "se": sd / math.sqrt(n)}
+    for bs in sorted({k[0] for k in spreads}):
+        cells = {cfg: s for (b, cfg), s in spreads.items() if b == bs and cfg != (0, 0, 0)}
+        best = max(cells, key=lambda c: cells[c].mean)
+        out[bs] = {"cells": cells, "means": {c: s.mean for c, s in cells.items()}, "best": best, "se": cells[best].se}
     return out
 
 
 def score(pick: tuple[int, int, int] | None, t: dict) -> tuple[bool, float]:
-    """(good, shortfall in s.e.): the best, or within 1 s.e. of its mean reward."""
-    if pick is None or pick not in t["means"]:
+    """(good, shortfall in s.e. of the difference): the best, or within 1 s.e. of the difference between its mean
+    reward and the best's (both cells' noise, each cell's own flag variance)."""
+    if pick is None or pick not in t["cells"]:
         return False, float("inf")
-    gap = t["means"][t["best"]] - t["means"][pick]
-    return pick == t["best"] or gap <= t["se"], gap / t["se"] if t["se"] > 0 else (0.0 if gap == 0 else float("inf"))
+    gap = gap_in_se(t["cells"][t["best"]], t["cells"][pick])
+    return pick == t["best"] or gap <= 1.0, gap
 
 
 def random_subset(rows: list[SweepRow], budget_s: float, limit_w: float | None, rng: random.Random) -> dict[int, tuple]:
@@ -193,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         url, gpu = _start_twin_gpu(pdir, args.time_scale, args.seed, str(path))
         try:
             t0 = time.monotonic()
-            full_rows, full_man = sweep(pdir / "full", url, args)
+            full_rows, full_man = sweep(pdir / "full", url, args, "full")
             t_full = time.monotonic() - t0
             t0 = time.monotonic()
-            act_rows, act_man = sweep(pdir / "active", url, args, strategy="active", budget=args.budget)
+            act_rows, act_man = sweep(pdir / "active", url, args, "active", strategy="active", budget=args.budget)
             t_act = time.monotonic() - t0
-            second = sweep(pdir / "full2", url, args)[0] if prof.name in args.second_full.split(",") else None
+            second = sweep(pdir / "full2", url, args, "full2")[0] if prof.name in args.second_full.split(",") else None
         finally:
             procs.stop(gpu, 10.0)
         limit = full_man.power_limit_w
@@ -215,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                        "wall_s": {"full": round(t_full, 1), "active": round(t_act, 1)}, "batch_sizes": []}
         table = Table(title=f"{prof.name} ({prof.about}; {limit:g} W): active {len(act_rows)}/{len(full_rows)} cells, "
                             f"GPU-s {act_s:.0f}/{full_s:.0f} = {act_s / full_s:.3f} (goal <= {args.budget})")
-        for col in ("bs", "full-grid best", "mean", "s.e.", "active pick", "its mean", "gap/se", "ok", "conf",
+        for col in ("bs", "full-grid best", "mean", "s.e.", "active pick", "its mean", "gap/s.e.", "ok", "conf",
                     f"random ok ({args.random_draws})"):
             table.add_column(col, justify="right")
         for bs, t in true.items():
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             rnd = sum(score(d.get(bs), t)[0] for d in draws)
             entry["batch_sizes"].append({"batch_size": bs, "best": list(t["best"]), "best_mean": round(t["means"][t["best"]], 4),
                                          "se": round(t["se"], 4), "active": list(pick) if pick else None,
+                                         "active_se": round(t["cells"][pick].se, 4) if pick in t["cells"] else None,
                                          "active_mean": round(t["means"].get(pick, float("nan")), 4) if pick else None,
                                          "gap_in_se": round(gap_se, 2), "ok": good,
                                          "confidence": recipe.get(str(bs), {}).get("confidence"),

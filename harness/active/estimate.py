@@ -167,11 +167,13 @@ class RowReward:
     flagged: bool
     error: bool = False
     """An error row (reward 0): it has no after-run snapshot, so it says nothing about the flag or the noise."""
+    util: float | None = None
+    """The row's utilization (average power over the cap; None for an error row)."""
 
 
 def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
     """Per cell, each row's published reward (error rows score 0; rows without a baseline are left out)."""
-    from harness.twin.fit_rows import row_reward, usable
+    from harness.twin.fit_rows import row_reward, row_utilization, usable
 
     base = baseline_speeds(rows)
     out: dict[tuple[int, tuple[int, int, int]], list[RowReward]] = {}
@@ -184,7 +186,7 @@ def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | Non
         plain = row_reward(r, base.get(r.batch_size), fallback_limit_w, throttle=False)
         assert plain is not None  # the same row, baseline and utilization as x
         out.setdefault((r.batch_size, r.config.as_tuple()), []).append(
-            RowReward(x, plain, bool(r.gpu_throttling), r.is_error))
+            RowReward(x, plain, bool(r.gpu_throttling), r.is_error, None if r.is_error else row_utilization(r, fallback_limit_w)))
     return out
 
 
