@@ -156,9 +156,27 @@ def test_utilization_model_interpolates_in_log_batch_size_and_open_loop_reads_ea
 
 def test_hysteresis_keeps_the_routed_config_for_a_marginal_gain() -> None:
     model = {8: {A: (0.945, 500.0), B: (0.95, 500.0), BASELINE: (1.02, 400.0)}}
-    lp = LoopParams(open_loop=False)  # inner band 0.955-0.975: A 0.010 outside, B 0.005: a gain below 0.01
+    lp = LoopParams(open_loop=False)  # expected in-band share (sigma 0.02): A 0.36, B 0.43: a gain below 0.1
     obs = Observation(0.0, 8, 0.945, ALL, clean_s=0.0)
     assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, model, lp, (0.95, 0.98), A)[0] == A
     assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, model, lp, (0.95, 0.98), None)[0] == B
+    assert umodel.band_share(0.945, (0.95, 0.98), 0.02, 0.995) == pytest.approx(0.361, abs=0.002)
+    assert umodel.band_share(0.999, (0.95, 0.98), 0.02, 0.995) == 0.0  # at the cap: never down in the band
     far = {8: {**model[8], A: (0.90, 500.0)}}
     assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, far, lp, (0.95, 0.98), A)[0] == B
+
+
+def test_open_loop_pick_follows_the_offered_load_not_the_in_flight_count() -> None:
+    model = {4: {BASELINE: (1.0, 400.0), A: (0.93, 560.0), B: (0.90, 520.0)},
+             16: {BASELINE: (1.02, 1450.0), A: (1.02, 1800.0), B: (0.97, 1700.0)}}
+    picks = {}
+    for in_flight in (6, 12):  # 12: a drain after a switch doubles the count; the offered load is the same
+        st, pick = closed_loop.LoopState(), None
+        for i in range(150):  # 10 requests/s of 90 tokens each: 900 tok/s
+            obs = Observation(i * 0.1, in_flight, None, ALL, arrivals=1, tokens=90.0)
+            pick, st = closed_loop.closed_loop_step(st, obs, model, LoopParams(), (0.95, 0.98), None)
+        assert st.offered() == pytest.approx(900.0, rel=0.02)
+        picks[in_flight] = pick
+    assert picks == {6: A, 12: A}  # A serves 900 tok/s at bs ~5.9 (u 0.955); B at bs ~6.3 (0.923)
+    by_count = closed_loop.predictions(model, None, 12, open_loop=False)  # read at the in-flight count instead:
+    assert umodel.share_pick(by_count, 0.0, (0.95, 0.98), ALL, 0.02, 0.995) == B  # A at bs 12 would be at the cap
