@@ -9,7 +9,7 @@ the same instances:
 - ``static C``: every request to config C (each candidate config, ``(0,0,0)`` being no_spec);
 - ``controller``: the band controller over a pick table derived first, in the same run, by the recipe rule (the
   fastest config whose utilization is inside the band, else the closest) from short closed-loop measurements at
-  batch sizes 1, 4, 8, 16 (a serving-side mini sweep; a policy artifact or recipe.json plugs in the same way);
+  batch sizes 1, 2, 4, 8, 16 (a serving-side mini sweep; a policy artifact or recipe.json plugs in the same way);
 - ``adaptive``: the emulation of sglang's ``--speculative-adaptive`` (``harness/serve/adaptive.py``) over the topk-1
   tiers (1,1,2), (3,1,4), (5,1,6), (7,1,8) and no_spec.
 
@@ -37,18 +37,27 @@ from typing import Any
 from harness.bench import load_prompts
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import tier_config
-from harness.serve.controller import ControllerParams, model_pick
+from harness.serve.closed_loop import LoopParams
+from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
 from harness.serve.loop import AdaptiveDecider, BandDecider
 from harness.serve.session import ServeOptions, ServeSession, open_session
+from harness.serve.umodel import model_pick
 from harness.timeutil import wall_ns
 
-CANDIDATES = [BASELINE, SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(5, 4, 16), SpecConfig(5, 2, 8), SpecConfig(1, 4, 4)]
 TIERS = [tier_config(s) for s in (1, 3, 5, 7)]
-CALIB_BS = (1, 4, 8, 16)
+CANDIDATES = [BASELINE, SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(5, 4, 16), SpecConfig(5, 2, 8), SpecConfig(1, 4, 4), *TIERS]
+"""Every instance is a static mode and a config the controller may route to (the adaptive tiers included)."""
+CALIB_BS = (1, 2, 4, 8, 16)
 BAND = (0.95, 0.98)
 OUTPUT_TOKENS = 256
 Model = dict[int, dict[SpecConfig, tuple[float, float]]]
+
+
+def closed_loop_params(model: Model) -> ControllerParams:
+    """The closed-loop controller as the benchmark runs it: a load-driven switch at most every 3 twin s (about one
+    request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise."""
+    return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams())
 PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, diffs, tool output"] * 320)
 
 
@@ -99,9 +108,21 @@ def bins(s: ServeSession, tl: Timeline, bin_twin_s: float, scale: float) -> list
     return out
 
 
+def busy_bins(tl: Timeline, us: list[tuple[int, float | None]], scale: float) -> list[bool]:
+    """Per 1-twin-s bin: were requests in flight at every in-flight sample inside it (the GPU never idle)?"""
+    step = int(1.0 / scale * 1e9)
+    out = []
+    for a, _ in us:
+        inside = [n for t, n in tl.in_flight if a <= t < a + step]
+        out.append(bool(inside) and min(inside) > 0)
+    return out
+
+
 def figures(s: ServeSession, tl: Timeline, scale: float) -> dict[str, Any]:
     us = bins(s, tl, 1.0, scale)
     valid = [u for _, u in us if u is not None]
+    flags = busy_bins(tl, us, scale)
+    busy = [u for (_, u), b in zip(us, flags) if b and u is not None]
     whole = s.world.telemetry.window(tl.start_ns, tl.end_ns, wait_s=1.0)
     ok = [d for d in tl.done if d.ok]
     tokens = sum(d.tokens for d in ok)
@@ -111,11 +132,17 @@ def figures(s: ServeSession, tl: Timeline, scale: float) -> dict[str, Any]:
     def pct(q: float) -> float | None:
         return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
 
-    return {"in_band": round(sum(BAND[0] <= u <= BAND[1] for u in valid) / len(valid), 4) if valid else None,
+    return {"in_band": share_in_band(valid), "busy_share": round(len(busy) / len(valid), 4) if valid else None,
+            "in_band_busy": share_in_band(busy),
             "mean_u": round(sum(valid) / len(valid), 4) if valid else None, "tok_s": round(tokens / twin_s, 2),
             "j_per_token": round(whole.energy_j / tokens, 4) if whole.energy_j and tokens else None,
             "p50_s": pct(0.5), "p99_s": pct(0.99), "switches": len(tl.switches), "requests": len(tl.done),
-            "errors": len(tl.done) - len(ok), "bins": len(valid), "_series": us}
+            "errors": len(tl.done) - len(ok), "bins": len(valid), "_series": us,
+            "series": [[round((a - tl.start_ns) / 1e9 * scale, 2), None if u is None else round(u, 4), int(b)] for (a, u), b in zip(us, flags)]}
+
+
+def share_in_band(us: list[float]) -> float | None:
+    return round(sum(BAND[0] <= u <= BAND[1] for u in us) / len(us), 4) if us else None
 
 
 def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[int, SpecConfig], Model, dict[str, Any]]:
@@ -196,7 +223,9 @@ def plot(path: Path, runs: dict[str, tuple[Timeline, dict[str, Any]]], scale: fl
         ax2.set_ylabel("in flight")
         ax2.set_ylim(0, 24)
         for sw in tl.switches:
-            ax.axvline((sw["t_wall_ns"] - tl.start_ns) / 1e9 * scale, color="k", lw=0.8, ls="--")
+            x_sw = (sw["t_wall_ns"] - tl.start_ns) / 1e9 * scale
+            ax.axvline(x_sw, color="k", lw=0.8, ls="--")
+            ax.text(x_sw, 0.02, ":".join(map(str, sw["new"])), rotation=90, fontsize=6, va="bottom")
         ax.set_title(f"{name}: {fig_['in_band']:.0%} of time in band, {fig_['tok_s']:.0f} tok/s, {fig_['switches']} switches "
                      "(twin)", fontsize=9)
     axes[-1].set_xlabel("twin seconds (dashed: switches; blue: requests in flight)")
@@ -214,14 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("results/bench-serve"))
     ap.add_argument("--quick", action="store_true", help="phases of 8 twin s, 3 pilot calls (a smoke run)")
+    ap.add_argument("--traces", default="bursty,pilot", help="comma-separated traces to replay (while iterating)")
+    ap.add_argument("--only", default="", help="';'-separated mode names to run (default: all; while iterating)")
     a = ap.parse_args(argv)
     if a.quick:
         a.phase_s, a.calib_s, a.pilot_calls = 8.0, 5.0, 3
     scale = a.time_scale
-    opts = ServeOptions(picks={1: BASELINE}, configs=list(dict.fromkeys(CANDIDATES + TIERS)), run_dir=a.out, time_scale=scale,
+    opts = ServeOptions(picks={1: BASELINE}, configs=list(CANDIDATES), run_dir=a.out, time_scale=scale,
                         engine_args=("--twin-launch-scale", "0.1", "--emulate-version", "0.5.23"), sglang_version="0.5.23")
     t_start = time.monotonic()
-    report: dict[str, Any] = {"hardware": "twin:rtx4060-laptop", "time_scale": scale, "band": BAND, "traces": {}}
+    report: dict[str, Any] = {"hardware": "twin:rtx4060-laptop", "time_scale": scale, "band": BAND, "commit": commit(),
+                              "args": {k: str(v) for k, v in vars(a).items()}, "traces": {}}
     with open_session(opts) as s:
         table, model, meas = calibrate(s, scale, a.calib_s)
         report["picks"] = {str(b): c.as_list() for b, c in table.items()}
@@ -231,23 +263,32 @@ def main(argv: list[str] | None = None) -> int:
         prompts = load_prompts()
         traces = {"bursty": lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec),
                   "pilot": pilot_drive(a.pilot_calls, scale, a.seed)}
+        traces = {k: v for k, v in traces.items() if k in a.traces.split(",")}
         modes: list[tuple[str, Any, bool]] = [(f"static {c}", lambda c=c: BandDecider({1: c}), False) for c in CANDIDATES]
         modes += [("controller (picks only)", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
-                  ("controller", lambda: BandDecider(table, ControllerParams(band=BAND, model=model)), False),
+                  ("controller", lambda: BandDecider(table, closed_loop_params(model)), False),
                   ("adaptive", lambda: AdaptiveDecider(), True)]
+        if a.only:
+            modes = [m for m in modes if m[0] in a.only.split(";")]
         for trace, drive in traces.items():
             runs: dict[str, tuple[Timeline, dict[str, Any]]] = {}
             for name, make, ask in modes:
                 tl = run_mode(s, make(), drive, ask)
                 runs[name] = (tl, figures(s, tl, scale))
-                print(f"{trace:6} {name:18} " + " ".join(f"{k}={v}" for k, v in runs[name][1].items() if k != "_series"), file=sys.stderr)
-            best = max((n for n in runs if n.startswith("static")), key=lambda n: (runs[n][1]["in_band"] or 0, runs[n][1]["tok_s"]))
-            shown = {n: runs[n] for n in ("controller", best, "static (0,0,0)", "adaptive")}
+                print(f"{trace:6} {name:18} " + " ".join(f"{k}={v}" for k, v in runs[name][1].items() if k not in ("_series", "series")), file=sys.stderr)
+            statics = [n for n in runs if n.startswith("static")]
+            if not statics or "controller" not in runs:  # a partial run (--only): figures on stderr, the series kept
+                report["traces"][trace] = {"modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()}}
+                continue
+            best, best_busy = (max(statics, key=lambda n: (runs[n][1][k] or 0, runs[n][1]["tok_s"])) for k in ("in_band", "in_band_busy"))
+            shown = {n: runs[n] for n in dict.fromkeys(("controller", best, "controller (picks only)", "adaptive")) if n in runs}
             plot(a.out / f"serve_band_{trace}.png", shown, scale, edges)
             ctl, bst = runs["controller"][1], runs[best][1]
             report["traces"][trace] = {"modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()},
                                        "best_static": best,
                                        "in_band_gain": round((ctl["in_band"] or 0) - (bst["in_band"] or 0), 4),
+                                       "best_static_busy": best_busy,
+                                       "in_band_busy_gain": round((ctl["in_band_busy"] or 0) - (runs[best_busy][1]["in_band_busy"] or 0), 4),
                                        "tok_s_ratio_vs_best_static": round(ctl["tok_s"] / bst["tok_s"], 4) if bst["tok_s"] else None}
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     (a.out / "serve_band.json").write_text(json.dumps(report, indent=1))
@@ -255,15 +296,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def commit() -> str:
+    """The commit measured (``+dirty`` when the work tree differs from it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    head = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.1%}"
+
+
 def print_table(report: dict[str, Any]) -> None:
-    print("| trace | mode | time in band | mean u | tok/s | J/token | p50 s | p99 s | switches | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"commit {report['commit']}, time scale {report['time_scale']}, band {report['band']}")
+    print("| trace | mode | time in band | busy time in band | busy share | mean u | tok/s | J/token | p50 s | p99 s | switches | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for trace, t in report["traces"].items():
+        if "best_static" not in t:
+            continue
         for name, f in t["modes"].items():
             mark = " (best static)" if name == t["best_static"] else ""
-            print(f"| {trace} | {name}{mark} | {f['in_band']:.1%} | {f['mean_u']} | {f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | "
-                  f"{f['p99_s']} | {f['switches']} | {f['errors']} |")
-        print(f"| {trace} | controller vs best static | {t['in_band_gain']:+.1%} | | ratio {t['tok_s_ratio_vs_best_static']} | | | | | |")
+            mark += " (best static, busy)" if name == t["best_static_busy"] and name != t["best_static"] else ""
+            print(f"| {trace} | {name}{mark} | {pct(f['in_band'])} | {pct(f['in_band_busy'])} | {pct(f['busy_share'])} | {f['mean_u']} | "
+                  f"{f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | {f['p99_s']} | {f['switches']} | {f['errors']} |")
+        print(f"| {trace} | controller vs best static | {t['in_band_gain']:+.1%} | {t['in_band_busy_gain']:+.1%} | | | "
+              f"ratio {t['tok_s_ratio_vs_best_static']} | | | | | |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import pytest
 
 from harness.errors import DataError, UsageError
 from harness.grid import BASELINE, SpecConfig
-from harness.serve import adaptive, controller, picks
+from harness.serve import adaptive, closed_loop, controller, picks, umodel
+from harness.serve.closed_loop import LoopParams
 from harness.serve.controller import ControllerParams, ControllerState, Observation
 
 A = SpecConfig(3, 4, 8)
@@ -114,14 +115,68 @@ def test_pick_sources(tmp_path) -> None:
 def test_closed_loop_bias_moves_the_pick_to_the_config_the_traffic_puts_in_band() -> None:
     c = SpecConfig(5, 4, 4)
     model = {16: {A: (1.02, 300.0), B: (0.97, 250.0), c: (0.92, 200.0)}}
-    p = ControllerParams(dwell_ticks=3, min_hold_s=0.0, bias_alpha=0.5, model=model)
+    p = ControllerParams(dwell_ticks=3, min_hold_s=0.0, model=model, loop=LoopParams(bias_tau_s=0.2, open_loop=False))
     s, alive = ControllerState(), frozenset({BASELINE, A, B, c})
     log = []
     for i in range(30):  # the traffic draws 0.05 less than the closed-loop model says, whatever the config
         u = {A: 0.97, B: 0.92, c: 0.87}.get(s.active, 0.5) if s.active else 0.5
-        d = controller.step(s, Observation(i * 0.1, 16, u, alive), {16: B}, p)
+        d = controller.step(s, Observation(i * 0.1, 16, u, alive, clean_s=5.0), {16: B}, p)
         s = d.state
         log += [(d.switch.reason, d.switch.new)] if d.switch else []
-    assert log[-1] == ("load_change", A) and s.active == A and abs(s.bias + 0.05) < 0.01
-    assert controller.model_pick(model[16], 0.0, (0.95, 0.98), alive) == B  # at bias 0: the recipe rule
-    assert controller.model_pick(model[16], -0.2, (0.95, 0.98), alive) == A  # none inside: the closest
+    assert log[-1] == ("load_change", A) and s.active == A and abs(s.loop.bias + 0.05) < 0.01
+    assert umodel.model_pick(model[16], 0.0, (0.95, 0.98), alive) == B  # at bias 0: the recipe rule
+    assert umodel.model_pick(model[16], -0.2, (0.95, 0.98), alive) == A  # none inside: the closest
+
+
+def test_samples_of_idle_gaps_or_a_drain_do_not_move_the_integrator() -> None:
+    model = {16: {A: (1.02, 300.0), B: (0.965, 250.0)}}
+    p = ControllerParams(dwell_ticks=1, min_hold_s=0.0, model=model, loop=LoopParams(bias_tau_s=0.2, open_loop=False))
+    s = controller.step(ControllerState(), Observation(0.0, 16, 0.96, ALL, clean_s=0.0), {16: B}, p).state
+    for i in range(1, 40):  # a gap (u at idle) and a drain (u at the cap): not clean, nothing learnt, no switch
+        d = controller.step(s, Observation(i * 0.1, 16, 0.2 if i % 2 else 1.02, ALL, clean_s=0.5), {16: B}, p)
+        s = d.state
+        assert d.switch is None
+    assert s.active == B and s.loop.bias == 0.0
+    d = controller.step(s, Observation(4.0, 16, 0.80, ALL, clean_s=1.0), {16: B}, p)  # one clean window: it counts
+    assert d.state.loop.bias < -0.05
+
+
+def test_utilization_model_interpolates_in_log_batch_size_and_open_loop_reads_each_config_at_its_own_batch() -> None:
+    model = {4: {BASELINE: (1.0, 400.0), A: (0.93, 560.0)}, 16: {BASELINE: (1.02, 1450.0), A: (0.99, 1800.0)}}
+    assert umodel.predict(model, A, 8) == pytest.approx((0.96, 1180.0))  # log-midpoint of 4 and 16
+    assert umodel.predict(model, A, 1) == (0.93, 560.0) and umodel.predict(model, A, 64) == (0.99, 1800.0)
+    assert umodel.predict(model, B, 8) is None
+    # Poisson traffic served by no_spec at bs 8 (925 tok/s): A serves that at bs ~6, where it draws 0.948, not 0.96
+    rate = umodel.predict(model, BASELINE, 8)[1]  # type: ignore[index]
+    assert rate == pytest.approx(925.0) and closed_loop.bs_for_rate(model, A, rate) == pytest.approx(6.0, rel=0.01)
+    open_row = closed_loop.predictions(model, BASELINE, 8, open_loop=True)
+    assert open_row[A][0] == pytest.approx(0.9477, abs=1e-3) and open_row[BASELINE][0] == pytest.approx(1.01)
+    assert closed_loop.predictions(model, BASELINE, 8, open_loop=False)[A][0] == pytest.approx(0.96)
+
+
+def test_hysteresis_keeps_the_routed_config_for_a_marginal_gain() -> None:
+    model = {8: {A: (0.945, 500.0), B: (0.95, 500.0), BASELINE: (1.02, 400.0)}}
+    lp = LoopParams(open_loop=False)  # expected in-band share (sigma 0.02): A 0.36, B 0.43: a gain below 0.1
+    obs = Observation(0.0, 8, 0.945, ALL, clean_s=0.0)
+    assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, model, lp, (0.95, 0.98), A)[0] == A
+    assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, model, lp, (0.95, 0.98), None)[0] == B
+    assert umodel.band_share(0.945, (0.95, 0.98), 0.02, 0.995) == pytest.approx(0.361, abs=0.002)
+    assert umodel.band_share(0.999, (0.95, 0.98), 0.02, 0.995) == 0.0  # at the cap: never down in the band
+    far = {8: {**model[8], A: (0.90, 500.0)}}
+    assert closed_loop.closed_loop_step(closed_loop.LoopState(), obs, far, lp, (0.95, 0.98), A)[0] == B
+
+
+def test_open_loop_pick_follows_the_offered_load_not_the_in_flight_count() -> None:
+    model = {4: {BASELINE: (1.0, 400.0), A: (0.93, 560.0), B: (0.90, 520.0)},
+             16: {BASELINE: (1.02, 1450.0), A: (1.02, 1800.0), B: (0.97, 1700.0)}}
+    picks = {}
+    for in_flight in (6, 12):  # 12: a drain after a switch doubles the count; the offered load is the same
+        st, pick = closed_loop.LoopState(), None
+        for i in range(150):  # 10 requests/s of 90 tokens each: 900 tok/s
+            obs = Observation(i * 0.1, in_flight, None, ALL, arrivals=1, tokens=90.0)
+            pick, st = closed_loop.closed_loop_step(st, obs, model, LoopParams(), (0.95, 0.98), None)
+        assert st.offered() == pytest.approx(900.0, rel=0.02)
+        picks[in_flight] = pick
+    assert picks == {6: A, 12: A}  # A serves 900 tok/s at bs ~5.9 (u 0.955); B at bs ~6.3 (0.923)
+    by_count = closed_loop.predictions(model, None, 12, open_loop=False)  # read at the in-flight count instead:
+    assert umodel.share_pick(by_count, 0.0, (0.95, 0.98), ALL, 0.02, 0.995) == B  # A at bs 12 would be at the cap

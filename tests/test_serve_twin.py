@@ -1,5 +1,6 @@
 """``harness serve`` on the twin, real processes on loopback (twin GPU, sampler, one twin engine per config, the
-front): a load step switches once, a lost sampler falls back to no_spec, a lost instance's traffic goes elsewhere."""
+front): a load step switches once (the requests beyond an instance's 16 wait at the front), a lost sampler falls back
+to no_spec, a lost instance's traffic goes elsewhere."""
 
 from __future__ import annotations
 
@@ -50,16 +51,21 @@ def test_load_step_switches_to_the_bs16_pick_once(step_session: ServeSession) ->
     one = ClosedLoop(s.url, 1, 48, PROMPTS, rec).start()
     time.sleep(0.6)
     assert [r["reason"] for r in switches(s)] == ["start"] and s.loop.describe()["active"] == [0, 0, 0]
-    many = ClosedLoop(s.url, 15, 48, PROMPTS, rec).start()  # 16 sessions in flight
+    many = ClosedLoop(s.url, 19, 48, PROMPTS, rec).start()  # 20 sessions: 16 run, the rest wait at the front
     wait_for(lambda: s.loop.describe()["active"] == B.as_list())
     served_before = s.pool.get(B).served
-    time.sleep(1.0)  # twenty twin seconds at 16: no flapping back
+    most, waiting = 0, 0
+    for _ in range(50):  # twenty twin seconds at 16+: no flapping back, never more than 16 on one instance
+        most = max([most] + [i.in_flight for i in s.pool.instances.values()])
+        waiting = max(waiting, s.loop.in_flight - sum(i.in_flight for i in s.pool.instances.values()))
+        time.sleep(0.02)
     many.stop()
     one.stop()
     log = switches(s)
     assert [(r["reason"], r["new"]) for r in log] == [("start", [0, 0, 0]), ("load_change", [3, 2, 4])]
     assert log[1]["table_bs"] == 16 and log[1]["bs_ema"] > 4 and log[1]["utilization"] is not None
     assert s.pool.get(B).served > served_before  # the traffic after the switch went to the (3,2,4) instance
+    assert most == 16 and waiting > 0  # the front holds what the instance cannot run (max running requests 16)
     done = rec.snapshot()
     assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done)
     models = httpx.get(s.url + "/v1/models").json()

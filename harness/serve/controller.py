@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 from harness.grid import BASELINE, SpecConfig
+from harness.serve.closed_loop import LoopParams, LoopState, closed_loop_step
+from harness.serve.umodel import UtilModel
 
 Reason = Literal["start", "load_change", "telemetry_lost", "telemetry_restored", "instance_lost", "accept_length"]
 
@@ -33,24 +35,11 @@ class ControllerParams:
     restore_ticks: int = 5
     """Consecutive ticks with telemetry before leaving the fallback."""
     fallback: SpecConfig = BASELINE
-    model: Mapping[int, Mapping[SpecConfig, tuple[float, float]]] | None = None
-    """Optional closed loop: per batch size, each config's (utilization, speed) as measured or predicted. With it the
-    pick at a batch size is the fastest config whose utilization plus the learnt bias is inside the band (else the
-    closest), the bias being an EMA of observed minus modelled utilization of the active config (traffic with
-    gaps draws less than the closed-loop measurement)."""
-    bias_alpha: float = 0.1
-
-
-def model_pick(model: Mapping[SpecConfig, tuple[float, float]], bias: float, band: tuple[float, float],
-               alive: frozenset[SpecConfig]) -> SpecConfig | None:
-    """The fastest live config whose modelled utilization + ``bias`` is in ``band``, else the one closest to it."""
-    rows = [(c, u + bias, v) for c, (u, v) in model.items() if c in alive]
-    if not rows:
-        return None
-    inside = [r for r in rows if band[0] <= r[1] <= band[1]]
-    if inside:
-        return max(inside, key=lambda r: (r[2], r[0]))[0]
-    return min(rows, key=lambda r: (max(band[0] - r[1], r[1] - band[1]), r[0]))[0]
+    model: UtilModel | None = None
+    """Optional closed loop (``closed_loop.py``): per batch size, each config's (utilization, tokens/s) measured
+    closed-loop; with it the pick is the fastest config whose predicted utilization (the model at the batch size
+    that config would run at, plus the integrated model error) is inside the band, else the closest."""
+    loop: LoopParams = field(default_factory=LoopParams)
 
 
 @dataclass(frozen=True)
@@ -64,6 +53,14 @@ class Observation:
     utilization: float | None
     alive: frozenset[SpecConfig]
     accept_length: float | None = None
+    clean_s: float | None = None
+    """Seconds (caller's clock) the GPU has been busy with requests of the routed instance only: the utilization
+    sample speaks for the routed config once this covers its averaging window. None: unknown (the closed loop then
+    trusts a sample while requests are in flight)."""
+    arrivals: int = 0
+    """Requests that arrived since the last tick."""
+    tokens: float | None = None
+    """Mean completion tokens of the requests that finished since the last tick (None when none did)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ class ControllerState:
     fallback: bool = False
     telemetry_ticks: int = 0
     ticks: int = 0
-    bias: float = 0.0
+    loop: LoopState = field(default_factory=LoopState)
 
 
 @dataclass(frozen=True)
@@ -129,11 +126,13 @@ def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfi
         fallback, reason = True, "telemetry_lost"
     elif fallback and not lost and tel_ticks >= params.restore_ticks:
         fallback, reason = False, "telemetry_restored"
-    bias = state.bias
+    loop = state.loop
     if params.model is not None:
-        pick, bias = _closed_loop(state, obs, params, table_bs, pick)
-        detail["bias"] = round(bias, 4)
-    base = replace(state, bs_ema=ema, fallback=fallback, telemetry_ticks=tel_ticks, ticks=state.ticks + 1, bias=bias)
+        routed = state.active if not (state.fallback or fallback) and state.active in obs.alive else None
+        got, loop = closed_loop_step(loop, obs, params.model, params.loop, params.band, routed)
+        pick = got or pick
+        detail.update(loop.detail())
+    base = replace(state, bs_ema=ema, fallback=fallback, telemetry_ticks=tel_ticks, ticks=state.ticks + 1, loop=loop)
     wanted = params.fallback if fallback else pick
     target = _route_target(wanted, obs.alive, params.fallback)
     if target is None:
@@ -152,18 +151,6 @@ def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfi
     if ticks >= params.dwell_ticks and held:
         return _switched(base, state.active, target, "load_change", obs.t_s, detail)
     return Decision(replace(base, candidate=target, candidate_ticks=ticks))
-
-
-def _closed_loop(state: ControllerState, obs: Observation, params: ControllerParams, table_bs: int,
-                 pick: SpecConfig) -> tuple[SpecConfig, float]:
-    """The bias update from this tick's utilization and the model's pick at ``table_bs`` (the table's pick when
-    the model has no entry there)."""
-    assert params.model is not None
-    row = params.model.get(table_bs, {})
-    bias = state.bias
-    if obs.utilization is not None and state.active is not None and state.active in row and not state.fallback:
-        bias += params.bias_alpha * (obs.utilization - row[state.active][0] - bias)
-    return model_pick(row, bias, params.band, obs.alive) or pick, bias
 
 
 def _switched(base: ControllerState, old: SpecConfig | None, new: SpecConfig, reason: Reason, t_s: float,

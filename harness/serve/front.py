@@ -3,11 +3,14 @@
 instance breaks before any answer came back and the instance is found dead (its process exited, or it stopped
 answering ``/health``), it is marked lost and the request is sent again to the next route: completions have no side
 effects, so a client sees an error only for a stream whose tokens had already started (an error event, then the
-end) or when every instance is lost (503). A broken connection to a live instance is a 502."""
+end) or when every instance is lost (503). A broken connection to a live instance is a 502. An instance gets at most
+``max_running`` requests at once (its ``--max-running-requests``); the rest wait at the front for the config routed
+when a slot frees, so a switch under overload does not leave a queue behind on the old instance."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,13 +31,22 @@ def accept_length_of(obj: Any) -> float | None:
     return float(val) if isinstance(val, (int, float)) else None
 
 
+def completion_tokens_of(obj: Any) -> int | None:
+    """A response's ``usage.completion_tokens`` (the offered load the closed loop estimates is requests x tokens)."""
+    val = ((obj.get("usage") or {}) if isinstance(obj, dict) else {}).get("completion_tokens")
+    return int(val) if isinstance(val, int) else None
+
+
 class Front:
     """The routes over a ``ControlLoop``; ``ask_accept`` asks engines for per-request spec details (the adaptive
     emulation needs the accept length) and hides them from clients that did not ask."""
 
-    def __init__(self, loop: ControlLoop, *, request_timeout_s: float = 600.0, ask_accept: bool = False) -> None:
+    def __init__(self, loop: ControlLoop, *, request_timeout_s: float = 600.0, ask_accept: bool = False,
+                 max_running: int | None = None) -> None:
         self.loop = loop
         self.ask_accept = ask_accept
+        self.max_running = max_running
+        self._slots = threading.Condition()
         self.http = httpx.Client(timeout=httpx.Timeout(request_timeout_s, connect=2.0), trust_env=False,
                                  limits=httpx.Limits(max_connections=512, max_keepalive_connections=0))
 
@@ -74,48 +86,71 @@ class Front:
         self.loop.request_started()
         streaming = False
         accept: float | None = None
+        tokens: int | None = None
         try:
             for _ in range(len(self.loop.pool.instances)):
-                inst = self.loop.route()
+                inst = self._admit()
                 if inst is None:
                     break
                 try:
-                    out, accept = self._send(inst, path, body, client_asked)
+                    out, accept, tokens = self._send(inst, path, body, client_asked)
                 except httpx.TransportError as exc:
+                    self._release(inst)
                     if not isinstance(exc, httpx.ConnectError) and not inst.confirm_dead():
                         return error(502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}")
                     self.loop.lost(inst, f"{type(exc).__name__}: {exc}")
                     continue
-                streaming = isinstance(out, Stream)  # the stream calls request_finished when it ends
+                except BaseException:
+                    self._release(inst)
+                    raise
+                streaming = isinstance(out, Stream)  # a stream calls request_finished and releases its slot at its end
+                if not streaming:
+                    self._release(inst)
                 return out
             return error(503, "no engine instance is alive", fix="restart harness serve")
         finally:
             if not streaming:
-                self.loop.request_finished(accept)
+                self.loop.request_finished(accept, tokens)
 
-    def _send(self, inst: Instance, path: str, body: dict[str, Any], client_asked: bool) -> tuple[Response | Stream, float | None]:
-        """One try on ``inst``; a broken connection (``httpx.TransportError``) propagates to ``forward``."""
+    def _send(self, inst: Instance, path: str, body: dict[str, Any],
+              client_asked: bool) -> tuple[Response | Stream, float | None, int | None]:
+        """One try on ``inst`` (its slot held by the caller): (response, accept length, completion tokens); a broken
+        connection (``httpx.TransportError``) propagates to ``forward``."""
         if body.get("stream"):
             resp = self.http.send(self.http.build_request("POST", inst.base_url + path, json=body), stream=True)
             if resp.status_code != 200:
                 data = resp.read()
                 resp.close()
-                return Response(resp.status_code, _json_or_text(data)), None
-            inst.enter()
-            return Stream(self._relay(inst, resp, client_asked)), None
-        inst.enter()
-        try:
-            resp = self.http.post(inst.base_url + path, json=body)
-            payload = _json_or_text(resp.content)
-        finally:
-            inst.leave()
+                return Response(resp.status_code, _json_or_text(data)), None, None
+            return Stream(self._relay(inst, resp, client_asked)), None, None
+        resp = self.http.post(inst.base_url + path, json=body)
+        payload = _json_or_text(resp.content)
         accept = accept_length_of(payload)
         if isinstance(payload, dict) and not client_asked:
             payload.pop("sglext", None)
-        return Response(resp.status_code, payload), accept
+        return Response(resp.status_code, payload), accept, completion_tokens_of(payload)
+
+    def _admit(self) -> Instance | None:
+        """The routed instance, with one of its ``max_running`` slots taken (None: every instance is lost). Requests
+        beyond what an instance runs at once wait here, not in its queue, and go to whichever config is routed when
+        a slot frees: after a switch under overload only the running batch drains on the old instance."""
+        with self._slots:
+            while True:
+                inst = self.loop.route()
+                if inst is None or self.max_running is None or inst.in_flight < self.max_running:
+                    if inst is not None:
+                        inst.enter()
+                    return inst
+                self._slots.wait(0.05)
+
+    def _release(self, inst: Instance) -> None:
+        inst.leave()
+        with self._slots:
+            self._slots.notify_all()
 
     def _relay(self, inst: Instance, resp: httpx.Response, client_asked: bool) -> Iterator[str]:
         accept: float | None = None
+        tokens: int | None = None
         try:
             for line in resp.iter_lines():
                 if line.startswith("data: ") and '"sglext"' in line:
@@ -124,13 +159,15 @@ class Front:
                     if not client_asked:
                         obj.pop("sglext", None)
                         line = "data: " + json.dumps(obj)
+                elif line.startswith("data: ") and '"completion_tokens"' in line:  # a usage chunk (include_usage)
+                    tokens = completion_tokens_of(_json_or_text(line[6:].encode())) or tokens
                 yield line + "\n"
         except httpx.HTTPError as exc:  # the instance died mid-stream: the client gets an error event, then the end
             yield "data: " + json.dumps({"error": {"message": f"engine instance {inst.config} failed mid-stream: {exc}"}}) + "\n\n"
         finally:
             resp.close()
-            inst.leave()
-            self.loop.request_finished(accept)
+            self._release(inst)
+            self.loop.request_finished(accept, tokens)
 
     def close(self) -> None:
         self.http.close()

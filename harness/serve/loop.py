@@ -69,21 +69,22 @@ class AdaptiveDecider:
         return {"decider": self.name, "bs_ema": self.state.bs_ema, "accept_ema": self.state.accept_ema}
 
 
-def utilization(telemetry: TelemetrySource, stale_s: float = STALE_S) -> tuple[float | None, str | None]:
-    """(avg power / enforced cap of the newest sample, None) or (None, why it is unusable)."""
+def utilization(telemetry: TelemetrySource, stale_s: float = STALE_S) -> tuple[float | None, str | None, float]:
+    """(avg power / enforced cap of the newest sample, None, its age in wall seconds) or (None, why it is unusable,
+    age)."""
     try:
         s = telemetry.snapshot()
     except Exception as exc:  # noqa: BLE001 - any failure of telemetry is lost telemetry
-        return None, f"telemetry error: {type(exc).__name__}: {exc}"
+        return None, f"telemetry error: {type(exc).__name__}: {exc}", 0.0
     if s is None:
-        return None, str(getattr(telemetry, "last_error", None) or "no sample")
-    age_s = (wall_ns() - s.t_wall_ns) / 1e9
+        return None, str(getattr(telemetry, "last_error", None) or "no sample"), 0.0
+    age_s = max(0.0, (wall_ns() - s.t_wall_ns) / 1e9)
     power = s.power_avg_w if s.power_avg_w is not None else s.power_w
     if age_s > stale_s:
-        return None, f"newest sample is {age_s:.1f} s old"
+        return None, f"newest sample is {age_s:.1f} s old", age_s
     if power is None or not s.power_limit_w:
-        return None, "sample without power or power limit"
-    return power / s.power_limit_w, None
+        return None, "sample without power or power limit", age_s
+    return power / s.power_limit_w, None, age_s
 
 
 class ControlLoop:
@@ -104,7 +105,12 @@ class ControlLoop:
         self.telemetry_problem: str | None = None
         self.last_utilization: float | None = None
         self._accepts: list[float] = []
+        self._tokens: list[int] = []
+        self._arrivals = 0
         self._active: SpecConfig | None = None
+        self._clean_since: float | None = None
+        """Twin seconds since when the GPU serves the routed instance's requests only (None: not now)."""
+        self._went_idle = False
         self._lock = threading.Lock()
         self._tick_lock = threading.Lock()
         self._stop = threading.Event()
@@ -122,17 +128,33 @@ class ControlLoop:
     def tick(self) -> None:
         """Observe, decide, log a switch (also called at once when an instance is found lost)."""
         with self._tick_lock:
-            u, problem = utilization(self.telemetry)
+            u, problem, age_s = utilization(self.telemetry)
             with self._lock:
                 accepts, self._accepts = self._accepts, []
-                in_flight = self.in_flight
-            obs = Observation(t_s=self.clock.now_ns() / 1e9, in_flight=in_flight, utilization=u, alive=self.pool.alive(),
-                              accept_length=sum(accepts) / len(accepts) if accepts else None)
+                tokens, self._tokens, arrivals, self._arrivals = self._tokens, [], self._arrivals, 0
+                in_flight, went_idle, self._went_idle = self.in_flight, self._went_idle, False
+            now = self.clock.now_ns() / 1e9
+            clean_s = self._clean(now, in_flight, went_idle) - age_s * self.clock.scale
+            obs = Observation(t_s=now, in_flight=in_flight, utilization=u, alive=self.pool.alive(),
+                              accept_length=sum(accepts) / len(accepts) if accepts else None, clean_s=clean_s,
+                              arrivals=arrivals, tokens=sum(tokens) / len(tokens) if tokens else None)
             self.telemetry_problem, self.last_utilization = problem, u
             active, switch = self.decider.tick(obs)
+            if active != self._active:
+                self._clean_since = None
             self._active = active
             if switch is not None:
                 self._record(switch, problem)
+
+    def _clean(self, now: float, in_flight: int, went_idle: bool) -> float:
+        """Twin seconds the GPU has served only the routed instance's requests, without a gap (0: not now)."""
+        others = any(inst.in_flight > 0 for c, inst in self.pool.instances.items() if c != self._active)
+        if in_flight == 0 or went_idle or others or self._active is None:
+            self._clean_since = None
+            return 0.0
+        if self._clean_since is None:
+            self._clean_since = now
+        return now - self._clean_since
 
     def _record(self, sw: Switch, problem: str | None) -> None:
         self.switches += 1
@@ -168,12 +190,16 @@ class ControlLoop:
     def request_started(self) -> None:
         with self._lock:
             self.in_flight += 1
+            self._arrivals += 1
 
-    def request_finished(self, accept_length: float | None = None) -> None:
+    def request_finished(self, accept_length: float | None = None, tokens: int | None = None) -> None:
         with self._lock:
             self.in_flight -= 1
+            self._went_idle = self._went_idle or self.in_flight == 0
             if accept_length is not None:
                 self._accepts.append(accept_length)
+            if tokens is not None:
+                self._tokens.append(tokens)
 
     def describe(self) -> dict[str, Any]:
         return {"active": self._active.as_list() if self._active else None, "in_flight": self.in_flight,

@@ -132,7 +132,7 @@ def open_session(options: ServeOptions) -> ServeSession:
         pool = launch_pool(world.launcher, configs, options.max_batch_size, mf, run_dir / "logs", adaptive)
         decider: Decider = AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, options.controller)
         loop = ControlLoop(pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s)
-        front = Front(loop, ask_accept=options.mode == "adaptive")
+        front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
         server = make_front_server(front, options.host, options.port)
         return ServeSession(world, pool, loop, front, server)
     except BaseException:
