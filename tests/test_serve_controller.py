@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.errors import DataError, UsageError
@@ -180,3 +182,26 @@ def test_open_loop_pick_follows_the_offered_load_not_the_in_flight_count() -> No
     assert picks == {6: A, 12: A}  # A serves 900 tok/s at bs ~5.9 (u 0.955); B at bs ~6.3 (0.923)
     by_count = closed_loop.predictions(model, None, 12, open_loop=False)  # read at the in-flight count instead:
     assert umodel.share_pick(by_count, 0.0, (0.95, 0.98), ALL, 0.02, 0.995) == B  # A at bs 12 would be at the cap
+
+
+def test_utilization_model_from_a_sweeps_rows(tmp_path) -> None:
+    """``--umodel``: the committed twin grid's rows become {bs: {config: (mean u, mean tok/s)}}; rows at two caps
+    are refused (a model mixing caps predicts neither)."""
+    import json as _json
+
+    from harness.serve.umodel_rows import load_model
+
+    grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+    model = load_model(grid)
+    rows = [_json.loads(line) for line in grid.read_text().splitlines()]
+    cell = [r for r in rows if r["batch_size"] == 16 and (r["steps"], r["topk"], r["num_draft_tokens"]) == (3, 2, 4)
+            and r["error"] is None]
+    u, v = model[16][B]
+    assert u == pytest.approx(sum(r["avg_power_watts"] / r["power_limit_w"] for r in cell) / len(cell))
+    assert v == pytest.approx(sum(r["wall_clock_tok_s"] for r in cell) / len(cell))
+    assert sorted(model) == [1, 4, 8, 16] and len(model[1]) == 19
+    mixed = tmp_path / "mixed.jsonl"
+    rows[0]["power_limit_w"] = 60.0
+    mixed.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match="several power caps"):
+        load_model(mixed)

@@ -110,3 +110,43 @@ def test_lost_instance_routes_elsewhere_without_client_errors(tmp_path: Path) ->
         assert log[1]["lost"]
         state = s.loop.describe()
         assert [i["alive"] for i in state["instances"]] == [True, False]
+
+
+def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """``harness serve --umodel RUN`` as a user starts it: the command prints its URL, answers an OpenAI chat request,
+    reports the closed loop in /serve/state, records the model it assumed, exits 0 on SIGTERM; a missing --umodel
+    path is a clear error before anything starts."""
+    import subprocess
+
+    from _engine_helpers import ROOT, harness_cmd, run_harness
+
+    grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+    bad = run_harness("serve", "--picks", "1=0:0:0", "--umodel", str(tmp_path / "nope"), "--out", str(tmp_path / "x"))
+    assert bad.returncode != 0 and "nope" in bad.stderr and "fix:" in bad.stderr, bad.stderr
+    out = tmp_path / "serve"
+    proc = subprocess.Popen(harness_cmd("serve", "--picks", "1=0:0:0,16=3:2:4", "--umodel", str(grid), "--port", "0",
+                                        "--time-scale", "20", "--out", str(out), "--engine-arg=--twin-launch-scale",
+                                        "--engine-arg=0.1"),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the command's ready line, printed once every instance answers
+        assert line.startswith("serving on http://127.0.0.1:"), line + (proc.stderr.read() if proc.poll() is not None else "")
+        url = line.split()[2]
+        state = httpx.get(f"{url}/serve/state", timeout=10).json()
+        assert state["closed_loop"] is True and {tuple(i["config"]) for i in state["instances"]} == {(0, 0, 0), (3, 2, 4)}
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": PROMPTS[0]}]})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+        assert json.loads((out / "umodel.json").read_text())["16"]["3:2:4"]["u"] > 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert switches_in(out)[0]["reason"] == "start"
+
+
+def switches_in(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "switches.jsonl").read_text().splitlines()]

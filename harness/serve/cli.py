@@ -31,6 +31,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         engine_arg: Annotated[Optional[list[str]], typer.Option(help="extra engine flag for every instance (repeat)")] = None,
         band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
         dwell_ticks: Annotated[int, typer.Option(help="ticks a new pick must hold before it is applied")] = 5,
+        umodel: Annotated[Optional[Path], typer.Option(help="a sweep run (or rows.jsonl) at the serving cap: turns on the closed loop on measured utilization (docs/serve.md)")] = None,
+        min_hold_s: Annotated[Optional[float], typer.Option(help="wall seconds after a switch before the next load-driven one (default 0.5; 3.0 with --umodel)")] = None,
         tick_s: Annotated[float, typer.Option(help="control tick, wall seconds")] = 0.05,
     ) -> None:
         """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config,
@@ -51,12 +53,21 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         except ValueError:
             raise UsageError(f"bad --band {band!r}", fix="write it as LOW,HIGH, e.g. 0.95,0.98") from None
         table = pick_sources.resolve(picks, recipe, models, algo, dataset)
+        model = None
+        if umodel is not None:
+            from harness.serve.umodel_rows import load_model, model_json
+
+            model = load_model(umodel)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "umodel.json").write_text(model_json(model))
+        hold = min_hold_s if min_hold_s is not None else (3.0 if model is not None else 0.5)
         options = ServeOptions(picks=table, configs=parse_configs(configs) if configs else [], mode=mode,  # type: ignore[arg-type]
                                engine=engine, run_dir=out, host=host, port=port, max_batch_size=max_batch_size,  # type: ignore[arg-type]
                                mem_fraction=mem_fraction, time_scale=time_scale, tick_s=tick_s, sampler_url=sampler_url,
                                twin_gpu_url=twin_gpu, speculative_adaptive=speculative_adaptive,
                                engine_args=tuple(engine_arg or ()),
-                               controller=ControllerParams(band=(lo, hi), dwell_ticks=dwell_ticks))
+                               controller=ControllerParams(band=(lo, hi), dwell_ticks=dwell_ticks, min_hold_s=hold,
+                                                           model=model))
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -48,7 +48,8 @@ class BandDecider:
     def describe(self) -> dict[str, Any]:
         s = self.state
         return {"decider": self.name, "picks": {str(b): c.as_list() for b, c in sorted(self.table.items())},
-                "bs_ema": s.bs_ema, "fallback": s.fallback, "band": list(self.params.band)}
+                "bs_ema": s.bs_ema, "fallback": s.fallback, "band": list(self.params.band),
+                "closed_loop": self.params.model is not None}
 
 
 class AdaptiveDecider:
