@@ -10,14 +10,20 @@ import subprocess
 import pytest
 
 from harness.engine.argv import EngineSpec, build_argv
-from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, vllm_configs
+from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS, vllm_configs
 from harness.grid import ACTIONS, BASELINE
+from harness.twin.vllm_args import SPEC_KEYS
 from _sglang_helpers import conformance_python
 
 HERE = os.path.join(os.path.dirname(__file__), "vllm_conformance")
 REPO_PROBE = os.path.join(HERE, "probe.py")
 VERSIONS = list(VLLM_SUPPORTED_RANGE)
 """The vLLM versions checked: both ends of the supported range (the oldest minor and the newest)."""
+TREE_READERS = {"0.11.0": ["config/speculative.py", "v1/attention/backends/tree_attn.py", "v1/spec_decode/eagle.py"],
+                "0.34.0": []}
+"""The vLLM files that read ``speculative_token_tree``: in 0.11.0 the config, the tree attention backend and the
+EAGLE drafter, never the model runner, its RejectionSampler or the scheduler (the drafts are verified as a chain),
+hence no tree configs on vLLM (docs/engines.md, "Why no tree configs on vLLM")."""
 
 
 def sweep_argvs(version: str) -> list[list[str]]:
@@ -59,3 +65,6 @@ def test_every_vllm_sweep_argv_parses_in_real_vllm(version: str, tmp_path) -> No
     assert not sglang_flag["ok"] and "--mem-fraction-static" in " ".join(sglang_flag["error"])
     # vLLM's own tree knob (a static path list, docs/engines.md): 0.11 has it, the newest does not
     assert static_tree["ok"] == (version == "0.11.0"), static_tree
+    assert verdict["tree_readers"] == TREE_READERS[version], "tree verification changed: revisit docs/engines.md"
+    if version in VLLM_TWIN_VERSIONS:  # the twin takes no speculative-config key that the vLLM it emulates lacks
+        assert SPEC_KEYS <= set(verdict["spec_fields"]), sorted(SPEC_KEYS - set(verdict["spec_fields"]))

@@ -42,13 +42,15 @@ def test_vllm_argv_maps_chains_and_refuses_trees() -> None:
 def test_twin_vllm_mode_refuses_what_vllm_refuses(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--emulate", "vllm", "--model", "m", "--twin-gpu", "http://127.0.0.1:1"]
     for bad in ({"method": "eagle3", "num_speculative_tokens": 3}, {**EAGLE3, "num_speculative_tokens": 0},
-                {**EAGLE3, "bogus": 1}, {**EAGLE3, "method": "ngramx"}):
+                {**EAGLE3, "bogus": 1}, {**EAGLE3, "method": "ngramx"},
+                {**EAGLE3, "speculative_token_tree": "[(0,), (1,)]"}):  # 0.34.0 has no token tree
         assert twin_main([*base, "--speculative-config", json.dumps(bad)]) == 1, bad
     assert twin_main([*base, "--mem-fraction-static", "0.6"]) == 2  # an sglang flag is not a vLLM flag
     assert twin_main([*base, "--speculative-config", "{not json"]) == 2
     captured = capsys.readouterr()
     err = captured.out + captured.err
     assert "num_speculative_tokens must be a positive integer" in err and "unexpected keyword argument 'bogus'" in err
+    assert "unexpected keyword argument 'speculative_token_tree'" in err
 
 
 def test_twin_vllm_api_metrics_and_client(tmp_path) -> None:

@@ -1,10 +1,12 @@
 """vLLM's command line for one config: ``python -m vllm.entrypoints.openai.api_server`` flags and the
 ``--speculative-config`` JSON of EAGLE3, per vLLM version. vLLM-specific flags live here only.
 
-vLLM's EAGLE3 is a chain of ``num_speculative_tokens`` drafted tokens verified in one target step; of the published
-actions only the topk == 1 chains (``steps:1:steps+1``) and the baseline have a vLLM equivalent, so a vLLM sweep runs
-those (``vllm_configs``) and rejects a tree config by name. The speculative config's own knobs are recorded in the
-rows' engine identity (``speculative_config``), not mapped onto sglang's columns.
+vLLM's EAGLE3 is verified as a chain of ``num_speculative_tokens`` drafted tokens in one target step on every
+supported version; of the published actions only the topk == 1 chains (``steps:1:steps+1``) and the baseline have a
+vLLM equivalent, so a vLLM sweep runs those (``vllm_configs``) and rejects a tree config by name. vLLM 0.11.0's
+``speculative_token_tree`` is no way out: it drafts a static tree, but the target step still verifies the drafts as
+one chain (docs/engines.md, "Why no tree configs on vLLM", with the source lines). The speculative config's own knobs
+are recorded in the rows' engine identity (``speculative_config``), not mapped onto sglang's columns.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def tree_rule(config: SpecConfig) -> str | None:
     if config.is_baseline or config.topk == 1:
         return None
     return (f"config {config.steps}:{config.topk}:{config.draft_tokens} is an EAGLE tree (topk {config.topk}); "
-            "vLLM's EAGLE3 drafts a chain (num_speculative_tokens), so only the baseline and steps:1:steps+1 map")
+            "no supported vLLM verifies a draft tree (0.34.0 has no token tree; 0.11.0's speculative_token_tree is "
+            "drafted as a tree but verified as a chain, docs/engines.md), so only the baseline and steps:1:steps+1 map")
 
 
 def vllm_configs(configs: list[SpecConfig]) -> list[SpecConfig]:

@@ -18,8 +18,9 @@ from harness.twin.engine_args import DTYPES, FAULTS, SpecRejected
 SPEC_METHODS = ("eagle", "eagle3", "ngram", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp", "mtp", "suffix")
 """Methods vLLM knows; the twin runs ``eagle3`` (and ``eagle``) and refuses the others as unsupported."""
 SPEC_KEYS = frozenset({"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
-                       "max_model_len", "revision", "code_revision", "disable_by_batch_size", "speculative_token_tree",
-                       "draft_model_config", "acceptance_method", "disable_padded_drafter_batch", "parallel_drafting"})
+                       "max_model_len", "revision", "code_revision", "draft_model_config", "parallel_drafting"})
+"""``SpeculativeConfig`` fields the twin takes: all of them fields of the emulated vLLM's (tests/test_vllm_conformance.py);
+any other key, ``speculative_token_tree`` included (0.34.0 has no token tree), is refused as vLLM refuses it."""
 UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -79,8 +80,6 @@ def chain_length(spec: Any) -> int | None:
     k = spec.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise SpecRejected(f"SpeculativeConfig: num_speculative_tokens must be a positive integer, got {k!r}")
-    if spec.get("speculative_token_tree") is not None:
-        raise SpecRejected("the twin engine emulates vLLM's EAGLE chain only (no speculative_token_tree)")
     return k
 
 

@@ -6,7 +6,10 @@ No stubs: ``VLLM_TARGET_DEVICE=cpu`` (set by the test) lets vLLM pick its CPU pl
 without a GPU; vLLM 0.11 ignores that variable and gets the same ``CpuPlatform`` from the platform plugin of
 ``cpu_platform/`` (vLLM's ``vllm.platform_plugins`` entry point, on ``PYTHONPATH``). What does not run here is ``SpeculativeConfig.__post_init__`` (it loads the draft model's config from
 the Hugging Face hub), so the speculative check stops at field names, the method and the token count's type.
-Stdin: a JSON list of argvs; stdout (last line): ``{"version", "platform", "results": [{"ok", "error", "speculative_config"}]}``.
+Also reported: ``spec_fields``, ``SpeculativeConfig``'s field names, and ``tree_readers``, the vLLM source files
+(relative to the package) that mention ``speculative_token_tree``: which parts of the engine know of a token tree.
+Stdin: a JSON list of argvs; stdout (last line): ``{"version", "platform", "spec_fields", "tree_readers",
+"results": [{"ok", "error", "speculative_config"}]}``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,17 @@ def _check_spec(sc: dict) -> str | None:
     return None
 
 
+def _tree_readers() -> list[str]:
+    """The vLLM ``.py`` files whose text names ``speculative_token_tree`` (read as text, nothing imported)."""
+    import pathlib
+
+    import vllm
+
+    root = pathlib.Path(vllm.__file__).parent
+    return sorted(str(f.relative_to(root)) for f in root.rglob("*.py")
+                  if "speculative_token_tree" in f.read_text(encoding="utf-8", errors="replace"))
+
+
 def main() -> None:
     import importlib.metadata
 
@@ -76,10 +90,12 @@ def main() -> None:
         results.append({"ok": problem is None, "error": problem, "speculative_config": sc,
                         "max_num_seqs": args.max_num_seqs, "gpu_memory_utilization": args.gpu_memory_utilization,
                         "model": args.model})
+    from vllm.config import SpeculativeConfig
     from vllm.platforms import current_platform
 
     print(json.dumps({"version": importlib.metadata.version("vllm"), "platform": type(current_platform).__name__,
-                      "results": results}))
+                      "spec_fields": sorted(f.name for f in dataclasses.fields(SpeculativeConfig)),
+                      "tree_readers": _tree_readers(), "results": results}))
 
 
 if __name__ == "__main__":
