@@ -17,6 +17,11 @@ FAST = ["--time-scale", "50", "--output-tokens", "128", "--settle", "0", "--plai
 twin launches 5x shorter than a real server's."""
 
 
+HOST_LOAD = {"slow_probe", "gap_over_3_periods", "coverage_below_95pct"}
+"""Window reasons a starved host causes (the sampler missed its schedule): the product flags such a window honestly
+and its numbers still hold (docs/twin.md, "Load immunity"); tests of sweep logic accept them, never other reasons."""
+
+
 def harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 

@@ -15,12 +15,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests._engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
+from tests._engine_helpers import FAST, HOST_LOAD, ROOT, harness_cmd, read_lines, run_harness
 from tests._telemetry_helpers import free_port
 
 GRID = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,4,8,16", "--num-prompts", "16", *FAST]
 """8 cells, about 2 s each on the twin at scale 50."""
-HOST_LOAD = {"slow_probe", "gap_over_3_periods", "coverage_below_95pct"}
 """Window validity codes a CPU-starved sampler produces (``harness.telemetry.windows``)."""
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HARBOR_TELEMETRY": "0"}
 """A loopback test cluster without token auth (the drivers below join it with the same setting)."""
