@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -159,11 +160,13 @@ class EngineLauncher:
         self.launches = 0
 
     def launch(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None = None,
-               log_path: str | Path | None = None, *, seed: int | None = None) -> RunningServer:
-        """Start a server and wait for ``/health``; raise ``ServerLaunchError`` with the log tail on failure."""
+               log_path: str | Path | None = None, *, seed: int | None = None,
+               cancel: threading.Event | None = None) -> RunningServer:
+        """Start a server and wait for ``/health``; raise ``ServerLaunchError`` with the log tail on failure (also when
+        ``cancel`` is set during the wait: the half-started server is stopped)."""
         for attempt in range(3):
             try:
-                return self._launch_once(config, batch_size, mem_fraction, port, log_path, seed)
+                return self._launch_once(config, batch_size, mem_fraction, port, log_path, seed, cancel)
             except ServerLaunchError as exc:
                 # a free port taken between the probe and the server's bind: pick another one
                 if port is not None or attempt == 2 or not PORT_IN_USE.search(exc.log_tail):
@@ -171,7 +174,7 @@ class EngineLauncher:
         raise AssertionError("unreachable")
 
     def _launch_once(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None,
-                     log_path: str | Path | None, seed: int | None) -> RunningServer:
+                     log_path: str | Path | None, seed: int | None, cancel: threading.Event | None = None) -> RunningServer:
         port = port or procs.free_port(self.spec.host)
         spec = self.spec if seed is None or self.spec.kind != "twin" else self.spec.model_copy(update={"twin_seed": seed})
         argv = build_argv(spec, config, batch_size, mem_fraction, port)
@@ -184,7 +187,7 @@ class EngineLauncher:
         proc = procs.spawn(argv, log, env=engine_env(spec))
         client = make_client(spec, f"http://{self.spec.host}:{port}", self.request_timeout_s)
         try:
-            self._wait_ready(proc, client, log, t0)
+            self._wait_ready(proc, client, log, t0, cancel)
         except BaseException:
             client.close()
             procs.stop(proc, self.stop_timeout_s)
@@ -196,9 +199,12 @@ class EngineLauncher:
                              argv=argv, stop_timeout_s=self.stop_timeout_s,
                              twin_gpu_url=spec.twin_gpu_url if spec.kind == "twin" else None)
 
-    def _wait_ready(self, proc: subprocess.Popen, client: EngineClient, log: Path, t0: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, client: EngineClient, log: Path, t0: float,
+                    cancel: threading.Event | None = None) -> None:
         deadline = t0 + self.launch_timeout_s
         while True:
+            if cancel is not None and cancel.is_set():
+                raise ServerLaunchError("launch cancelled", log_path=str(log), fix="nothing to fix: the caller stopped it")
             code = proc.poll()
             if code is not None:
                 tail = procs.log_tail(log)
@@ -214,7 +220,10 @@ class EngineLauncher:
                 raise ServerLaunchError(
                     f"server not ready within --launch-timeout {self.launch_timeout_s:g} s", log_tail=tail,
                     log_path=str(log), fix="raise --launch-timeout (first sglang starts compile kernels) or read the log")
-            time.sleep(self.poll_s)
+            if cancel is not None:
+                cancel.wait(self.poll_s)
+            else:
+                time.sleep(self.poll_s)
 
     def launch_with_ladder(self, config: SpecConfig, batch_size: int,
                            mem_fractions: Sequence[float] = DEFAULT_MEM_FRACTIONS, *, log_stem: str | Path | None = None,

@@ -32,11 +32,15 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
         dwell_ticks: Annotated[int, typer.Option(help="ticks a new pick must hold before it is applied")] = 5,
         umodel: Annotated[Optional[Path], typer.Option(help="a sweep run (or rows.jsonl) at the serving cap: turns on the closed loop on measured utilization (docs/serve.md)")] = None,
-        min_hold_s: Annotated[Optional[float], typer.Option(help="wall seconds after a switch before the next load-driven one (default 0.5; 3.0 with --umodel)")] = None,
+        min_hold_s: Annotated[Optional[float], typer.Option(help="seconds (device clock: wall on a GPU, twin seconds with --time-scale) after a switch before the next load-driven one (default 0.5; 3.0 with --umodel)")] = None,
+        instances: Annotated[str, typer.Option(help="all (one instance per config at once), one (one engine at a time, relaunched on a switch) or auto (all; one if they do not fit in GPU memory)")] = "auto",
+        relaunch_hold_s: Annotated[float, typer.Option(help="with one engine at a time: the least seconds (device clock) between load-driven switches")] = 60.0,
+        drain_timeout_s: Annotated[float, typer.Option(help="with one engine at a time: wall seconds a switched-off engine gets to finish its requests")] = 120.0,
         tick_s: Annotated[float, typer.Option(help="control tick, wall seconds")] = 0.05,
     ) -> None:
-        """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config,
-        routing each request to the config the controller picks for the current batch size (switches logged)."""
+        """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config (or
+        one at a time, relaunched on a switch, where only one fits), routing each request to the config the
+        controller picks for the current batch size (switches logged)."""
         import signal
         import threading
 
@@ -46,8 +50,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from harness.serve.controller import ControllerParams
         from harness.serve.session import ServeOptions, open_session
 
-        if mode not in ("band", "adaptive") or engine not in ("twin", "sglang"):
-            raise UsageError(f"bad --mode {mode!r} or --engine {engine!r}", fix="--mode band|adaptive, --engine twin|sglang")
+        if mode not in ("band", "adaptive") or engine not in ("twin", "sglang") or instances not in ("all", "one", "auto"):
+            raise UsageError(f"bad --mode {mode!r}, --engine {engine!r} or --instances {instances!r}",
+                             fix="--mode band|adaptive, --engine twin|sglang, --instances all|one|auto")
         try:
             lo, hi = (float(x) for x in band.split(","))
         except ValueError:
@@ -65,7 +70,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                                engine=engine, run_dir=out, host=host, port=port, max_batch_size=max_batch_size,  # type: ignore[arg-type]
                                mem_fraction=mem_fraction, time_scale=time_scale, tick_s=tick_s, sampler_url=sampler_url,
                                twin_gpu_url=twin_gpu, speculative_adaptive=speculative_adaptive,
-                               engine_args=tuple(engine_arg or ()),
+                               engine_args=tuple(engine_arg or ()), instances=instances,  # type: ignore[arg-type]
+                               relaunch_hold_s=relaunch_hold_s, drain_timeout_s=drain_timeout_s,
                                controller=ControllerParams(band=(lo, hi), dwell_ticks=dwell_ticks, min_hold_s=hold,
                                                            model=model))
         stop = threading.Event()
@@ -73,7 +79,10 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         with open_session(options) as session:
             session.loop.on_switch = lambda rec: typer.echo(f"switch {rec['old']} -> {rec['new']}: {rec['reason']}", err=True)
-            typer.echo(f"serving on {session.url} ({len(session.pool.instances)} instances, switches in "
-                       f"{session.loop.log_path}); stop with Ctrl-C")
+            n = len(session.pool.instances)
+            how = f"one engine at a time over {n} configs" if session.relaunch_why else f"{n} instances"
+            if session.relaunch_why and session.relaunch_why != "--instances one":
+                typer.echo(f"serving one engine at a time: {session.relaunch_why}", err=True)
+            typer.echo(f"serving on {session.url} ({how}, switches in {session.loop.log_path}); stop with Ctrl-C")
             while not stop.wait(0.5):
                 pass

@@ -133,13 +133,15 @@ class Front:
     def _admit(self) -> Instance | None:
         """The routed instance, with one of its ``max_running`` slots taken (None: every instance is lost). Requests
         beyond what an instance runs at once wait here, not in its queue, and go to whichever config is routed when
-        a slot frees: after a switch under overload only the running batch drains on the old instance."""
+        a slot frees: after a switch under overload only the running batch drains on the old instance. With one
+        engine at a time they also wait here while the routed config is being relaunched."""
         with self._slots:
             while True:
                 inst = self.loop.route()
-                if inst is None or self.max_running is None or inst.in_flight < self.max_running:
-                    if inst is not None:
-                        inst.enter()
+                if inst is None:
+                    return None
+                if inst.ready() and (self.max_running is None or inst.in_flight < self.max_running):
+                    inst.enter()
                     return inst
                 self._slots.wait(0.05)
 

@@ -116,6 +116,9 @@ class ControlLoop:
         self._tick_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._log_lock = threading.Lock()
+        self._log_closed = False
+        pool.attach(on_lost=self.tick, on_event=self.log_event)
         self.tick()  # a route exists before the first request
 
     def start(self) -> None:
@@ -143,6 +146,8 @@ class ControlLoop:
             active, switch = self.decider.tick(obs)
             if active != self._active:
                 self._clean_since = None
+                if active is not None:
+                    self.pool.activate(active)
             self._active = active
             if switch is not None:
                 self._record(switch, problem)
@@ -166,9 +171,19 @@ class ControlLoop:
             rec["telemetry_problem"] = problem
         if sw.reason == "instance_lost" and sw.old is not None:
             rec["lost"] = self.pool.get(sw.old).lost_reason
-        self.log.append(rec)
+        self._append(rec)
         if self.on_switch:
             self.on_switch(rec)
+
+    def log_event(self, rec: dict[str, Any]) -> None:
+        """A line of the switch log that is not a switch (``{"event": ...}``), stamped like one."""
+        self._append({"t_wall_ns": wall_ns(), "t_mono_ns": mono_ns(), "t_device_ns": self.clock.now_ns(), **rec})
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        """One line of the switch log (a switch from the loop, or the pool's relaunch event from its worker)."""
+        with self._log_lock:
+            if not self._log_closed:
+                self.log.append(rec)
 
     def set_decider(self, decider: Decider) -> None:
         """Replace the decider (the benchmark runs several on one set of instances); it starts afresh."""
@@ -206,10 +221,13 @@ class ControlLoop:
         return {"active": self._active.as_list() if self._active else None, "in_flight": self.in_flight,
                 "switches": self.switches, "utilization": self.last_utilization,
                 "telemetry_problem": self.telemetry_problem, "instances": self.pool.describe(),
-                "switch_log": str(self.log_path), **self.decider.describe()}
+                "switch_log": str(self.log_path), "one_at_a_time": self.pool.one_at_a_time,
+                "relaunches": len(self.pool.relaunches), **self.decider.describe()}
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        self.log.close()
+        with self._log_lock:
+            self._log_closed = True
+            self.log.close()

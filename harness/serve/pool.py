@@ -1,5 +1,6 @@
 """The pre-launched engine instances the front routes between: one per speculative config, launched through
-``harness.engine.launch.EngineLauncher`` (sglang on a GPU box, the twin engine here) or given by URL."""
+``harness.engine.launch.EngineLauncher`` (sglang on a GPU box, the twin engine here) or given by URL.
+``harness/serve/relaunch.py`` keeps the same interface with one engine at a time (where only one fits)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from harness.engine.launch import EngineLauncher, RunningServer
 from harness.errors import UsageError
 from harness.grid import SpecConfig
+
+
+InstanceState = Literal["ready", "idle", "draining", "launching"]
+"""``ready``: takes requests. The rest only occur with one engine at a time (``relaunch.py``): ``idle`` (not
+running, can be launched), ``draining`` (finishing its requests before it is stopped), ``launching``."""
 
 
 @dataclass
@@ -24,10 +30,12 @@ class Instance:
     lost_reason: str | None = None
     in_flight: int = 0
     served: int = 0
+    state: InstanceState = "ready"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def alive(self) -> bool:
-        """Not marked lost and, when launched here, its process still running."""
+        """Not marked lost and, when launched here, its process still running (for one engine at a time: a config
+        not running now is alive while it can still be launched)."""
         if self.lost_reason is not None:
             return False
         if self.server is not None and not self.server.alive():
@@ -35,8 +43,15 @@ class Instance:
             return False
         return True
 
+    def ready(self) -> bool:
+        """Alive and taking requests now."""
+        return self.state == "ready" and self.alive()
+
     def confirm_dead(self, timeout_s: float = 1.0) -> bool:
-        """After a broken connection: has the instance died (its process exited, or it no longer answers /health)?"""
+        """After a broken connection: has the instance died (its process exited, or it no longer answers /health)?
+        One the harness is taking down (not ``ready``) counts as dead: its requests go to the next route."""
+        if self.state != "ready":
+            return True
         if self.server is not None:
             try:
                 self.server.proc.wait(timeout=timeout_s)
@@ -51,8 +66,9 @@ class Instance:
             return True
 
     def mark_lost(self, reason: str) -> None:
+        """Lost for good; ignored for an instance the harness is taking down itself (its requests broke on purpose)."""
         with self._lock:
-            if self.lost_reason is None:
+            if self.lost_reason is None and self.state == "ready":
                 self.lost_reason = reason
 
     def enter(self) -> None:
@@ -68,6 +84,10 @@ class Instance:
 class Pool:
     """The instances by config; ``close()`` stops those the pool launched."""
 
+    one_at_a_time = False
+    relaunches: list[dict[str, Any]] = []
+    """Relaunch records (only with one engine at a time)."""
+
     def __init__(self, instances: Sequence[Instance]) -> None:
         self.instances: dict[SpecConfig, Instance] = {}
         for inst in instances:
@@ -82,9 +102,20 @@ class Pool:
         return self.instances[config]
 
     def describe(self) -> list[dict[str, object]]:
-        return [{"config": c.as_list(), "url": i.base_url, "alive": i.alive(), "lost_reason": i.lost_reason,
-                 "in_flight": i.in_flight, "served": i.served, "pid": i.server.pid if i.server else None}
+        return [{"config": c.as_list(), "url": i.base_url, "alive": i.alive(), "state": i.state,
+                 "lost_reason": i.lost_reason, "in_flight": i.in_flight, "served": i.served,
+                 "pid": i.server.pid if i.server else None}
                 for c, i in sorted(self.instances.items())]
+
+    def attach(self, on_lost: Callable[[], None], on_event: Callable[[dict[str, Any]], None]) -> None:
+        """The control loop's hooks: ``on_lost`` when an instance is found lost outside a request, ``on_event`` for a
+        record of the switch log (only ``relaunch.py`` calls them)."""
+
+    def activate(self, config: SpecConfig) -> None:
+        """The control loop routes to ``config`` from now on: nothing to do when every instance is running."""
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Return once the routed instance takes requests: at once when every instance was launched before."""
 
     def close(self) -> None:
         for inst in self.instances.values():

@@ -1,14 +1,16 @@
-"""One serving session: the world (twin GPU + sampler, or a GPU box's sampler), one engine instance per config,
-the control loop and the front, started together and stopped together (``with open_session(options) as s``)."""
+"""One serving session: the world (twin GPU + sampler, or a GPU box's sampler), one engine instance per config (or
+one at a time, relaunched on a switch, where only one fits), the control loop and the front, started together and
+stopped together (``with open_session(options) as s``)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from harness.engine.version import version_tuple
+from harness.engine.launch import ServerLaunchError
 from harness.errors import UsageError
 from harness.grid import BASELINE, SpecConfig
 from harness.httpserve import Server, serve_in_thread
@@ -18,11 +20,13 @@ from harness.serve.front import Front, make_front_server
 from harness.serve.loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.picks import PickTable
 from harness.serve.pool import Pool, launch_pool
+from harness.serve.relaunch import DEFAULT_DRAIN_TIMEOUT_S, RelaunchPool
 from harness.world import World, open_world
 
 ADAPTIVE_SINCE = (0, 5, 12)
 """The first sglang whose parser has ``--speculative-adaptive``."""
 PUBLISHED_MEM_FRACTION = 0.65
+Instances = Literal["all", "one", "auto"]
 
 
 @dataclass
@@ -52,6 +56,15 @@ class ServeOptions:
     seed: int = 0
     engine_args: tuple[str, ...] = ()
     """Extra engine flags for every instance (the twin's ``--twin-launch-scale 0.1`` in tests)."""
+    instances: Instances = "auto"
+    """``all``: one instance per config, launched first; ``one``: one engine at a time, relaunched on a switch
+    (``relaunch.py``); ``auto``: ``all``, and ``one`` when launching them all runs out of GPU memory."""
+    relaunch_hold_s: float = 60.0
+    """With one engine at a time: the least seconds (device clock) between load-driven switches (each costs a drain
+    and a launch)."""
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    twin_memory_x: int | None = None
+    """Twin GPU memory as a multiple of the laptop's (default: the number of instances launched at once)."""
 
     def instance_configs(self) -> list[SpecConfig]:
         """The instances: the given configs, else every picked config; no_spec is always one (the fallback)."""
@@ -76,8 +89,11 @@ def serving_profile(run_dir: Path, instances: int) -> str:
 class ServeSession:
     """A running front: ``url``, ``loop``, ``pool``, ``world``; ``close()`` stops everything it started."""
 
-    def __init__(self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server) -> None:
+    def __init__(self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server,
+                 relaunch_why: str | None = None) -> None:
         self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
+        self.relaunch_why = relaunch_why
+        """Why the session serves one engine at a time (None: every instance runs)."""
         host, port = server.server_address[:2]
         self.url = f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
         serve_in_thread(server, name="serve-front")
@@ -114,27 +130,40 @@ def open_session(options: ServeOptions) -> ServeSession:
     if missing:
         raise UsageError(f"picks name configs without an instance: {', '.join(map(str, missing))}",
                          fix="add them to --configs or leave --configs out (then every picked config gets one)")
+    if options.instances == "one" and options.mode == "adaptive":
+        raise UsageError("--mode adaptive switches tiers every few requests; with one engine at a time each switch "
+                         "is a relaunch", fix="use --mode band with --instances one (or --instances all)")
     run_dir = Path(options.run_dir)
-    profile = serving_profile(run_dir, len(configs)) if options.engine == "twin" and options.twin_gpu_url is None else None
+    one = options.instances == "one"
+    memory_x = options.twin_memory_x or (1 if one else len(configs))
+    profile = serving_profile(run_dir, memory_x) if options.engine == "twin" and options.twin_gpu_url is None else None
     world = open_world(options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
                        time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_spec(options), profile=profile)
     pool: Pool | None = None
     loop: ControlLoop | None = None
     try:
-        adaptive = None
-        spec = world.launcher.spec
-        if options.speculative_adaptive and options.engine == "sglang" and version_tuple(spec.sglang_version) >= ADAPTIVE_SINCE:
-            from harness.engine.launch import EngineLauncher
-
-            adaptive = EngineLauncher(spec.model_copy(update={"extra_args": (*spec.extra_args, "--speculative-adaptive")}),
-                                      run_dir, launch_timeout_s=world.launcher.launch_timeout_s)
-        mf = options.mem_fraction or PUBLISHED_MEM_FRACTION / len(configs)
-        pool = launch_pool(world.launcher, configs, options.max_batch_size, mf, run_dir / "logs", adaptive)
-        decider: Decider = AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, options.controller)
+        why = "--instances one" if one else None
+        if not one:
+            try:
+                pool = _launch_all(options, world, configs, run_dir)
+            except ServerLaunchError as exc:
+                if options.instances != "auto" or not exc.oom or options.mode == "adaptive":
+                    raise
+                why = f"launching {len(configs)} instances at once ran out of GPU memory ({exc.message})"
+        params = options.controller
+        if pool is None:
+            pool = RelaunchPool(world.launcher, configs, options.max_batch_size,
+                                options.mem_fraction or PUBLISHED_MEM_FRACTION, run_dir / "logs",
+                                drain_timeout_s=options.drain_timeout_s)
+            params = replace(params, min_hold_s=max(params.min_hold_s, options.relaunch_hold_s))
+        decider: Decider = AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, params)
         loop = ControlLoop(pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s)
+        if why is not None:
+            loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
+        pool.wait_ready(world.launcher.launch_timeout_s)
         front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
         server = make_front_server(front, options.host, options.port)
-        return ServeSession(world, pool, loop, front, server)
+        return ServeSession(world, pool, loop, front, server, relaunch_why=why)
     except BaseException:
         if loop is not None:
             loop.close()
@@ -142,3 +171,16 @@ def open_session(options: ServeOptions) -> ServeSession:
             pool.close()
         world.close()
         raise
+
+
+def _launch_all(options: ServeOptions, world: World, configs: list[SpecConfig], run_dir: Path) -> Pool:
+    """Every instance at once (topk-1 sglang instances with ``--speculative-adaptive`` when asked and supported)."""
+    adaptive = None
+    spec = world.launcher.spec
+    if options.speculative_adaptive and options.engine == "sglang" and version_tuple(spec.sglang_version) >= ADAPTIVE_SINCE:
+        from harness.engine.launch import EngineLauncher
+
+        adaptive = EngineLauncher(spec.model_copy(update={"extra_args": (*spec.extra_args, "--speculative-adaptive")}),
+                                  run_dir, launch_timeout_s=world.launcher.launch_timeout_s)
+    mf = options.mem_fraction or PUBLISHED_MEM_FRACTION / len(configs)
+    return launch_pool(world.launcher, configs, options.max_batch_size, mf, run_dir / "logs", adaptive)
