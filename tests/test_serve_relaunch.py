@@ -5,42 +5,29 @@ a time when the instances do not fit together."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import threading
 import time
 from pathlib import Path
 
 import httpx
+from _serve_helpers import B, PROMPTS, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE, SpecConfig
-from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder
-from harness.serve.session import ServeOptions, ServeSession, open_session
+from harness.serve.session import ServeSession
 
-B = SpecConfig(3, 2, 4)
-PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku about energy."]
+WAIT_S = 15.0  # a relaunch (stop, then a twin launch) sits inside the waits
 
 
 def session(tmp_path: Path, table: dict[int, SpecConfig], instances: str = "one") -> ServeSession:
-    return open_session(ServeOptions(picks=table, run_dir=tmp_path, time_scale=20, tick_s=0.05, instances=instances,  # type: ignore[arg-type]
-                                     twin_memory_x=1, relaunch_hold_s=5.0,
-                                     controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
-                                     engine_args=("--twin-launch-scale", "0.1")))
+    """One instance at 0.65 fits the twin GPU with the laptop's memory, two do not; relaunches may follow 5 s apart."""
+    return serve_session(tmp_path, table, instances=instances, twin_memory_x=1, relaunch_hold_s=5.0)
 
 
-def log_lines(s: ServeSession) -> tuple[list[dict], list[dict]]:
+def switches_and_relaunches(s: ServeSession) -> tuple[list[dict], list[dict]]:
     """(switches, relaunch events) of the session's switch log."""
-    lines = [json.loads(line) for line in s.loop.log_path.read_text().splitlines()]
+    lines = log_lines(s)
     return [r for r in lines if "reason" in r], [r for r in lines if r.get("event") == "relaunch"]
-
-
-def wait_for(pred, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 class EngineCount(threading.Thread):
@@ -65,12 +52,12 @@ def test_a_load_step_relaunches_once_and_requests_wait_at_the_front(tmp_path: Pa
         one = ClosedLoop(s.url, 1, 48, PROMPTS, rec).start()
         time.sleep(0.5)
         many = ClosedLoop(s.url, 19, 48, PROMPTS, rec).start()
-        wait_for(lambda: s.pool.get(B).served >= 20)
+        wait_for(lambda: s.pool.get(B).served >= 20, WAIT_S)
         many.stop()
         one.stop()
         engines.stop.set()
         engines.join()
-        switches, relaunches = log_lines(s)
+        switches, relaunches = switches_and_relaunches(s)
         state = s.loop.describe()
     assert [(r["reason"], r["new"]) for r in switches] == [("start", [0, 0, 0]), ("load_change", [3, 2, 4])]
     assert [(r["old"], r["new"], r["ok"]) for r in relaunches] == [(None, [0, 0, 0], True), ([0, 0, 0], [3, 2, 4], True)]
@@ -90,31 +77,22 @@ def test_a_load_step_relaunches_once_and_requests_wait_at_the_front(tmp_path: Pa
 def test_a_killed_instance_and_a_config_that_cannot_launch_end_on_no_spec(tmp_path: Path) -> None:
     big = SpecConfig(5, 4, 16)  # at --max-running-requests 16 its CUDA graphs do not fit the laptop at 0.65
     with session(tmp_path, {1: big}) as s:
-        _, relaunches = log_lines(s)
+        _, relaunches = switches_and_relaunches(s)
         assert [(r["new"], r["ok"]) for r in relaunches] == [([5, 4, 16], False), ([0, 0, 0], True)]
         assert "out of memory" in relaunches[0]["error"].lower()
         assert s.loop.describe()["active"] == [0, 0, 0] and not s.pool.get(big).alive()
     with session(tmp_path / "kill", {1: B}) as s:
-        rec = Recorder()
-        load = ClosedLoop(s.url, 4, 64, PROMPTS, rec).start()
-        wait_for(lambda: s.pool.get(B).served >= 8)
-        victim = s.pool.get(B).server
-        assert victim is not None
-        killed_at = time.monotonic()
-        os.kill(victim.pid, signal.SIGKILL)  # the engine this session launched
-        wait_for(lambda: s.pool.get(BASELINE).served >= 8)
-        load.stop()
-        switches, relaunches = log_lines(s)
+        done, killed_at = kill_under_load(s, B, WAIT_S)
+        switches, relaunches = switches_and_relaunches(s)
     assert [(r["reason"], r["new"]) for r in switches] == [("start", [3, 2, 4]), ("instance_lost", [0, 0, 0])]
     assert [(r["old"], r["new"], r["ok"]) for r in relaunches][-1] == ([3, 2, 4], [0, 0, 0], True)
-    done = rec.snapshot()
     # the requests in flight at the kill are sent again once no_spec runs: no client errors
     assert [d.error for d in done if not d.ok] == [] and any(d.start_s < killed_at < d.end_s for d in done)
 
 
 def test_auto_serves_one_at_a_time_when_the_instances_do_not_fit_together(tmp_path: Path) -> None:
     with session(tmp_path, {1: B}, instances="auto") as s:
-        lines = [json.loads(line) for line in s.loop.log_path.read_text().splitlines()]
+        lines = log_lines(s)
         r = httpx.post(s.url + "/v1/chat/completions", timeout=30,
                        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
         state = s.loop.describe()

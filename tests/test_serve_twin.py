@@ -13,36 +13,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _serve_helpers import B, PROMPTS, kill_under_load, log_lines, serve_session, wait_for
 
-from harness.grid import BASELINE, SpecConfig
-from harness.serve.controller import ControllerParams
+from harness.grid import BASELINE
 from harness.serve.loadgen import ClosedLoop, Recorder
-from harness.serve.session import ServeOptions, ServeSession, open_session
-
-B = SpecConfig(3, 2, 4)
-PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku about energy."]
-
-
-def session(tmp_path: Path, table: dict[int, SpecConfig]) -> ServeSession:
-    return open_session(ServeOptions(picks=table, run_dir=tmp_path, time_scale=20, tick_s=0.05,
-                                     controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
-                                     engine_args=("--twin-launch-scale", "0.1")))
-
-
-def switches(s: ServeSession) -> list[dict]:
-    return [json.loads(line) for line in s.loop.log_path.read_text().splitlines()]
-
-
-def wait_for(pred, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+from harness.serve.session import ServeSession
 
 
 @pytest.fixture
 def step_session(tmp_path: Path) -> Iterator[ServeSession]:
-    with session(tmp_path, {1: BASELINE, 16: B}) as s:
+    with serve_session(tmp_path, {1: BASELINE, 16: B}) as s:
         yield s
 
 
@@ -50,7 +30,7 @@ def test_load_step_switches_to_the_bs16_pick_once(step_session: ServeSession) ->
     s, rec = step_session, Recorder()
     one = ClosedLoop(s.url, 1, 48, PROMPTS, rec).start()
     time.sleep(0.6)
-    assert [r["reason"] for r in switches(s)] == ["start"] and s.loop.describe()["active"] == [0, 0, 0]
+    assert [r["reason"] for r in log_lines(s)] == ["start"] and s.loop.describe()["active"] == [0, 0, 0]
     many = ClosedLoop(s.url, 19, 48, PROMPTS, rec).start()  # 20 sessions: 16 run, the rest wait at the front
     wait_for(lambda: s.loop.describe()["active"] == B.as_list())
     served_before = s.pool.get(B).served
@@ -61,24 +41,24 @@ def test_load_step_switches_to_the_bs16_pick_once(step_session: ServeSession) ->
         time.sleep(0.02)
     many.stop()
     one.stop()
-    log = switches(s)
+    log = log_lines(s)
     assert [(r["reason"], r["new"]) for r in log] == [("start", [0, 0, 0]), ("load_change", [3, 2, 4])]
     assert log[1]["table_bs"] == 16 and log[1]["bs_ema"] > 4 and log[1]["utilization"] is not None
     assert s.pool.get(B).served > served_before  # the traffic after the switch went to the (3,2,4) instance
     assert most == 16 and waiting > 0  # the front holds what the instance cannot run (max running requests 16)
     done = rec.snapshot()
-    assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done)
+    assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done), [(d.status, d.error, d.tokens) for d in done if not d.ok or d.tokens != 48]
     models = httpx.get(s.url + "/v1/models").json()
     assert models["data"][0]["id"].startswith("twin:")  # the front is transparent: the engine's own answer
 
 
 def test_lost_sampler_falls_back_to_no_spec(tmp_path: Path) -> None:
-    with session(tmp_path, {1: B}) as s:
+    with serve_session(tmp_path, {1: B}) as s:
         assert s.loop.describe()["active"] == B.as_list()
         sampler = s.world.child_pids["sampler"]
         os.kill(sampler, signal.SIGKILL)  # the sampler this session's world started
         wait_for(lambda: s.loop.describe()["active"] == [0, 0, 0])
-        log = switches(s)
+        log = log_lines(s)
         assert [(r["reason"], r["new"]) for r in log] == [("start", [3, 2, 4]), ("telemetry_lost", [0, 0, 0])]
         assert log[1]["utilization"] is None and log[1]["telemetry_problem"]
         r = httpx.post(s.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, timeout=30)
@@ -91,21 +71,12 @@ def test_lost_sampler_falls_back_to_no_spec(tmp_path: Path) -> None:
 
 
 def test_lost_instance_routes_elsewhere_without_client_errors(tmp_path: Path) -> None:
-    with session(tmp_path, {1: B}) as s:
-        rec = Recorder()
-        load = ClosedLoop(s.url, 4, 64, PROMPTS, rec).start()
-        wait_for(lambda: s.pool.get(B).served >= 8)
-        victim = s.pool.get(B).server
-        assert victim is not None
-        killed_at = time.monotonic()
-        os.kill(victim.pid, signal.SIGKILL)
-        wait_for(lambda: s.pool.get(BASELINE).served >= 8)
-        load.stop()
-        done = rec.snapshot()
+    with serve_session(tmp_path, {1: B}) as s:
+        done, killed_at = kill_under_load(s, B)
         # the requests in flight at the kill are sent again to no_spec (completions have no side effects): no errors
         assert [d.error for d in done if not d.ok] == []
         assert any(d.start_s < killed_at < d.end_s for d in done)
-        log = switches(s)
+        log = log_lines(s)
         assert [(r["reason"], r["new"]) for r in log] == [("start", [3, 2, 4]), ("instance_lost", [0, 0, 0])]
         assert log[1]["lost"]
         state = s.loop.describe()
