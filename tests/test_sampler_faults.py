@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -159,3 +160,44 @@ def test_time_zones_agree_on_window_boundaries(tmp_path: Path, twin):
         assert (o["start_ns"], o["end_ns"]) == (t0, t1)
         assert o["energy_j"] == pytest.approx(direct.energy_j, rel=1e-12)
     assert naive.returncode == 2 and "naive" in naive.stderr
+
+
+def test_a_stalled_sampler_reads_back_the_twin_instants_it_missed(tmp_path: Path) -> None:
+    """A host stall (the sampler process stopped for 0.6 s, 6 periods) makes twin samples late, not missing: the
+    sampler reads the missed instants from the device's history, each dated by the device, so the window over the
+    stall is valid and its energy is the device's truth. At time scale 20 the stall is 12 twin seconds."""
+    gpu = start_twin_gpu(tmp_path, time_scale=20.0, seed=3)
+    load = TwinLoad(gpu.url)
+    sp = start_sampler(gpu.url, tmp_path / "log", tmp_path, rate_hz=10.0)
+    try:
+        with TelemetryClient(sp.url) as c:
+            c.wait_ready(10)
+            load.set(True, 30.0, 0.8)
+            time.sleep(0.3)
+            t0 = wall_ns()
+            time.sleep(0.15)
+            os.kill(sp.pid, signal.SIGSTOP)  # the sampler this test started
+            try:
+                time.sleep(0.3)
+                load.set(False)  # the load changes while the sampler is stopped
+                time.sleep(0.3)
+            finally:
+                os.kill(sp.pid, signal.SIGCONT)
+            time.sleep(0.3)
+            t1 = wall_ns()
+            w = c.window(t0, t1, wait_s=2.0)
+            truth = load.truth(t0, t1)
+            samples = httpx.get(f"{sp.url}/v1/samples", params={"limit": 10_000}).json()["samples"]
+            metrics = httpx.get(f"{sp.url}/metrics").text
+    finally:
+        sp.stop()
+        load.close()
+        gpu.stop()
+    assert w.valid, w.reasons
+    assert w.energy_j == pytest.approx(truth, rel=2e-3)
+    inside = [s for s in samples if s["kind"] == "sample" and t0 <= s["t_wall_ns"] <= t1]
+    assert all(s["stamp"] == "device" for s in inside)
+    gaps = [b["t_wall_ns"] - a["t_wall_ns"] for a, b in zip(inside, inside[1:])]
+    assert max(gaps) < 1.5 * 100 * MS, max(gaps)  # the stall left no hole in the series
+    backfilled = [line.split()[1] for line in metrics.splitlines() if line.startswith("sampler_backfilled_samples_total ")]
+    assert float(backfilled[0]) >= 4

@@ -148,3 +148,39 @@ def test_thermal_slowdown_and_seed(tmp_path):
     with twin_gpu(time_scale=50.0, seed=3, log_dir=str(tmp_path / "a")) as g2, twin_gpu(time_scale=50.0, seed=4, log_dir=str(tmp_path / "b")) as g3:
         assert g2.get("/v1/info").json()["uuid"] == uuid3
         assert g3.get("/v1/info").json()["uuid"] != uuid3
+
+
+def test_past_instants_read_back_exactly_as_they_were_read_live(gpu):
+    """``GET /v1/states`` answers the state at past wall instants from the device's history: what a live ``/v1/state``
+    read at that instant said (a late sampler reads the instants it missed). Older than the history is an error entry;
+    a slow-probe fault answers like a late driver (one undated reading of now)."""
+    eid = "history-test"
+    assert gpu.post("/v1/engines", json={"engine_id": eid, "memory_mb": 1000, "lease_s": 30}).status_code == 200
+    live = []
+    for i in range(24):
+        if i in (4, 16):
+            gpu.post(f"/v1/engines/{eid}/activity", json={"busy": i == 4, "dynamic_power_w": 55.0, "util": 1.0})
+        live.append(gpu.get("/v1/state").json())
+        time.sleep(0.03)
+    httpx.delete(f"{gpu.url}/v1/engines/{eid}", trust_env=False)
+    walls = [s["wall_ns"] for s in live]
+    ans = gpu.get("/v1/states", params={"at_wall_ns": ",".join(map(str, walls))}).json()
+    assert ans["dated"] is True and [s["wall_ns"] for s in ans["states"]] == walls
+    for a, b in zip(live, ans["states"]):
+        for key in ("power_w", "utilization_pct", "clock_event_reasons", "sm_clock_mhz", "memory_used_mb", "engines", "uuid"):
+            assert a[key] == b[key], (key, a[key], b[key])
+        # the two reads of one wall instant differ by the microseconds between the device's wall and monotonic reads
+        assert abs(a["energy_mj"] - b["energy_mj"]) <= 2 + 0.001 * a["power_w"] * 50 * 20
+        assert abs(a["temperature_c"] - b["temperature_c"]) <= 0.15
+    assert len({s["power_w"] for s in ans["states"]}) >= 3  # idle, loaded, idle again: the history is not one value
+    old = gpu.get("/v1/states", params={"at_wall_ns": str(walls[0] - 10**13)}).json()["states"][0]
+    assert "older than the device's history" in old["error"]
+    for bad in ("", "x", ",".join(["1"] * 1201)):
+        r = gpu.get("/v1/states", params={"at_wall_ns": bad})
+        assert r.status_code == 400 and "at_wall_ns" in r.json()["error"]["message"]
+    gpu.post("/v1/faults", json={"probe_delay_ms": 120})
+    try:
+        late = gpu.get("/v1/states", params={"at_wall_ns": f"{walls[0]},{walls[1]}"}).json()
+    finally:
+        gpu.post("/v1/faults", json={})
+    assert late["dated"] is False and len(late["states"]) == 1

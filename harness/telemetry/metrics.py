@@ -70,6 +70,8 @@ def render_metrics(core: SamplerCore) -> str:
     metric("sampler_log_write_errors_total", "counter", "Records that could not be written to the log.", [({}, core.store.log_errors_total)])
     metric("sampler_loop_errors_total", "counter", "Loop iterations that failed outside the probe.", [({}, core.loop_errors_total)])
     metric("sampler_loop_overruns_total", "counter", "Ticks skipped because a sample ended past the next deadline.", [({}, core.overruns_total)])
+    metric("sampler_backfilled_samples_total", "counter", "Missed instants read back from a device with history (twin).",
+           [({}, core.backfilled_total)])  # fmt: skip
     metric("sampler_last_sample_timestamp_seconds", "gauge", "Wall time of the last sample taken.",
            [({}, core.last_sample_wall_ns / 1e9 if core.last_sample_wall_ns is not None else None)])  # fmt: skip
     metric("sampler_sample_duration_seconds", "gauge", "Duration of the last probe read.",

@@ -36,6 +36,21 @@ class Probe(Protocol):
     # sources answer, what is unsupported); the sampler merges it into its identity on every query.
 
 
+class HistoryProbe(Probe, Protocol):
+    """A probe whose device also answers for past instants (the twin GPU's history, as a driver's sample buffer).
+
+    ``read_at(walls)`` returns ``(dated, readings)``: when ``dated``, one reading per wall instant, each the device's
+    exact state at that instant (``read_wall_ns`` = the instant), so the call's latency does not blur it; when not
+    (the device answered like a late driver), one undated reading of the moment the call was served."""
+
+    def read_at(self, walls: list[int]) -> tuple[bool, list[dict[str, Any]]]: ...
+
+
+def has_history(probe: Probe) -> bool:
+    """Whether ``probe`` can read past instants (``HistoryProbe``)."""
+    return callable(getattr(probe, "read_at", None))
+
+
 def empty_reading(error: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {f: None for f in STATE_FIELDS}
     out["device_ns"] = None
@@ -65,6 +80,7 @@ class TwinProbe:
         self.url = f"http://{parts.hostname}:{parts.port or 80}"
         self._host, self._port, self._timeout = parts.hostname, parts.port or 80, timeout_s
         self._conn: http.client.HTTPConnection | None = None
+        self._no_history = False
 
     def _get(self, path: str) -> tuple[int, bytes]:
         for attempt in (0, 1):  # one retry on a connection the server closed between calls
@@ -103,28 +119,34 @@ class TwinProbe:
             status, body = self._get("/v1/state")
         except (OSError, http.client.HTTPException) as exc:
             return empty_reading(f"twin_unreachable: {type(exc).__name__}: {exc}")
+        state, problem = _twin_json(status, body)
+        return empty_reading(problem) if state is None else _twin_reading(state)
+
+    def read_at(self, walls: list[int]) -> tuple[bool, list[dict[str, Any]]]:
+        """The device's readings at past wall instants (``GET /v1/states``), see ``HistoryProbe``. A device without the
+        route (an older twin) answers 404 once; from then on this reads now, undated, as ``read`` does."""
+        if self._no_history:
+            return False, [self.read()]
         try:
-            state = json.loads(body)
-        except ValueError:
-            return empty_reading(f"twin_bad_json: http {status}")
-        if status != 200 or not isinstance(state, dict):
-            msg = state.get("error") if isinstance(state, dict) else None
-            if isinstance(msg, dict):
-                msg = msg.get("message")
-            return empty_reading(f"twin_http_{status}: {msg or body[:200].decode(errors='replace')}")
-        out = empty_reading()
-        for f in STATE_FIELDS:
-            out[f] = state.get(f)
-        out["device_ns"] = state.get("device_ns")
-        out["read_wall_ns"], out["read_mono_ns"] = state.get("wall_ns"), state.get("mono_ns")
-        errs = state.get("errors") or []
-        if isinstance(errs, str):
-            errs = [errs]
-        err = state.get("error")
-        if err:
-            errs = [*errs, err.get("message", str(err)) if isinstance(err, dict) else str(err)]
-        out["errors"] = [f"twin: {e}" for e in errs]
-        return out
+            status, body = self._get("/v1/states?at_wall_ns=" + ",".join(str(int(w)) for w in walls))
+        except (OSError, http.client.HTTPException) as exc:
+            return False, [empty_reading(f"twin_unreachable: {type(exc).__name__}: {exc}")]
+        if status == 404:
+            self._no_history = True
+            return False, [self.read()]
+        answer, problem = _twin_json(status, body)
+        if answer is None:
+            return False, [empty_reading(problem)]
+        states = answer.get("states")
+        if not isinstance(states, list) or not states or not all(isinstance(x, dict) for x in states):
+            return False, [empty_reading("twin_bad_answer: /v1/states without a list of states")]
+        dated = bool(answer.get("dated")) and len(states) == len(walls)
+        readings = [_twin_reading(x) for x in states]
+        if not dated:
+            for r in readings:
+                r.pop("read_wall_ns", None)
+                r.pop("read_mono_ns", None)
+        return dated, readings
 
     def identity(self) -> dict[str, Any]:
         try:
@@ -139,6 +161,37 @@ class TwinProbe:
 
     def close(self) -> None:
         self._drop()
+
+
+def _twin_json(status: int, body: bytes) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """(the JSON object of a 200 answer, None), or (None, what went wrong)."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None, f"twin_bad_json: http {status}"
+    if status != 200 or not isinstance(obj, dict):
+        msg = obj.get("error") if isinstance(obj, dict) else None
+        if isinstance(msg, dict):
+            msg = msg.get("message")
+        return None, f"twin_http_{status}: {msg or body[:200].decode(errors='replace')}"
+    return obj, None
+
+
+def _twin_reading(state: dict[str, Any]) -> dict[str, Any]:
+    """A probe reading from one twin state object (its ``wall_ns``/``mono_ns`` become the read stamps)."""
+    out = empty_reading()
+    for f in STATE_FIELDS:
+        out[f] = state.get(f)
+    out["device_ns"] = state.get("device_ns")
+    out["read_wall_ns"], out["read_mono_ns"] = state.get("wall_ns"), state.get("mono_ns")
+    errs = state.get("errors") or []
+    if isinstance(errs, str):
+        errs = [errs]
+    err = state.get("error")
+    if err:
+        errs = [*errs, err.get("message", str(err)) if isinstance(err, dict) else str(err)]
+    out["errors"] = [f"twin: {e}" for e in errs]
+    return out
 
 
 # NVML answers meaning "this GPU, driver or binding has no such thing": the probe stops asking. FUNCTION_NOT_FOUND is

@@ -2,6 +2,10 @@
 
 The loop runs on monotonic deadlines (``harness.telemetry.ticker``): ``next += period`` after each sample, so it
 never drifts; a sample that ends past the next deadline skips the missed ticks and counts them as overruns.
+
+A probe whose device answers for past instants (``HistoryProbe``: the twin GPU) is also asked for the instants a late
+loop missed, so a host stall makes the samples late, not missing; each such reading is dated by the device
+(``stamp="device"``) and the call's latency does not blur it. NVML readings are stamped by the call (``"call"``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ServiceUnavailableError, UsageError
-from harness.telemetry.probes import Probe, probe_timing
+from harness.telemetry.probes import Probe, has_history, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.ticker import run_ticks
 from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
 from harness.timeutil import mono_ns, wall_ns
 
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 200.0
+MAX_BACKFILL = 1200
+"""The most missed instants one late tick reads back from a ``HistoryProbe`` (two minutes at 10 Hz)."""
 
 
 class SamplerCore:
@@ -37,6 +43,7 @@ class SamplerCore:
         self.errors_total = 0
         self.error_samples_total = 0
         self.overruns_total = 0
+        self.backfilled_total = 0
         self.loop_errors_total = 0
         self.last_loop_error: str | None = None
         self.last_sample_wall_ns: int | None = None
@@ -79,30 +86,60 @@ class SamplerCore:
         run_ticks(self.period_s, self._stop, self.sample_once, overrun, error)
 
     def sample_once(self) -> GpuSample:
-        """Read the probe once, stamp it, store it. Never raises for probe failures."""
+        """Read the probe once (with a ``HistoryProbe``, also the instants missed since the last sample), stamp the
+        readings, store them; returns the newest. Never raises for probe failures."""
+        if has_history(self.probe):
+            return self._sample_with_history()
         try:
             reading, t_wall, t_mono, latency_ms = probe_timing(self.probe)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the loop
             reading, t_wall, t_mono, latency_ms = {"errors": [f"probe_exception: {type(exc).__name__}: {exc}"]}, wall_ns(), mono_ns(), None
+        return self._store(reading, t_wall, t_mono, latency_ms, "call")
+
+    def _missed_instants(self, now_mono: int) -> list[int]:
+        """Monotonic instants that split the time since the last sample into periods (none when on time)."""
+        last = self.store.latest(usable=False)
+        if last is None or last.kind != "sample" or last.run_id != self.run_id:
+            return []
+        span = now_mono - last.t_mono_ns
+        n = int(span / (self.period_s * 1e9) + 0.5) - 1
+        if n < 1:
+            return []
+        step = span / (n + 1)
+        return [last.t_mono_ns + int(round(step * j)) for j in range(max(1, n + 1 - MAX_BACKFILL), n + 1)]
+
+    def _sample_with_history(self) -> GpuSample:
+        now_mono, now_wall = mono_ns(), wall_ns()
+        instants = [*self._missed_instants(now_mono), now_mono]
+        walls = [now_wall - (now_mono - m) for m in instants]
+        try:
+            dated, readings = self.probe.read_at(walls)  # type: ignore[attr-defined]  # has_history checked it
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the loop
+            dated, readings = False, [{"errors": [f"probe_exception: {type(exc).__name__}: {exc}"]}]
+        end_mono, end_wall = mono_ns(), wall_ns()
+        latency_ms = (end_mono - now_mono) / 1e6
+        if not dated:  # one reading of the call's moment, stamped by the call as NVML's are
+            reading = readings[-1]
+            return self._store(reading, (now_wall + end_wall) // 2, (now_mono + end_mono) // 2, latency_ms, "call")
+        self.backfilled_total += len(instants) - 1
+        sample = None
+        for reading, t_wall, t_mono in zip(readings, walls, instants):
+            reading.pop("read_wall_ns", None)
+            reading.pop("read_mono_ns", None)
+            sample = self._store(reading, t_wall, t_mono, latency_ms, "device")
+        assert sample is not None  # one reading per instant, at least now
+        return sample
+
+    def _store(self, reading: dict[str, Any], t_wall: int, t_mono: int, latency_ms: float | None, stamp: str) -> GpuSample:
+        """Build the sample of one reading (a malformed one keeps its stamps and the error) and append it."""
         device_ns = reading.pop("device_ns", None)
         errors = list(reading.pop("errors", None) or [])
+        common = {"kind": "sample", "run_id": self.run_id, "seq": self.store.next_seq(), "t_wall_ns": t_wall,
+                  "t_mono_ns": t_mono, "probe_latency_ms": latency_ms, "stamp": stamp}
         try:
-            sample = GpuSample(
-                kind="sample",
-                run_id=self.run_id,
-                seq=self.store.next_seq(),
-                t_wall_ns=t_wall,
-                t_mono_ns=t_mono,
-                device_ns=int(device_ns) if device_ns is not None else t_wall,
-                probe_latency_ms=latency_ms,
-                errors=errors,
-                **reading,
-            )
+            sample = GpuSample(**common, device_ns=int(device_ns) if device_ns is not None else t_wall, errors=errors, **reading)
         except ValueError as exc:  # malformed probe values: keep the timestamps and the error
-            sample = GpuSample(
-                kind="sample", run_id=self.run_id, seq=self.store.next_seq(), t_wall_ns=t_wall, t_mono_ns=t_mono,
-                probe_latency_ms=latency_ms, errors=[*errors, f"bad_probe_values: {str(exc)[:200]}"],
-            )  # fmt: skip
+            sample = GpuSample(**common, errors=[*errors, f"bad_probe_values: {str(exc)[:200]}"])
         self.store.append(sample)
         self.samples_total += 1
         if sample.errors:

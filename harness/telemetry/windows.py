@@ -92,6 +92,9 @@ class GpuSample(BaseModel):
     power_management_limit_w: float | None = None
     clock_event_reasons: int | None = None
     probe_latency_ms: float | None = None
+    stamp: Literal["call", "device"] = "call"
+    """Who dated the reading: ``call`` (the probe call's midpoint, as for NVML: a slow call blurs the instant) or
+    ``device`` (the device says which instant the reading is of, exactly: the twin GPU's history)."""
     errors: list[str] = Field(default_factory=list)
     detail: dict[str, Any] | None = None
     """Only on ``start`` (probe, rate, pid) and ``gap`` (previous run id and seq, gap edges) records."""
@@ -310,7 +313,7 @@ def compute_window(
     span = [s for s in samples if t0 <= s.t_wall_ns <= t1 and s.kind == "sample"]
     if any(s.errors for s in span):
         reasons.append(PROBE_ERRORS)
-    if any(s.probe_latency_ms is not None and s.probe_latency_ms > period_s * 1e3 for s in span):
+    if any(s.stamp == "call" and s.probe_latency_ms is not None and s.probe_latency_ms > period_s * 1e3 for s in span):
         reasons.append(SLOW_PROBE)
     coverage = min(1.0, (len(inside) + 1) * period_s / wall_s) if NO_SAMPLE_BEFORE not in reasons and NO_SAMPLE_AFTER not in reasons else 0.0
     if coverage < MIN_COVERAGE and NO_SAMPLE_BEFORE not in reasons and NO_SAMPLE_AFTER not in reasons:

@@ -20,6 +20,10 @@ Physics (all on the twin clock, ``ScaledClock`` anchored at device start):
   the device applies each one exactly at its instant, and the power jitter is a seeded function of device time
   (one value per ``tick_ms x time_scale`` of twin time). So the power/energy timeline depends on device time only,
   not on when the HTTP reports or the physics ticks happen to run on a busy host (docs/twin.md, "Load immunity").
+- Readings of past instants: every state change is recorded (``Snapshot``, a bounded history of ``HISTORY_WALL_S``
+  wall seconds), and between two changes power is constant, so the state at any recorded device instant is exact
+  (``states_at``, ``GET /v1/states``). A sampler that a busy host made late reads the instants it missed, like a
+  driver's sample buffer (``nvmlDeviceGetSamples``): a late read is late, not missing.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.clock_events import APPLICATIONS_CLOCKS_SETTING, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
+from harness.twin.device_history import HISTORY_WALL_S, History, Snapshot, clock_event_bits, reading
 from harness.twin.device_settings import BoardSettings
 
 if TYPE_CHECKING:  # the model itself needs no pydantic (the GPU check replays it on machines without it)
@@ -103,6 +107,8 @@ class TwinGpu(BoardSettings):
         self.max_late_ns = 0
         self.noise_period_ns = max(1, int(self.p.tick_ms * 1e6 * self.clock.scale))
         self._noise_k = self._noise_index(now)
+        self.history = History(int(HISTORY_WALL_S * 1e9 * self.clock.scale))
+        self._record()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -207,6 +213,22 @@ class TwinGpu(BoardSettings):
             self.seg_t.append(self.t_ns)
             self.seg_e.append(self.energy_j)
             self.seg_p.append(power)
+        self._record()
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(t_ns=self.t_ns, energy_j=self.energy_j, power_w=self.power_w, temp_c=self.temp_c, util=self.util,
+                        util_avg=self.util_avg, busy=self.busy, last_busy_ns=self.last_busy_ns,
+                        clock_factor=self.clock_factor, capped=self.capped, lock_binds=self.lock_binds,
+                        limit_w=self.limit_w, engines=len(self.engines), memory_used_mb=self.memory_used_mb(),
+                        counter_offset_j=self.counter_offset_j, uuid=self.uuid)
+
+    def _record(self) -> None:
+        self.history.record(self._snapshot())
+
+    def snapshot_at(self, t_ns: int) -> Snapshot | None:
+        """The exact state at device instant ``t_ns`` (at most the last update), or None before the history starts."""
+        p = self.p
+        return self.history.at(min(t_ns, self.t_ns), self.ambient_c, p.thermal_resistance_c_per_w, p.thermal_tau_s, p.util_avg_s)
 
     def _ideal_power(self, base: float, dyn: float) -> float:
         return base + dyn * self.clock_factor**self.p.dvfs_exponent
@@ -326,61 +348,41 @@ class TwinGpu(BoardSettings):
                 "clamped": clamped,
             }
 
-    def reasons(self) -> int:
-        bits = 0
-        if not self.busy and self.t_ns - self.last_busy_ns >= self.p.idle_after_s * 1e9:
-            bits |= IDLE
-        if self.capped:
-            bits |= SW_POWER_CAP
-        if self.lock_binds:
-            bits |= APPLICATIONS_CLOCKS_SETTING
-        if self.temp_c > self.p.slowdown_temp_c:
-            bits |= SW_THERMAL
-        if self.temp_c > self.p.hw_slowdown_temp_c:
-            bits |= HW_THERMAL
-        return bits
+    def reasons(self, snap: Snapshot | None = None) -> int:
+        """NVML clock-event bits of the state now (or of ``snap``)."""
+        return clock_event_bits(self.p, snap or self._snapshot())
 
     def identity(self) -> dict:
         return {"name": self.p.name, "uuid": self.uuid, "driver_version": self.p.driver_version}
 
     def state(self) -> dict:
+        """The reading now, stamped with the host clocks (``wall_ns``, ``mono_ns``) and the device clock."""
         with self.lock:
             m, w = mono_ns(), wall_ns()
             now = self.clock.from_mono(m)
             self._advance(now)
             self._expire()
             self._recompute()
-            bits = self.reasons()
-            idle = bool(bits & IDLE)
-            e_now = self.energy_at(now)
-            e_1s = self.energy_at(now - 1_000_000_000)
-            span = min(1.0, (now - self.seg_t[0]) / 1e9)
-            sensor = random.Random(f"{self.seed}-{now // 50_000_000}").gauss(0.0, self.p.temp_noise_c)
-            return {
-                "wall_ns": w,
-                "mono_ns": m,
-                "device_ns": now,
-                **self.identity(),
-                "hardware": self.profile.hardware,
-                "twin": True,
-                "energy_mj": int((self.energy_j - self.counter_offset_j) * 1000.0),
-                "power_w": round(self.power_w, 3),
-                "power_avg_w": round((e_now - e_1s) / span, 3) if span > 0 else round(self.power_w, 3),
-                "temperature_c": round(self.temp_c + sensor, 1),
-                "sm_clock_mhz": self.p.idle_sm_clock_mhz if idle else int(round(self.p.max_sm_clock_mhz * self.clock_factor)),
-                "mem_clock_mhz": self.p.idle_mem_clock_mhz if idle else self.p.mem_clock_mhz,
-                "utilization_pct": int(round(self.util_avg * 100)),
-                "memory_total_mb": self.p.memory_total_mb,
-                "memory_reserved_mb": self.p.memory_reserved_mb,
-                "memory_used_mb": int(round(self.memory_used_mb())),
-                "memory_free_mb": int(round(self.memory_free_mb())),
-                "power_limit_w": self.limit_w,
-                "power_management_limit_w": self.limit_w,
-                "clock_event_reasons": bits,
-                "engines": len(self.engines),
-                "late_events": self.late_events,
-                "max_late_ms": round(self.max_late_ns / 1e6, 3),
-            }
+            return reading(self, self._snapshot(), w, m)
+
+    def states_at(self, walls: list[int]) -> list[dict]:
+        """Readings at past wall instants, each exact and stamped with its own instant (a future one is read now);
+        an instant older than the history is ``{"wall_ns": W, "error": ...}``."""
+        with self.lock:
+            m, w = mono_ns(), wall_ns()
+            self._advance(self.clock.from_mono(m))
+            self._expire()
+            self._recompute()
+            out: list[dict] = []
+            for wall in walls:
+                wall = min(int(wall), w)
+                mono = m - (w - wall)
+                snap = self.snapshot_at(self.clock.from_mono(mono))
+                if snap is None:
+                    out.append({"wall_ns": wall, "error": f"instant older than the device's history ({HISTORY_WALL_S:g} wall s)"})
+                else:
+                    out.append(reading(self, snap, wall, mono))
+            return out
 
     def info(self) -> dict:
         return {
@@ -412,6 +414,7 @@ class TwinGpu(BoardSettings):
                 self.counter_offset_j = self.energy_j
             if body.get("uuid_change"):
                 self.uuid = f"GPU-twin-{uuidlib.uuid4()}"
+            self._record()
             if "probe_delay_ms" in body:
                 self.faults["probe_delay_ms"] = float(body["probe_delay_ms"] or 0)
             if "probe_error" in body:

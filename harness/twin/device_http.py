@@ -12,6 +12,8 @@ from harness.twin.device import TwinGpu
 from harness.twin.profile import TwinProfile
 
 Reply = Response | dict[str, Any]
+MAX_INSTANTS = 1200
+"""The most instants one ``GET /v1/states`` answers (two minutes of a 10 Hz sampler)."""
 
 
 def build_router(gpu: TwinGpu) -> Router:
@@ -30,6 +32,26 @@ def build_router(gpu: TwinGpu) -> Router:
         if err:
             return error(500, f"twin probe error: {err}")
         return gpu.state()
+
+    def states(req: Request) -> Reply:
+        """Readings at past wall instants (``?at_wall_ns=A,B,...``, at most ``MAX_INSTANTS``), each stamped with its own
+        instant. A slow-probe fault answers like a late driver instead: one reading of now, not dated
+        (``"dated": false``), so the sampler stamps it by its call, as it does NVML's."""
+        try:
+            walls = [int(x) for x in req.query.get("at_wall_ns", "").split(",") if x.strip()]
+        except ValueError:
+            return error(400, "at_wall_ns must be a comma-separated list of wall epoch ns (integers)")
+        if not walls or len(walls) > MAX_INSTANTS:
+            return error(400, f"at_wall_ns needs 1 to {MAX_INSTANTS} instants, got {len(walls)}")
+        delay = gpu.faults.get("probe_delay_ms")
+        if delay:
+            time.sleep(delay / 1000.0)
+        err = gpu.faults.get("probe_error")
+        if err:
+            return error(500, f"twin probe error: {err}")
+        if delay:
+            return {"dated": False, "states": [gpu.state()]}
+        return {"dated": True, "states": gpu.states_at(walls)}
 
     def lease(req: Request) -> Reply:
         body = req.json()
@@ -107,6 +129,7 @@ def build_router(gpu: TwinGpu) -> Router:
             return error(400, str(exc), code="invalid_argument", **gpu.clocks())
 
     r.add("GET", "/v1/state", state)
+    r.add("GET", "/v1/states", states)
     r.add("POST", "/v1/engines", lease)
     r.add("POST", "/v1/engines/{eid}/activity", activity)
     r.add("DELETE", "/v1/engines/{eid}", release)
