@@ -21,10 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
+from harness.report_band import BAND, no_band_hint
 from harness.report_passes import Pass, PassGroup, pass_groups
 from harness.rows import SweepRow
 
-BAND = (0.95, 0.98)
 PUBLISHED_POWER_LIMIT_W = 80.0
 
 
@@ -56,6 +56,8 @@ class BatchSummary(BaseModel):
     closest_to_band: CellSummary | None
     cells: list[CellSummary]
     n_error_rows: int
+    why_none: str | None = None
+    """When no config is in the band: where they sit and the command that finds one (``report_band``)."""
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -137,7 +139,7 @@ def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSumma
         closest = min(measured, key=lambda c: _band_distance(c.utilization or 0.0)) if measured and not best else None
         out.append(BatchSummary(batch_size=bs, baseline=_measured(cells, BASELINE), reference=_measured(cells, REFERENCE), best_in_band=best,
                                 in_band=in_band, closest_to_band=closest, cells=cells,
-                                n_error_rows=sum(c.n_error for c in cells)))
+                                n_error_rows=sum(c.n_error for c in cells), why_none=no_band_hint(cells, power_limit_w, bs)))
     return out
 
 
@@ -172,7 +174,8 @@ def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
         t.add_row(role, str(SpecConfig(*c.config)), _fmt(c.speed_tok_s, ".1f"), _vs(c, s.baseline), _fmt(c.joules_per_token, ".4f"),
                   _fmt(c.avg_power_watts, ".1f"), _fmt(c.utilization, ".3f"), "[green]yes[/]" if c.in_band else "no",
                   f"{c.n_ok}/{c.n_error}")
-    t.caption = f"{len(s.in_band)} configs in band: " + (", ".join(str(SpecConfig(*c.config)) for c in s.in_band) or "none")
+    t.caption = escape(s.why_none) if s.why_none else (f"{len(s.in_band)} config{'s' if len(s.in_band) != 1 else ''} in band: "
+                                                       + (", ".join(str(SpecConfig(*c.config)) for c in s.in_band) or "none"))
     return t
 
 

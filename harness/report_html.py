@@ -109,7 +109,8 @@ def write_html(path: Path, *, source: str, groups: Sequence[tuple["Pass", Sequen
         parts.append(f"<h2>Recipe at {html.escape(key.label)}</h2><ul>{items}</ul>")
     for key, summaries in groups:
         for s in summaries:
-            parts.append(f"<h3>{html.escape(key.label)}, batch size {s.batch_size}</h3>{_batch_table(s)}")
+            why = f"<p>{html.escape(s.why_none)}</p>" if s.why_none else ""
+            parts.append(f"<h3>{html.escape(key.label)}, batch size {s.batch_size}</h3>{_batch_table(s)}{why}")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode()
         parts.append(f"<h3>{html.escape(Path(fig).stem)}</h3><img alt=\"{html.escape(Path(fig).stem)}\" src=\"data:image/png;base64,{data}\">")

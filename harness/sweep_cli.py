@@ -64,7 +64,7 @@ def sweep(
     steps: Annotated[Optional[str], typer.Option("--steps", help="steps values of the grid, e.g. 0,1,3,5", rich_help_panel=GRID)] = None,
     topk: Annotated[Optional[str], typer.Option("--topk", help="topk values of the grid, e.g. 0,1,2,4", rich_help_panel=GRID)] = None,
     draft_tokens: Annotated[Optional[str], typer.Option("--draft-tokens", help="draft-token values, e.g. 0,2,4,8,16", rich_help_panel=GRID)] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="small preset: 3 configs x bs 1,16, 256 tokens, time scale 20", rich_help_panel=PRESET)] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="small preset: 4 configs x bs 1,16, 256 tokens, time scale 20", rich_help_panel=PRESET)] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="options from a YAML/JSON file (the names --print-config writes), over --quick, under the flags given", rich_help_panel=PRESET)] = None,
     print_config: Annotated[bool, typer.Option("--print-config", help="print the resolved options as YAML (a --config file) and exit", rich_help_panel=PRESET)] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="run folder (default results/<run-id>)", rich_help_panel=RUN)] = None,

@@ -103,3 +103,21 @@ def test_final_summary_table_renders_each_batch_size() -> None:
         assert f"{s.baseline.speed_tok_s:.1f}" in text
         if s.best_in_band:
             assert str(SpecConfig(*s.best_in_band.config)) in text
+
+
+def test_a_batch_size_without_a_config_in_band_says_why_and_which_cap_finds_one() -> None:
+    from harness.report import CellSummary
+    from harness.report_band import no_band_hint
+
+    def cell(cfg: tuple[int, int, int], watts: float, speed: float) -> CellSummary:
+        return CellSummary(batch_size=1, config=cfg, n_ok=1, n_error=0, speed_tok_s=speed, avg_power_watts=watts, utilization=watts / 80.0)
+
+    base, ref, deep = cell((0, 0, 0), 79.0, 97.5), cell((3, 4, 8), 70.8, 154.6), cell((5, 4, 16), 73.0, 150.9)
+    hint = no_band_hint([base, ref, deep], 80.0, 1)
+    assert hint is not None
+    assert "1 above it (lowest (0,0,0) at 0.988)" in hint and "2 below it (highest (5,4,16) at 0.912)" in hint
+    assert "--batch-sizes 1 --power-caps 73" in hint and "(3,4,8), the fastest below it" in hint  # 70.8 W / 0.965
+    assert no_band_hint([base, cell((3, 2, 4), 76.2, 120.0)], 80.0, 16) is None  # 0.9525: in the band
+    hot = no_band_hint([cell((0, 0, 0), 81.0, 90.0), cell((3, 4, 8), 80.1, 115.0)], 80.0, 16)
+    assert hot is not None and "2 above it" in hot and "--sm-clocks" in hot and "--power-caps" not in hot
+    assert no_band_hint([], 80.0, 1) is None

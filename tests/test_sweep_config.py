@@ -45,7 +45,7 @@ def test_config_file_overlays_the_preset_and_flags_overlay_the_file(tmp_path, ca
     got = _printed(["--quick", "--config", str(cfg), "--repeats", "2", "--engine-arg=--y"], capsys)
     assert got["repeats"] == 2 and got["engine_args"] == ["--y"]  # the flags given win over the file
     assert got["batch_sizes"] == [1, 4] and got["output_tokens"] == 64 and got["energy_window"] == "steady"  # file over --quick
-    assert got["time_scale"] == 20.0 and got["configs"] == [[0, 0, 0], [3, 4, 8], [3, 2, 4]]  # --quick where nothing else spoke
+    assert got["time_scale"] == 20.0 and got["configs"] == [[0, 0, 0], [3, 4, 8], [3, 2, 4], [5, 2, 8]]  # --quick where nothing else spoke
     assert got["seed"] == 0 and got["mem_fractions"] == [0.65, 0.55]  # the model's defaults under everything
     as_json = tmp_path / "run.json"
     as_json.write_text(json.dumps({"repeats": 3, "launch_per": "config"}))
