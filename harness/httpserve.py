@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import sys
 import threading
 from collections.abc import Iterable, Mapping
@@ -15,6 +14,8 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Union
 from urllib.parse import parse_qs, urlsplit
+
+from harness.stopflag import StopFlag
 
 
 class BadRequest(Exception):
@@ -250,13 +251,7 @@ def serve_in_thread(server: Server, name: str = "http") -> threading.Thread:
 
 def serve_until_signal(server: Server, on_stop: Callable[[], None] | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then shut down cleanly."""
-    stop = threading.Event()
-
-    def _handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
+    stop = StopFlag().stop_on_signals()
     t = serve_in_thread(server)
     try:
         while not stop.wait(0.2):

@@ -2,6 +2,9 @@
 
 Children get ``PR_SET_PDEATHSIG`` (Linux) so a harness killed with ``kill -9`` does not leave servers behind, and
 ``stop`` sends SIGTERM to the child's own process group (sglang spawns scheduler processes), waits, then SIGKILLs.
+The death signal follows the *thread* that spawned the child: a server launched from a worker thread (serve's relaunch
+pool) gets SIGTERM when that thread ends, at the pool's close, just before ``stop`` sends its own; the twin's servers
+take the second one safely (``harness.stopflag``).
 """
 
 from __future__ import annotations

@@ -41,8 +41,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config (or
         one at a time, relaunched on a switch, where only one fits), routing each request to the config the
         controller picks for the current batch size (switches logged)."""
-        import signal
-        import threading
+        from harness.stopflag import StopFlag
 
         from harness.errors import UsageError
         from harness.grid import parse_configs
@@ -74,9 +73,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                                relaunch_hold_s=relaunch_hold_s, drain_timeout_s=drain_timeout_s,
                                controller=ControllerParams(band=(lo, hi), dwell_ticks=dwell_ticks, min_hold_s=hold,
                                                            model=model))
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop = StopFlag().stop_on_signals()
         with open_session(options) as session:
             session.loop.on_switch = lambda rec: typer.echo(f"switch {rec['old']} -> {rec['new']}: {rec['reason']}", err=True)
             n = len(session.pool.instances)

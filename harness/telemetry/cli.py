@@ -23,8 +23,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         retention_s: float = typer.Option(3600.0, "--retention-s", help="Seconds of samples kept in memory for window queries."),
     ) -> None:
         """Run the telemetry sampler sidecar until SIGTERM or Ctrl-C."""
-        import signal
-        import threading
+        from harness.stopflag import StopFlag
 
         from rich.console import Console
         from rich.markup import escape
@@ -42,9 +41,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             core.probe.close()
             raise ServiceUnavailableError(f"cannot bind {host}:{port}: {exc.strerror}", fix="pick another --port (0 = any free port)") from None
         core.start()
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop = StopFlag().stop_on_signals()
         bound = srv.server_address[1]
         typer.echo(f"sampler listening on http://{host}:{bound} probe={probe} rate_hz={rate_hz} run_id={core.run_id}", err=False)
         console.print(f"[green]sampler[/] {probe} @ {rate_hz} Hz, log {escape(str(log or '(none)'))}; stop with Ctrl-C")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 
 from harness.httpserve import make_server, serve_in_thread
+from harness.stopflag import StopFlag
 from harness.grid import SpecConfig
 from harness.timeutil import ScaledClock
 from harness.twin import engine_args as ea
@@ -32,7 +32,7 @@ from harness.twin.sglang_api import build_router
 from harness.twin.tokens import stable_hash
 
 
-def _sleep_twin(clock: ScaledClock, seconds: float, stop: threading.Event | None = None) -> None:
+def _sleep_twin(clock: ScaledClock, seconds: float, stop: StopFlag | None = None) -> None:
     wall = clock.wall_seconds(seconds)
     if stop is not None:
         stop.wait(wall)
@@ -140,13 +140,7 @@ def main(argv: list[str]) -> int:
     phases = launch_seconds(profile, cfg, graph_bs)
     scale = args.twin_launch_scale
     t_launch0 = clock.now_ns()
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopFlag().stop_on_signals()
 
     log(f"Load weight begin. avail mem={dev_info.get('memory_total_mb', 0) / 1024:.2f} GB (twin GPU {dev_info.get('name')})")
     _sleep_twin(clock, (phases["imports"] + phases["weights"]) * scale, stop)
@@ -193,7 +187,7 @@ def main(argv: list[str]) -> int:
         link.release()
 
 
-def _serve(eng: TwinEngine, stop: threading.Event, t_launch0: int) -> int:
+def _serve(eng: TwinEngine, stop: StopFlag, t_launch0: int) -> int:
     """Bind, start the scheduler, run the warm-up generation, turn healthy, serve until ``stop``; the exit code."""
     args = eng.args
     if args.twin_api == "vllm":
