@@ -1,12 +1,14 @@
 """The GPU proof kit: one prepared check of the native path on the first real GPU it meets (docs/gpu_check.md).
 
-    python3 benchmarks/gpu_check.py [--out DIR] [--read-only] [--gpu-index 0] [--budget-s 240] [--quick] [--only PHASES]
+    python3 benchmarks/gpu_check.py [--out DIR] [--full] [--gpu-index 0] [--budget-s 240] [--quick] [--only PHASES]
     .venv/bin/python benchmarks/gpu_check.py --argv      # the launch lines alone, where pydantic is installed
 
 Runs with the standard library + nvidia-ml-py + torch only (no pydantic, project not installed): it imports the
 project's NVML probe and sampling grid from this tree. Prints progress lines, a verdict table (PASS/WARN/FAIL/SKIP
-per check with its figure) and writes DIR/gpu_check.json after every phase. Whatever it changes on the GPU (power
-limit, locked SM clocks) is restored on exit, on an exception and on SIGINT/SIGTERM.
+per check with its figure) and writes DIR/gpu_check.json after every phase. By default it changes nothing on the GPU
+(read-only: limits and supported clocks are read, no set call is made): a borrowed or shared GPU must not be changed by
+accident. ``--full`` adds the setting phases (your own GPU, as root); whatever they change (power limit, locked SM
+clocks) is restored on exit, on an exception and on SIGINT/SIGTERM.
 Exit codes: 0 done (read the table), 2 no NVML/GPU here, 130/143 interrupted (settings restored).
 """
 
@@ -33,11 +35,15 @@ def main() -> int:
                                                "power_cap,sm_clocks,twin,launch_argv")
     ap.add_argument("--phase-hook", default=None, help="a command run with the phase name before each phase (tests set the NVML "
                                                       "shim's power with it; on a GPU host e.g. a script logging nvidia-smi -q)")
-    ap.add_argument("--read-only", action="store_true", default=os.environ.get("GPU_CHECK_READ_ONLY") == "1",
-                    help="make no set call at all (power limit, clocks): for a lent GPU whose settings must not change "
-                         "(also GPU_CHECK_READ_ONLY=1); limits and supported clocks are still read")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true",
+                      help="also set, verify and restore a power limit and locked SM clocks (your own GPU, as root); "
+                           "GPU_CHECK_READ_ONLY=1 still forbids it")
+    mode.add_argument("--read-only", action="store_true",
+                      help="the default: make no set call at all (limits and supported clocks are still read)")
     ap.add_argument("--argv", action="store_true", help="only print the sweep's sglang launch lines (needs the project's dependencies)")
     args = ap.parse_args()
+    args.read_only = not args.full or os.environ.get("GPU_CHECK_READ_ONLY") == "1"
     if args.argv:
         from harness.gpucheck.argv_check import launch_lines
 

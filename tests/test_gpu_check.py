@@ -142,7 +142,7 @@ def test_end_to_end_on_the_shim(tmp_path: Path, env: tuple[ShimScript, dict[str,
             "decode_b16": (300000, 100), "power_cap": (690000, 100), "sm_clocks": (690000, 100)}  # fmt: skip
     hook = tmp_path / "hook.py"
     hook.write_text(HOOK.format(plan=plan, script=str(script.path)))
-    proc = start(e, out, "--budget-s", "12", "--phase-hook", f"{sys.executable} {hook}")
+    proc = start(e, out, "--full", "--budget-s", "12", "--phase-hook", f"{sys.executable} {hook}")
     text = run_to_end(proc, Lines(proc))
     data = json.loads((out / "gpu_check.json").read_text())
     assert set(data) >= {"schema", "identity", "phases", "windows", "findings", "restores", "period", "smi", "limits", "clocks",
@@ -178,7 +178,7 @@ def test_end_to_end_on_the_shim(tmp_path: Path, env: tuple[ShimScript, dict[str,
 def test_signal_mid_run_restores(tmp_path: Path, env: tuple[ShimScript, dict[str, str]], sig: int, phase: str, ready: str, code: int):
     script, e = env
     out = tmp_path / "out"
-    proc = start(e, out, "--budget-s", "120", "--only", phase)  # a 10 s load phase: the signal lands inside it
+    proc = start(e, out, "--full", "--budget-s", "120", "--only", phase)  # a 10 s load phase: the signal lands inside it
     lines = Lines(proc)
     lines.wait(lambda line: ready in line)
     assert limit_file(script) == 420000 if phase == "power_cap" else clocks_locked(script)  # the change is in force
@@ -194,7 +194,7 @@ def test_refused_permission_is_a_finding(tmp_path: Path, env: tuple[ShimScript, 
     script, e = env
     script.set({"root": 0})
     out = tmp_path / "out"
-    proc = start(e, out, "--budget-s", "12", "--only", "power_cap,sm_clocks")
+    proc = start(e, out, "--full", "--budget-s", "12", "--only", "power_cap,sm_clocks")
     run_to_end(proc, Lines(proc))
     data: dict[str, Any] = json.loads((out / "gpu_check.json").read_text())
     msgs = [f["message"] for f in data["findings"]]
@@ -203,6 +203,22 @@ def test_refused_permission_is_a_finding(tmp_path: Path, env: tuple[ShimScript, 
     status = {r["check"]: r for r in verdicts(data)}
     assert status["power_cap_set"]["status"] == "WARN" and "Insufficient Permissions" in status["power_cap_set"]["detail"]
     assert status["sm_clock_lock"]["status"] == "WARN" and limit_file(script) is None and data["restores"] == []
+
+
+def test_the_default_changes_nothing_and_only_full_sets(tmp_path: Path, env: tuple[ShimScript, dict[str, str]]):
+    """A borrowed GPU must not be changed by accident: without --full no set call is made (the shim's limit and clock
+    files stay absent); GPU_CHECK_READ_ONLY=1 wins over --full; --full with --read-only is a usage error."""
+    script, e = env
+    proc = start(e, tmp_path / "default", "--budget-s", "12", "--only", "power_cap,sm_clocks")
+    text = run_to_end(proc, Lines(proc))
+    status = {r["check"]: r for r in json.loads((tmp_path / "default" / "gpu_check.json").read_text())["verdicts"]}
+    assert "READ-ONLY" in text and status["power_cap_set"]["status"] == "SKIP" and status["sm_clock_lock"]["status"] == "SKIP"
+    assert limit_file(script) is None and not clocks_locked(script)
+    proc = start({**e, "GPU_CHECK_READ_ONLY": "1"}, tmp_path / "env", "--full", "--budget-s", "12", "--only", "power_cap")
+    assert "READ-ONLY" in run_to_end(proc, Lines(proc)) and limit_file(script) is None
+    both = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--full", str(tmp_path / "x"), "--read-only"],
+                          env=e, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def test_check_imports_without_pydantic():
