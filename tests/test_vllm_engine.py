@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
 import httpx
 import pytest
 
 from harness.engine.argv import EngineSpec, build_argv
+from harness.engine.client import EngineRequestError
 from harness.engine.vllm_client import ACCEPTED, DRAFTS, VllmClient, counter_totals
 from harness.errors import UsageError
 from harness.grid import SpecConfig
@@ -141,3 +144,23 @@ def test_vllm_option_error_exits_2_before_any_folder(tmp_path) -> None:
     r = run_harness("sweep", "--engine", "vllm", "--vllm-version", "0.9.2", "--out", str(tmp_path / "run"))
     assert r.returncode == 2 and "outside the supported range" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_reset_refused_while_a_request_runs_is_retried_then_an_error(tmp_path) -> None:
+    """vLLM 0.34 answers ``/reset_prefix_cache`` with 200 ``{"success": false}`` while blocks are held (its
+    serve/dev/cache/api_router.py); the twin in vLLM mode answers the same, and the client retries, then fails loudly
+    instead of taking any 200 as flushed."""
+    args = ["--emulate", "vllm", "--model", "m", "--dtype", "float16", "--gpu-memory-utilization", "0.65",
+            "--max-num-seqs", "4", "--twin-launch-scale", "0.1"]
+    with twin_gpu(time_scale=5.0) as gpu, twin_engine(gpu.url, args, log_dir=str(tmp_path)) as eng, \
+            VllmClient(eng.url, "0.34.0", model="m") as client:
+        client.flush_cache()  # idle: flushed at the first try
+        long = threading.Thread(target=lambda: client.generate("Tell a long story.", max_new_tokens=2048, stream=True))
+        long.start()
+        time.sleep(0.3)
+        busy = httpx.post(eng.url + "/reset_prefix_cache", timeout=10)
+        with pytest.raises(EngineRequestError, match="success.*false"):
+            client.flush_cache(attempts=3, pause_s=0.05)
+        long.join(60)
+        client.flush_cache()
+    assert busy.status_code == 200 and busy.json() == {"success": False}

@@ -9,9 +9,11 @@ cell), and the speed falls back to the window's tokens per second per request.
 
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
-from harness.engine.client import EngineClient, GenerateResult, ServerInfo
+from harness.engine.client import EngineClient, EngineRequestError, GenerateResult, ServerInfo
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -85,8 +87,23 @@ class VllmClient(EngineClient):
 
     def flush_cache(self, attempts: int = 10, pause_s: float = 0.2) -> None:
         """``POST /reset_prefix_cache`` (registered in vLLM's dev mode, which the harness launches it in); the spec
-        counters are monotonic, so the accept-length interval restarts at the next ``server_info()``."""
-        self._request("POST", "/reset_prefix_cache", timeout=30.0)
+        counters are monotonic, so the accept-length interval restarts at the next ``server_info()``.
+
+        vLLM 0.34 answers 200 ``{"success": false}`` while blocks are still held (running requests, KV transfers;
+        ``vllm/entrypoints/serve/dev/cache/api_router.py``): retried, then an error. vLLM 0.11 answers an empty 200
+        without checking (``vllm/entrypoints/openai/api_server.py``), so there is nothing to check there."""
+        for _ in range(attempts):
+            resp = self._request("POST", "/reset_prefix_cache", timeout=30.0)
+            try:
+                body = resp.json() if resp.content.strip() else None
+            except ValueError:
+                body = None
+            if not (isinstance(body, dict) and body.get("success") is False):
+                return
+            time.sleep(pause_s)
+        raise EngineRequestError(f"POST {self.base_url}/reset_prefix_cache kept answering {{\"success\": false}} "
+                                 f"({attempts} tries, {pause_s:g} s apart): the server still holds KV blocks", "http", 200,
+                                 fix="a request is still running on the server; wait for it or raise the flush attempts")
 
     def model_info(self) -> dict[str, Any]:
         return {"models": self.models(), "version": self.version}

@@ -129,9 +129,10 @@ def build_vllm_router(eng: TwinEngine) -> Router:
                                             "owned_by": "vllm-twin", "root": eng.args.model_path, "parent": None,
                                             "max_model_len": eng.context_length(), "twin": True}]}
 
-    def reset(req: Request) -> Response:
-        ok, msg = eng.flush_cache()
-        return Response(200 if ok else 400, None, text="" if ok else msg)
+    def reset(req: Request) -> dict[str, Any]:
+        """vLLM 0.34's dev route: 200 ``{"success": false}`` while requests hold blocks (the twin: pending requests)."""
+        ok, _ = eng.flush_cache()
+        return {"success": ok}
 
     r.add("GET", "/health", health)
     r.add("GET,POST", "/ping", health)
