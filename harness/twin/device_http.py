@@ -24,14 +24,18 @@ def build_router(gpu: TwinGpu) -> Router:
     r.add("GET", "/v1/clock", lambda req: gpu.clock_info())
     r.add("GET", "/v1/profile", lambda req: gpu.profile.model_dump(mode="json"))
 
-    def state(req: Request) -> Reply:
+    def probe_faults() -> Response | bool:
+        """The injected probe faults of a read: sleeps ``probe_delay_ms``; the 500 of ``probe_error``, else whether
+        the read was delayed."""
         delay = gpu.faults.get("probe_delay_ms")
         if delay:
             time.sleep(delay / 1000.0)
         err = gpu.faults.get("probe_error")
-        if err:
-            return error(500, f"twin probe error: {err}")
-        return gpu.state()
+        return error(500, f"twin probe error: {err}") if err else bool(delay)
+
+    def state(req: Request) -> Reply:
+        fault = probe_faults()
+        return fault if isinstance(fault, Response) else gpu.state()
 
     def states(req: Request) -> Reply:
         """Readings at past wall instants (``?at_wall_ns=A,B,...``, at most ``MAX_INSTANTS``), each stamped with its own
@@ -43,13 +47,10 @@ def build_router(gpu: TwinGpu) -> Router:
             return error(400, "at_wall_ns must be a comma-separated list of wall epoch ns (integers)")
         if not walls or len(walls) > MAX_INSTANTS:
             return error(400, f"at_wall_ns needs 1 to {MAX_INSTANTS} instants, got {len(walls)}")
-        delay = gpu.faults.get("probe_delay_ms")
-        if delay:
-            time.sleep(delay / 1000.0)
-        err = gpu.faults.get("probe_error")
-        if err:
-            return error(500, f"twin probe error: {err}")
-        if delay:
+        fault = probe_faults()
+        if isinstance(fault, Response):
+            return fault
+        if fault:
             return {"dated": False, "states": [gpu.state()]}
         return {"dated": True, "states": gpu.states_at(walls)}
 
