@@ -24,7 +24,7 @@ from harness.manifest import SweepManifest
 from harness.measurement import measurement
 from harness.devicesetting import PassSetting
 from harness.rows import EngineInfo, RowStore, SweepRow, error_row
-from harness.sweep_errors import FIX_BY_KIND, InfrastructureLost, WorldLost
+from harness.sweep_errors import FIX_BY_KIND, InfrastructureLost, WorldLost, raise_if_interrupted
 from harness.sweep_options import SweepOptions, parse_settle
 from harness.sweep_plan import Cell, derive_seed, plan_cells
 from harness.timeutil import wall_ns
@@ -125,6 +125,7 @@ class SweepRunner:
     # --- world services ------------------------------------------------------------------------------------------
     def _check_world(self, cell: Cell) -> None:
         """Raise ``InfrastructureLost`` when a world service is gone (asked before each cell and each bad row)."""
+        raise_if_interrupted()
         problem = self.world.check()
         if problem is not None:
             raise InfrastructureLost(problem, cell.cell_id)
@@ -414,3 +415,4 @@ class SweepRunner:
         self.manifest.save(self.run_dir)
         self.console.cell_done(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat, speed=row.speed_tok_s,
                                j_per_tok=row.joules_per_token, error=row.error, retry_mf=row.retry_mem_fraction)
+        raise_if_interrupted()  # the row is kept; a stop whose raise a spawn swallowed ends the run here

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from harness.errors import HarnessError, ServiceUnavailableError
@@ -42,5 +43,29 @@ class WorldLost(ServiceUnavailableError):
     """A lost world service the harness could not bring back: the run stops, not complete, resumable."""
 
 
+class _Pending:
+    """The stop signal a handler raised for, kept in case the raise was lost. A signal that lands while a server is
+    being spawned runs its handler inside an at-fork hook (logging's ``_releaseLock``), where Python prints the
+    exception as "Exception ignored" and drops it: a SIGTERMed sweep then ran its last cells and exited 0 (seen in a
+    suite try under load). ``raise_if_interrupted`` raises it again at the next cell boundary."""
+
+    signum: int | None = None
+
+
+PENDING = _Pending()
+
+
 def on_sigterm(signum: int, frame: Any) -> None:
+    PENDING.signum = signum
     raise Interrupted()
+
+
+def on_sigint(signum: int, frame: Any) -> None:
+    PENDING.signum = signum
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interruption a handler already raised once, if that raise was swallowed on its way."""
+    if PENDING.signum is not None:
+        raise Interrupted() if PENDING.signum == signal.SIGTERM else KeyboardInterrupt

@@ -20,7 +20,7 @@ from harness.rows import SweepRow
 from harness.run_folder import new_run_id, prepare_resume, prepare_run_dir
 from harness.runlock import RunLock
 from harness.sweep import SweepRunner
-from harness.sweep_errors import Interrupted, SweepInterrupted, WorldLost, on_sigterm
+from harness.sweep_errors import PENDING, Interrupted, SweepInterrupted, WorldLost, on_sigint, on_sigterm, raise_if_interrupted
 from harness.sweep_options import SweepOptions, check_options
 from harness.timeutil import mono_ns
 
@@ -119,10 +119,11 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
         manifest.skipped_configs = [c.as_tuple() for c in opts.skipped_configs]
     session = manifest.begin_session(argv or sys.argv, resumed=resumed, retry_errors=retry_errors)
     manifest.save(run_dir)
+    PENDING.signum = None
     old = signal.signal(signal.SIGTERM, on_sigterm)
     # Ctrl-C stops the sweep even when the parent started it with SIGINT ignored (a non-interactive shell's `cmd &`
     # hands its children SIGINT = SIG_IGN, and such a sweep ran on to exit 0).
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_int = signal.signal(signal.SIGINT, on_sigint)
     t0 = mono_ns()
     try:
         with open_sweep_world(opts, run_dir, _engine_spec(opts), manifest, console) as world:
@@ -137,6 +138,7 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
                                  executor=getattr(world, "executor", None))
             try:
                 rows = runner.run()
+                raise_if_interrupted()  # a stop whose raise was swallowed in the last cell: not "complete"
                 manifest.finished()
             except (KeyboardInterrupt, Interrupted):
                 manifest.interrupted()

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -145,6 +146,37 @@ def test_launch_per_config_uses_fewer_launches_and_falls_back_per_cell(tmp_path)
     assert rows["r0-bs1-s3k4d8"]["engine"]["identity"]["launch_batch_size"] == 1
     assert json.loads((run / "manifest.json").read_text())["launches"] == 6  # 1 + (2 failed + 1 + 2 failed)
     assert "launching per cell" in r.stderr
+
+
+SWALLOWED_SIGTERM = """
+import os, signal, sys
+from harness import sweep_errors
+from harness.cli import main
+forks = []
+
+def after_fork() -> None:  # the 3rd fork (twin GPU, sampler, then the first engine): SIGTERM's handler runs here
+    forks.append(1)
+    if len(forks) == 3:
+        sweep_errors.on_sigterm(signal.SIGTERM, None)  # raised inside an at-fork hook: Python prints it and drops it
+
+os.register_at_fork(after_in_parent=after_fork)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_whose_raise_a_spawn_swallowed_still_stops_the_run(tmp_path):
+    """A SIGTERM that lands while a server is spawned runs its handler inside an at-fork hook, which drops the
+    exception ("Exception ignored"): the sweep used to run on to exit 0, "complete". It stops at the next cell
+    boundary now, keeps its rows and says how to resume."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", SWALLOWED_SIGTERM, "sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8",
+                           "--batch-sizes", "1,2", "--out", str(run), *FAST], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert "Exception ignored" in done.stderr and "Interrupted" in done.stderr  # the raise really was swallowed
+    assert done.returncode == 130 and "interrupted" in done.stderr and "--resume" in done.stderr, done.stderr
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+    assert 1 <= len(read_lines(run / "rows.jsonl")) < 4
+    assert_no_leftovers(run)
 
 
 def test_sigterm_stops_cleanly_and_marks_the_run_interrupted(tmp_path):

@@ -141,6 +141,9 @@ class RayExecutor:
         for row in rows:
             placement = row.extras.get("executor", {})
             self.placements[row.cell_id] = {k: placement.get(k) for k in ("gpu_uuid", "gpu_id", "node_id", "host")}
+            # the placement reaches the disk before its row: a driver killed between the two runs the cell again on
+            # --resume (and places it anew), never leaves a row whose GPU the manifest does not name
+            self.manifest.save(self.run_dir)
             runner._commit(row, by_id[row.cell_id])
         done = {r.cell_id for r in rows}
         return [c for c in unit if c.cell_id not in done], lost
