@@ -166,12 +166,23 @@ def test_past_instants_read_back_exactly_as_they_were_read_live(gpu):
     walls = [s["wall_ns"] for s in live]
     ans = gpu.get("/v1/states", params={"at_wall_ns": ",".join(map(str, walls))}).json()
     assert ans["dated"] is True and [s["wall_ns"] for s in ans["states"]] == walls
+    # A wall instant maps to the device clock through a (mono, wall) pair read in each call: a preemption between the
+    # two reads moves it by that much x the time scale. Values must agree where both reads fall in one jitter period
+    # (the power's seeded noise changes at its edges) and within 5 ms of device time; most pairs must qualify.
+    clock = gpu.get("/v1/clock").json()
+    period = int(load_profile().device.tick_ms * 1e6 * clock["time_scale"])
+    checked = 0
     for a, b in zip(live, ans["states"]):
+        assert abs(a["device_ns"] - b["device_ns"]) < 50_000_000, (a["device_ns"], b["device_ns"])  # < 1 ms of wall
+        same_period = (a["device_ns"] - clock["anchor_wall_ns"]) // period == (b["device_ns"] - clock["anchor_wall_ns"]) // period
+        if not same_period or abs(a["device_ns"] - b["device_ns"]) > 5_000_000:
+            continue
+        checked += 1
         for key in ("power_w", "utilization_pct", "clock_event_reasons", "sm_clock_mhz", "memory_used_mb", "engines", "uuid"):
             assert a[key] == b[key], (key, a[key], b[key])
-        # the two reads of one wall instant differ by the microseconds between the device's wall and monotonic reads
-        assert abs(a["energy_mj"] - b["energy_mj"]) <= 2 + 0.001 * a["power_w"] * 50 * 20
+        assert abs(a["energy_mj"] - b["energy_mj"]) <= 2 + a["power_w"] * 5  # 5 ms of device time at most
         assert abs(a["temperature_c"] - b["temperature_c"]) <= 0.15
+    assert checked >= 18, checked
     assert len({s["power_w"] for s in ans["states"]}) >= 3  # idle, loaded, idle again: the history is not one value
     old = gpu.get("/v1/states", params={"at_wall_ns": str(walls[0] - 10**13)}).json()["states"][0]
     assert "older than the device's history" in old["error"]

@@ -57,6 +57,20 @@ class Lease:
     pid: int | None = None
 
 
+def host_clocks(tries: int = 5, tight_ns: int = 20_000) -> tuple[int, int]:
+    """(mono ns, wall ns) of one instant: the wall read bracketed by two monotonic reads, retried while a preemption
+    pulls them apart. Past instants are asked for in wall ns and mapped to the device clock through this pair, so its
+    error is multiplied by the time scale (1 ms of preemption at scale 50 is 50 ms of device time)."""
+    best = (0, 0, 1 << 62)
+    for _ in range(tries):
+        m0, w, m1 = mono_ns(), wall_ns(), mono_ns()
+        if m1 - m0 < best[2]:
+            best = ((m0 + m1) // 2, w, m1 - m0)
+        if m1 - m0 <= tight_ns:
+            break
+    return best[0], best[1]
+
+
 def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float, ceiling: float = 1.0) -> float:
     """Largest clock factor <= ceiling such that base + dynamic * f**gamma <= cap (pure; used by the model too)."""
     if dynamic_w <= 0 or base_w + dynamic_w * ceiling**gamma <= cap_w:
@@ -358,7 +372,7 @@ class TwinGpu(BoardSettings):
     def state(self) -> dict:
         """The reading now, stamped with the host clocks (``wall_ns``, ``mono_ns``) and the device clock."""
         with self.lock:
-            m, w = mono_ns(), wall_ns()
+            m, w = host_clocks()
             now = self.clock.from_mono(m)
             self._advance(now)
             self._expire()
@@ -369,7 +383,7 @@ class TwinGpu(BoardSettings):
         """Readings at past wall instants, each exact and stamped with its own instant (a future one is read now);
         an instant older than the history is ``{"wall_ns": W, "error": ...}``."""
         with self.lock:
-            m, w = mono_ns(), wall_ns()
+            m, w = host_clocks()
             self._advance(self.clock.from_mono(m))
             self._expire()
             self._recompute()
