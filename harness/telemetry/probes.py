@@ -41,7 +41,7 @@ class HistoryProbe(Probe, Protocol):
 
     ``read_at(walls)`` returns ``(dated, readings)``: when ``dated``, one reading per wall instant, each the device's
     exact state at that instant (``read_wall_ns`` = the instant), so the call's latency does not blur it; when not
-    (the device answered like a late driver), one undated reading of the moment the call was served."""
+    (the device answered like a late driver), one reading stamped like ``read``'s (``call_stamp``)."""
 
     def read_at(self, walls: list[int]) -> tuple[bool, list[dict[str, Any]]]: ...
 
@@ -140,13 +140,7 @@ class TwinProbe:
         states = answer.get("states")
         if not isinstance(states, list) or not states or not all(isinstance(x, dict) for x in states):
             return False, [empty_reading("twin_bad_answer: /v1/states without a list of states")]
-        dated = bool(answer.get("dated")) and len(states) == len(walls)
-        readings = [_twin_reading(x) for x in states]
-        if not dated:
-            for r in readings:
-                r.pop("read_wall_ns", None)
-                r.pop("read_mono_ns", None)
-        return dated, readings
+        return bool(answer.get("dated")) and len(states) == len(walls), [_twin_reading(x) for x in states]
 
     def identity(self) -> dict[str, Any]:
         try:
@@ -431,6 +425,13 @@ def probe_timing(probe: Probe) -> tuple[dict[str, Any], int, int, float]:
     w0, m0 = wall_ns(), mono_ns()
     reading = probe.read()
     w1, m1 = wall_ns(), mono_ns()
+    t_wall, t_mono = call_stamp(reading, w0, m0, w1, m1)
+    return reading, t_wall, t_mono, (m1 - m0) / 1e6
+
+
+def call_stamp(reading: dict[str, Any], w0: int, m0: int, w1: int, m1: int) -> tuple[int, int]:
+    """(wall ns, mono ns) of a reading taken by a call between (w0, m0) and (w1, m1): the backend's own read stamps
+    (popped from ``reading``) when they lie within the call, else the call's midpoint."""
     rw, rm = reading.pop("read_wall_ns", None), reading.pop("read_mono_ns", None)
     t_wall, t_mono = (w0 + w1) // 2, (m0 + m1) // 2
     if isinstance(rw, int) and w0 - READ_STAMP_SLACK_NS <= rw <= w1 + READ_STAMP_SLACK_NS:
@@ -439,4 +440,4 @@ def probe_timing(probe: Probe) -> tuple[dict[str, Any], int, int, float]:
             t_mono = rm  # same monotonic clock (no time namespace between the two processes)
         else:
             t_mono = m0 + (rw - w0)
-    return reading, t_wall, t_mono, (m1 - m0) / 1e6
+    return t_wall, t_mono

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ServiceUnavailableError, UsageError
-from harness.telemetry.probes import Probe, has_history, probe_timing
+from harness.telemetry.probes import Probe, call_stamp, has_history, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.ticker import run_ticks
 from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
@@ -120,7 +120,7 @@ class SamplerCore:
         latency_ms = (end_mono - now_mono) / 1e6
         if not dated:  # one reading of the call's moment, stamped by the call as NVML's are
             reading = readings[-1]
-            return self._store(reading, (now_wall + end_wall) // 2, (now_mono + end_mono) // 2, latency_ms, "call")
+            return self._store(reading, *call_stamp(reading, now_wall, now_mono, end_wall, end_mono), latency_ms, "call")
         self.backfilled_total += len(instants) - 1
         sample = None
         for reading, t_wall, t_mono in zip(readings, walls, instants):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import math
 import random
 import threading
 import uuid as uuidlib
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.timeutil import ScaledClock, mono_ns, wall_ns
-from harness.twin.device_history import HISTORY_WALL_S, History, Snapshot, clock_event_bits, reading
+from harness.twin.device_history import HISTORY_WALL_S, History, Snapshot, clock_event_bits, reading, relax
 from harness.twin.device_settings import BoardSettings
 
 if TYPE_CHECKING:  # the model itself needs no pydantic (the GPU check replays it on machines without it)
@@ -171,12 +170,10 @@ class TwinGpu(BoardSettings):
         dt = (now - self.t_ns) / 1e9
         if dt <= 0:
             return
-        self.energy_j += self.power_w * dt
-        # NVML utilization is the share of the last sample period with a kernel running: a trailing average
-        inst = self.util if self.busy else 0.0
-        self.util_avg = inst + (self.util_avg - inst) * math.exp(-dt / max(self.p.util_avg_s, 1e-6))
-        t_ss = self.ambient_c + self.p.thermal_resistance_c_per_w * self.power_w
-        self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-dt / self.p.thermal_tau_s)
+        p = self.p
+        self.energy_j, self.util_avg, self.temp_c = relax(self.energy_j, self.util_avg, self.temp_c, self.power_w,
+                                                          self.util if self.busy else 0.0, dt, self.ambient_c,
+                                                          p.thermal_resistance_c_per_w, p.thermal_tau_s, p.util_avg_s)
         self.t_ns = now
         if self.busy:
             self.last_busy_ns = now

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.clock_events import APPLICATIONS_CLOCKS_SETTING, HW_THERMAL, IDLE, SW_POWER_CAP, SW_THERMAL
@@ -43,21 +43,31 @@ class Snapshot:
 
     def same_regime(self, other: "Snapshot") -> bool:
         """Whether ``other`` follows from this one by ``evolve`` alone (nothing but time changed)."""
-        keys = ("power_w", "util", "busy", "clock_factor", "capped", "lock_binds", "limit_w", "engines",
-                "memory_used_mb", "counter_offset_j", "uuid")
-        return all(getattr(self, k) == getattr(other, k) for k in keys)
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in EVOLVING)
 
     def evolve(self, t_ns: int, ambient_c: float, r_th: float, tau_s: float, util_avg_s: float) -> "Snapshot":
-        """The state at ``t_ns`` >= ``self.t_ns`` under this snapshot's constant power (the physics of ``_integrate``)."""
+        """The state at ``t_ns`` >= ``self.t_ns`` under this snapshot's constant power (``relax``)."""
         dt = (t_ns - self.t_ns) / 1e9
         if dt <= 0:
             return self
-        inst = self.util if self.busy else 0.0
-        t_ss = ambient_c + r_th * self.power_w
-        return replace(self, t_ns=t_ns, energy_j=self.energy_j + self.power_w * dt,
-                       temp_c=t_ss + (self.temp_c - t_ss) * math.exp(-dt / tau_s),
-                       util_avg=inst + (self.util_avg - inst) * math.exp(-dt / max(util_avg_s, 1e-6)),
+        energy, util_avg, temp = relax(self.energy_j, self.util_avg, self.temp_c, self.power_w,
+                                       self.util if self.busy else 0.0, dt, ambient_c, r_th, tau_s, util_avg_s)
+        return replace(self, t_ns=t_ns, energy_j=energy, temp_c=temp, util_avg=util_avg,
                        last_busy_ns=t_ns if self.busy else self.last_busy_ns)
+
+
+EVOLVING = frozenset({"t_ns", "energy_j", "temp_c", "util_avg", "last_busy_ns"})
+"""The ``Snapshot`` fields that change with time alone; a change in any other starts a new regime."""
+
+
+def relax(energy_j: float, util_avg: float, temp_c: float, power_w: float, util_now: float, dt: float,
+          ambient_c: float, r_th: float, tau_s: float, util_avg_s: float) -> tuple[float, float, float]:
+    """(energy J, utilization average, temperature C) after ``dt`` seconds at constant ``power_w``: the energy counter
+    integrates the power; NVML utilization (the share of the last sample period with a kernel running) is a trailing
+    average of ``util_now``; the temperature relaxes toward ambient + R_th x power (exact exponential steps)."""
+    t_ss = ambient_c + r_th * power_w
+    return (energy_j + power_w * dt, util_now + (util_avg - util_now) * math.exp(-dt / max(util_avg_s, 1e-6)),
+            t_ss + (temp_c - t_ss) * math.exp(-dt / tau_s))
 
 
 HISTORY_WALL_S = 120.0
