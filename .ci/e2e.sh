@@ -28,7 +28,7 @@ BASE_TAG="harness-e2e/base:bookworm"
 PROJECT="harness-e2e"
 SUITE=bookworm
 BASE_PACKAGES="python3,python3-venv,ca-certificates"
-PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"                    # `make e2e` makes it; it reads the rows with harness.rows
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"                    # `make e2e` makes it; it reads the rows with harness.runs.rows
 
 START_S=$SECONDS
 PHASE=""
@@ -264,7 +264,7 @@ check_rows() {
   "$PYTHON" - "$run" <<'PY'
 import json, sys
 from pathlib import Path
-from harness.rows import PUBLISHED_KEYS
+from harness.runs.rows import PUBLISHED_KEYS
 run = Path(sys.argv[1])
 rows = [json.loads(l) for l in (run / "rows.jsonl").read_text().splitlines() if l.strip()]
 published = [json.loads(l) for l in (run / "dataset.jsonl").read_text().splitlines() if l.strip()]

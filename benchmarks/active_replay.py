@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/active_replay.py FULL_RUN_DIR... [--budget 0.2] [--quiet]
 
-A development tool for the decision rules of ``harness/active/``, not a measurement: the seeded twin gives a cell
+A development tool for the decision rules of ``harness/sweep/active/``, not a measurement: the seeded twin gives a cell
 nearly the same row whichever sweep measures it (same seed, same cell, same repeat), so the rows of a full grid
 (``benchmarks/active_sweep.py`` keeps them under ``results/bench-active/<profile>/full``) stand in for the GPU.
-The active loop runs unchanged (``harness.active.loop.ActiveSweep``); each cell it asks for is answered with the
+The active loop runs unchanged (``harness.sweep.active.rounds.ActiveSweep``); each cell it asks for is answered with the
 full grid's row of that cell, so a replay takes the refits' CPU time (about a minute) instead of the sweep's. Costs are
 the rows' recorded GPU-seconds. The recipe is scored against the full grid the same way as the benchmark does.
 Only ``benchmarks/active_sweep.py`` measures the strategy live; a replay says nothing about launch or timing, and on
@@ -23,17 +23,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harness.active.cost import row_cost
-from harness.active.loop import ActiveSweep
-from harness.bench import load_prompts
-from harness.manifest import read_manifest, read_options
-from harness.rows import RowStore, SweepRow
-from harness.sweep_plan import Cell, plan_cells
-from harness.world import twin_sampler_rate_hz
+from harness.sweep.active.cost import row_cost
+from harness.sweep.active.rounds import ActiveSweep
+from harness.world.bench import load_prompts
+from harness.runs.manifest import read_manifest, read_options
+from harness.runs.rows import RowStore, SweepRow
+from harness.runs.plan import Cell, plan_cells
+from harness.world.world import twin_sampler_rate_hz
 
 
 SAMPLER_RATE_HZ = 10.0
-"""The harness's default sampler rate (``harness.world``); a twin world raises it with the time scale."""
+"""The harness's default sampler rate (``harness.world.world``); a twin world raises it with the time scale."""
 
 
 class ReplayStore:

@@ -13,7 +13,7 @@ run:
 2. ``harness sweep --strategy active --budget B`` on the same device, with its own seed (``SEED_OFFSETS``: its
    launches are new ones, as a user's would be): its recipe, scored by the full grid's mean rewards (goal: the same
    config, or one within 1 standard error of the difference between its mean and the best's: both cells' s.e. in
-   quadrature, each the s.e. a rerun would see, ``harness/active/spread.py``: repeat noise plus the cell's own
+   quadrature, each the s.e. a rerun would see, ``harness/sweep/active/spread.py``: repeat noise plus the cell's own
    throttle-flag variance), and its GPU-seconds as a fraction of the full grid's (goal <= 0.2);
 3. a random-subset baseline at the same GPU-seconds: the baseline cell of every batch size, then full-grid cells in
    a random order while the active sweep's GPU-seconds last, recipe = best measured mean reward; ``--random-draws``
@@ -44,18 +44,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.active.cost import row_cost
-from harness.active.estimate import measured_rewards
-from harness.active.spread import cell_spreads, gap_in_se
-from harness.console import SweepConsole
+from harness.sweep.active.cost import row_cost
+from harness.sweep.active.estimate import measured_rewards
+from harness.sweep.active.spread import cell_spreads, gap_in_se
+from harness.sweep.console import SweepConsole
 from harness.engine import proc as procs
 from harness.grid import ACTIONS
-from harness.rows import SweepRow
-from harness.manifest import SweepManifest
-from harness.sweep_options import SweepOptions
-from harness.sweep_run import run_sweep
+from harness.runs.rows import SweepRow
+from harness.runs.manifest import SweepManifest
+from harness.runs.options import SweepOptions
+from harness.sweep.session import run_sweep
 from harness.twin.profile import TwinProfile, load_profile
-from harness.world import _start_twin_gpu
+from harness.world.world import _start_twin_gpu
 
 FAST_LAUNCH = ["--twin-launch-scale", "0.2"]
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_calibrate:
             continue
         # calibrate --from on the full grid: held-out cells
-        from harness.twin.fit_rows import calibrate_from_run
+        from harness.twin.fit.from_run import calibrate_from_run
 
         t0 = time.monotonic()
         _, fitted, held = calibrate_from_run(pdir / "full", pdir / "full" / "twin_profile.json", load_profile(),

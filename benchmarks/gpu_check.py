@@ -49,10 +49,10 @@ def main() -> int:
 
         print(json.dumps(launch_lines(), indent=1))
         return 0
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
     from harness.gpucheck.phases import Check, log, run_all
     from harness.gpucheck.verdict import print_table
-    from harness.gpucheck.verdicts import cap_binds_verdict, verdicts
+    from harness.gpucheck.judge import cap_binds_verdict, verdicts
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

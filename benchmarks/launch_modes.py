@@ -20,12 +20,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.console import SweepConsole
+from harness.sweep.console import SweepConsole
 from harness.dataset import compare
-from harness.dataset_cli import render_compare
+from harness.dataset.cli import render_compare
 from harness.grid import parse_batch_sizes, parse_configs
-from harness.sweep_options import SweepOptions
-from harness.sweep_run import run_sweep
+from harness.runs.options import SweepOptions
+from harness.sweep.session import run_sweep
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--poll-s", type=float, default=2.0, help="tight-polling time per update-period measurement")
     ap.add_argument("--load", action="store_true", help="run a CUDA matmul loop (torch) in the middle third")
     args = ap.parse_args()
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
     from harness.telemetry.probes import NvmlProbe, _dist_version
 
     try:
@@ -141,7 +141,7 @@ def main() -> int:
 
     from harness.telemetry.sampler import InProcessSampler
     from harness.telemetry.windows import compute_window
-    from harness.timeutil import wall_ns
+    from harness.core.clocks import wall_ns
 
     stop = threading.Event()
     load_note: list[str | None] = []

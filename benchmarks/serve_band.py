@@ -34,16 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench import load_prompts
+from harness.world.bench import load_prompts
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import tier_config
-from harness.serve.closed_loop import LoopParams
+from harness.serve.band_feedback import LoopParams
 from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
-from harness.serve.loop import AdaptiveDecider, BandDecider
+from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.session import ServeOptions, ServeSession, open_session
-from harness.serve.umodel import model_pick
-from harness.timeutil import wall_ns
+from harness.serve.utilization_model import model_pick
+from harness.core.clocks import wall_ns
 
 TIERS = [tier_config(s) for s in (1, 3, 5, 7)]
 CANDIDATES = [BASELINE, SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(5, 4, 16), SpecConfig(5, 2, 8), SpecConfig(1, 4, 4), *TIERS]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _twin_helpers import free_port, stop_process, twin_gpu  # noqa: E402 - tests/ is put on the path just above
 
 ENGINE_ARGS = ["--model-path", "meta-llama/Llama-3.2-1B-Instruct", "--dtype", "float16", "--twin-launch-scale", "0"]
-ENGINE_MODULE = {"baseline": "harness.twin.engine", "this": "harness.twin.launch"}
+ENGINE_MODULE = {"baseline": "harness.twin.engine.scheduler", "this": "harness.twin.engine.launch"}
 
 
 def extract(ref: str, dest: Path) -> Path:

@@ -18,8 +18,8 @@ import sys
 from rich.console import Console
 
 from harness.grid import SpecConfig
-from harness.twin.calibrate import evaluate, load_calibration, predict_rewards
-from harness.twin.fit_report import fit_table, print_fit_table
+from harness.twin.fit.calibrate import evaluate, load_calibration, predict_rewards
+from harness.twin.fit.report import fit_table, print_fit_table
 from harness.twin.profile import load_profile
 
 RECIPE = {1: SpecConfig(3, 4, 8), 4: SpecConfig(3, 4, 8), 8: SpecConfig(3, 4, 8), 16: SpecConfig(3, 2, 4)}

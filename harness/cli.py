@@ -4,7 +4,7 @@ Each concern registers its own commands through a ``register(app, groups)`` func
 so this file only wires them together and maps ``HarnessError`` to a clear message and an exit code.
 CLI modules must import heavy libraries (torch, sklearn, datasets, matplotlib) inside their commands, never at
 module level: ``harness twin engine`` is launched hundreds of times per sweep and must start fast, and those
-libraries are optional extras (``harness.extras``): a missing one becomes ``error: ... needs torch`` with the
+libraries are optional extras (``harness.core.extras``): a missing one becomes ``error: ... needs torch`` with the
 ``pip install 'eagle-energy-harness[policies]'`` fix and exit code 7.
 """
 
@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 GROUPS = {
     "twin": "The GPU-free digital twin: a GPU device and an sglang-compatible engine.",
@@ -27,8 +27,8 @@ GROUPS = {
 
 # Modules that contribute commands, in help order. A module that does not exist yet is skipped.
 REGISTRARS = [
-    "harness.sweep_cli",
-    "harness.dataset_cli",
+    "harness.sweep.cli",
+    "harness.dataset.cli",
     "harness.twin.cli",
     "harness.telemetry.cli",
     "policies.cli",
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_error("interrupted", "rerun with --resume RUN_DIR to continue a sweep")
         return 130
     except ModuleNotFoundError as exc:  # an optional dependency reached outside a ``needs`` block
-        from harness.extras import dependency_error
+        from harness.core.extras import dependency_error
 
         err = dependency_error(exc)
         if err is None:

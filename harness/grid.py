@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from harness.errors import InvalidConfigError
+from harness.core.errors import InvalidConfigError
 
 PUBLISHED_STEPS: tuple[int, ...] = (0, 1, 3, 5)
 PUBLISHED_TOPK: tuple[int, ...] = (0, 1, 2, 4)

@@ -16,7 +16,7 @@ import typer
 from typer._click.exceptions import NoSuchOption
 from typer.core import TyperCommand, TyperGroup
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from pilots import cli_flags as f
 from pilots.options import SUITES, PilotOptions, options_from_flags, validated
 from pilots.terminalbench import cli as terminalbench_cli

@@ -62,7 +62,7 @@ COMMON: tuple[tuple[str, Any], ...] = (
 
 def with_common_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """``command`` (its own flags, then ``**common``) presented to typer with the common flags after its own."""
-    from harness.model_cli import with_parameters
+    from harness.core.model_options import with_parameters
 
     return with_parameters(command, [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
                                      for name, kind in COMMON])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import EngineLaunchError
+from harness.core.errors import EngineLaunchError
 
 if TYPE_CHECKING:
     from pilots.runner import PilotResult

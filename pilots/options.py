@@ -8,9 +8,9 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.errors import HarnessError, InvalidConfigError, UsageError
+from harness.core.errors import HarnessError, InvalidConfigError, UsageError
 from harness.grid import SpecConfig, parse_config
-from harness.rows import PILOT_SPEED_SOURCES
+from harness.runs.rows import PILOT_SPEED_SOURCES
 
 PILOT_CONFIGS: dict[str, SpecConfig] = {
     "no_spec": SpecConfig(0, 0, 0),
@@ -23,7 +23,7 @@ DEFAULT_CONFIGS: tuple[str, ...] = tuple(PILOT_CONFIGS)
 PUBLISHED_SERVER_BATCH_SIZE = 16
 PUBLISHED_PILOT_MEM_FRACTION = 0.55
 SUITES: tuple[str, ...] = tuple(PILOT_SPEED_SOURCES)
-"""The pilot suites: the ones ``harness.rows`` knows a pilot speed source for."""
+"""The pilot suites: the ones ``harness.runs.rows`` knows a pilot speed source for."""
 
 
 def select_configs(items: str | Sequence[str]) -> dict[str, SpecConfig]:

@@ -1,6 +1,6 @@
 """The pilot runner: one fresh server per pilot config, the suite's per-config function, the shared outputs.
 
-A pilot run opens the world (``harness.world.open_world``), then for each selected config launches a fresh server
+A pilot run opens the world (``harness.world.world.open_world``), then for each selected config launches a fresh server
 at the published batch size (16), warms it up, and hands a ``ConfigRun`` to the suite's per-config function, which
 returns ``PilotTrial`` records (one per task or instance). The runner fills in the per-config accept length where a
 trial has none, then writes ``RUN_DIR``:
@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.engine.argv import EngineSpec
+from harness.engine.sglang_argv import EngineSpec
 from harness.engine.launch import RunningServer
 from harness.engine.version import resolve_version
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.grid import SpecConfig
-from harness.jsonl import JsonlAppender, write_jsonl_atomic
-from harness.manifest import PilotManifest
-from harness.measurement import finite
-from harness.rows import PILOT_ROWS
+from harness.core.jsonl import JsonlAppender, write_jsonl_atomic
+from harness.runs.manifest import PilotManifest
+from harness.runs.measurement import finite
+from harness.runs.rows import PILOT_ROWS
 from harness.telemetry.client import TelemetrySource
-from harness.timeutil import WALL_CLOCK, ScaledClock, mono_ns
-from harness.world import World, open_world
+from harness.core.clocks import WALL_CLOCK, ScaledClock, mono_ns
+from harness.world.world import World, open_world
 from pilots.options import PilotOptions
 from pilots.telemetry import Measured, measure
 from pilots.trial import PilotTrial, trial_row

@@ -7,10 +7,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.grid import SpecConfig
-from harness.measurement import measurement
-from harness.rows import make_pilot_cell_id, pilot_row, to_native
+from harness.runs.measurement import measurement
+from harness.runs.rows import make_pilot_cell_id, pilot_row, to_native
 from harness.telemetry.windows import GpuSample, WindowStats
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 from pilots.telemetry import gpu_metrics
 
 
@@ -19,7 +19,7 @@ class PilotTrial(BaseModel):
 
     ``telemetry_mode`` says how the row's GPU fields are filled: ``snapshots`` (SWE-bench: the samples ``before`` and
     ``after`` the request) or ``window_average`` (Terminal-Bench: averages over the trial window, with null
-    ``gpu_temp_c_before``, ``gpu_mem_used_mb`` and ``gpu_throttling``); see ``harness.measurement``.
+    ``gpu_temp_c_before``, ``gpu_mem_used_mb`` and ``gpu_throttling``); see ``harness.runs.measurement``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -80,8 +80,8 @@ class PilotTrial(BaseModel):
 
 
 def trial_row(trial: PilotTrial, *, hardware: str, index: int, run_id: str, **extras: Any) -> dict[str, Any]:
-    """The dataset row of one trial, as a native record: measurement fields from ``harness.measurement`` (as the
-    sweep's), the pilot semantics from ``harness.rows.pilot_row`` (the one place for them).
+    """The dataset row of one trial, as a native record: measurement fields from ``harness.runs.measurement`` (as the
+    sweep's), the pilot semantics from ``harness.runs.rows.pilot_row`` (the one place for them).
 
     ``index`` is the trial's position in this run; ``harness dataset merge --pilots`` renumbers after the grid.
     ``extras`` are further row fields (an ``extras`` dict is merged into the row's ``extras``).

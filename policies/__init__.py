@@ -13,7 +13,7 @@ __all__ = ["QNetwork", "BehaviorNetwork"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from harness.extras import needs
+        from harness.core.extras import needs
 
         with needs(f"policies.{name}"):
             from policies import nets

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import DataError, HarnessError, MissingFileError, UsageError
-from harness.extras import needs
+from harness.core.errors import DataError, HarnessError, MissingFileError, UsageError
+from harness.core.extras import needs
 from harness.grid import SpecConfig
-from harness.jsonl import write_json_atomic
+from harness.core.jsonl import write_json_atomic
 from policies.contract import ACTIONS, PolicyDataset
 
 ALGORITHMS: tuple[str, ...] = ("mlp_bandit", "lookup_table", "linucb", "thompson_sampling", "gbt", "doubly_robust", "cql", "bcq")

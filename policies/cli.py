@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.dataset.loader import WINDOW_RULE_HELP
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                                                                                            limit_source, memory_term, memory_total_mb),
                             windows=invalid_windows, power_cap=power_cap, sm_clock=sm_clock)
         if tune:
-            from harness.jsonl import write_json_atomic
+            from harness.core.jsonl import write_json_atomic
             from policies.tune import tune_variants
 
             tunings = tune_variants(data, seed)
@@ -114,7 +114,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         sm_clock: Annotated[Optional[str], typer.Option("--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks); default: the one train used")] = None,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
-        from harness.jsonl import write_json_atomic
+        from harness.core.jsonl import write_json_atomic
 
         if live:
             from policies.live import run_live

@@ -14,9 +14,9 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import DataError, InvalidConfigError
+from harness.core.errors import DataError, InvalidConfigError
 from harness.grid import ACTIONS, N_ACTIONS, REFERENCE, BASELINE, action_index, effective
-from harness.rows import SweepRow, throttling_flags
+from harness.runs.rows import SweepRow, throttling_flags
 
 __all__ = [
     "ACTIONS", "N_ACTIONS", "REFERENCE", "BASELINE", "STATE_DIM", "StateKind", "RewardOptions", "PolicyDataset",
@@ -296,7 +296,7 @@ def rows_of_one_cap(rows: list[SweepRow], power_cap: str | None, path: str | Pat
     """The rows of one sweep pass: one power cap (``harness sweep --power-caps``) and one locked SM clock
     (``--sm-clocks``). A policy's state has neither and baselines are per batch size, so rows of several passes are
     never pooled: naming none of several caps (or clocks) is a DataError."""
-    from harness.rows import pass_of
+    from harness.runs.rows import pass_of
 
     for i, (want, what, flag) in enumerate(((power_cap, "power cap", "--power-cap"), (sm_clock, "SM clock", "--sm-clock"))):
         labels = sorted({p for p in (pass_of(r)[i] for r in rows) if p is not None})

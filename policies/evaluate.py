@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from policies import ope
 from policies.base import ALGORITHMS, Policy, fit_policy, load_policy, pick, policy_class
 from policies.contract import ACTIONS, N_ACTIONS, REFERENCE, PolicyDataset, action_index, dataset_from_rows

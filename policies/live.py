@@ -2,7 +2,7 @@
 
 Per batch size the arms are the baseline (0,0,0), the reference (3,4,8) and every config some algorithm picked
 (deduplicated across algorithms). Every (trial, batch size, config) cell gets a fresh server and the harness's own
-bench (``harness.bench.run_cell``); all cells run in one seeded random order. A cell's reward uses the published
+bench (``harness.world.bench.run_cell``); all cells run in one seeded random order. A cell's reward uses the published
 definition with the baseline measured in the same trial at that batch size (paired design); a failed cell scores 0.
 Reported per algorithm: mean reward per batch size and averaged over batch sizes, each with a t-based 95% CI over
 trials, and the paired delta to the reference with its CI.
@@ -18,10 +18,10 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel
 
-from harness.errors import HarnessError, UsageError
+from harness.core.errors import HarnessError, UsageError
 from harness.grid import BASELINE, REFERENCE, SpecConfig, parse_batch_sizes
-from harness.jsonl import write_json_atomic
-from harness.rows import SweepRow, throttling_flags
+from harness.core.jsonl import write_json_atomic
+from harness.runs.rows import SweepRow, throttling_flags
 from policies.base import load_picks, read_train_meta, reward_options_of
 from policies.contract import RewardOptions, row_reward
 
@@ -140,7 +140,7 @@ def summarise(cells: list[LiveCell], picks: dict[str, dict[int, SpecConfig]], ba
 
 
 def _measure(world: Any, bs: int, cfg: SpecConfig, settings: Any, log_stem: Path) -> dict[str, Any]:
-    from harness.bench import CellError, run_cell
+    from harness.world.bench import CellError, run_cell
 
     try:
         server, _attempts = world.launcher.launch_with_ladder(cfg, bs, log_stem=log_stem)
@@ -171,8 +171,8 @@ def run_live(
     progress: Callable[[str], None] | None = None,
 ) -> LiveResult:
     """Run the live A/B for the picks in ``models/picks.json``; write ``models/live.json``."""
-    from harness.bench import BenchSettings
-    from harness.world import open_world
+    from harness.world.bench import BenchSettings
+    from harness.world.world import open_world
 
     if trials < 1:
         raise UsageError(f"--trials must be >= 1, got {trials}", fix="use --trials 3 for a confidence interval")
@@ -215,7 +215,7 @@ def run_live(
 
 def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 30000) -> str:
     """The sglang launch command (env + argv) for ``algo``'s pick at ``batch_size``."""
-    from harness.engine.argv import ENGINE_ENV, EngineSpec, build_argv
+    from harness.engine.sglang_argv import ENGINE_ENV, EngineSpec, build_argv
 
     picks = load_picks(models)
     if algo not in picks:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.jsonl import write_json_atomic
+from harness.core.jsonl import write_json_atomic
 from policies.base import Policy, register
 from harness.grid import action_index
 from policies.contract import ACTIONS, N_ACTIONS, PolicyDataset, batch_sizes_of, nearest

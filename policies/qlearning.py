@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from policies.base import Policy
 from policies.contract import ACTIONS, PolicyDataset
 from policies.losses import Loss

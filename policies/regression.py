@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.extras import needs
+from harness.core.extras import needs
 from policies.base import Policy
 from policies.contract import N_ACTIONS, PolicyDataset
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import MissingFileError
+from harness.core.errors import MissingFileError
 
 if TYPE_CHECKING:
     from policies.evaluate import Evaluation
@@ -162,7 +162,7 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
 
 
 def write_figures(out: Path, ev: "Evaluation | None", live: "LiveResult | None") -> list[Path]:
-    from harness.extras import needs
+    from harness.core.extras import needs
 
     with needs("writing PNG figures (--no-figures skips them)"):
         import matplotlib

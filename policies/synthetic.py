@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig, action_index
-from harness.rows import PUBLISHED_KEYS, SweepRow, from_native
+from harness.runs.rows import PUBLISHED_KEYS, SweepRow, from_native
 
 RECIPE: dict[int, SpecConfig] = {1: SpecConfig(3, 4, 8), 4: SpecConfig(3, 4, 8), 8: SpecConfig(3, 4, 8), 16: SpecConfig(3, 2, 4)}
 FAILING_CELL = (16, SpecConfig(5, 4, 16))  # fails to launch in every repeat, as in the published sweep

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
-from harness.rows import SweepRow, error_row, grid_index, make_cell_id, pilot_row, to_native, to_published
+from harness.runs.rows import SweepRow, error_row, grid_index, make_cell_id, pilot_row, to_native, to_published
 
 HW = "twin:rtx4060-laptop"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.jsonl import write_jsonl_atomic
-from harness.rows import from_native, to_published
+from harness.core.jsonl import write_jsonl_atomic
+from harness.runs.rows import from_native, to_published
 from policies.synthetic import synthetic_records
 
 HARNESS = [sys.executable, "-m", "harness"]

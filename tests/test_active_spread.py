@@ -1,4 +1,4 @@
-"""The s.e. a rerun would see (``harness/active/spread.py``): the throttle flag's variance is each config's own, not
+"""The s.e. a rerun would see (``harness/sweep/active/spread.py``): the throttle flag's variance is each config's own, not
 pooled over a batch size, and a gap between two cells is judged by both cells' noise."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from _dataset_helpers import grid_rows
-from harness.active.spread import CellSpread, cell_spreads, gap_in_se
+from harness.sweep.active.spread import CellSpread, cell_spreads, gap_in_se
 from harness.grid import SpecConfig
 
 CONFIGS = [SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(1, 4, 2), SpecConfig(3, 1, 4),

@@ -12,14 +12,14 @@ from collections import Counter
 import pytest
 
 from _engine_helpers import ROOT, harness_cmd, read_lines, run_harness
-from harness.active.calibset import calibration_cells
-from harness.active.cost import CellCost, CostModel, fit_line
-from harness.active.decide import next_actions, picks
-from harness.active.estimate import CellEstimate, Prediction
-from harness.active.options import budget_of
+from harness.sweep.active.calibset import calibration_cells
+from harness.sweep.active.cost import CellCost, CostModel, fit_line
+from harness.sweep.active.decide import next_actions, picks
+from harness.sweep.active.estimate import CellEstimate, Prediction
+from harness.sweep.active.options import budget_of
 from harness.grid import SpecConfig
-from harness.rows import PUBLISHED_KEYS
-from harness.sweep_options import SweepOptions
+from harness.runs.rows import PUBLISHED_KEYS
+from harness.runs.options import SweepOptions
 from harness.twin.profile import TwinProfile
 
 GRID = ["--configs", "0:0:0,3:4:8,3:2:4,1:4:2,3:1:4,5:4:16", "--batch-sizes", "1,16", "--repeats", "3"]
@@ -159,8 +159,8 @@ def test_bad_active_options_are_refused_before_anything_is_written(tmp_path, arg
 def test_throttle_flag_coin_flip_widens_a_measured_cell():
     """Near the cap the published flag (x0.3) is a coin flip: one unflagged row where the flag model expects the flag
     is not trusted; a cell well below the cap keeps only the repeat noise."""
-    from harness.active.estimate import RowReward, flag_sd
-    from harness.active.flags import FlagModel
+    from harness.sweep.active.estimate import RowReward, flag_sd
+    from harness.sweep.active.throttle_flags import FlagModel
 
     quiet = FlagModel.fit([(-0.1, 1.0, False), (-0.08, 1.0, False), (0.3, 1.0, True)], util_err=0.01)  # uncapped GPU
     assert quiet.chance(-0.1, 1.0) < 0.01 and quiet.chance(0.3, 1.0) > 0.9 and quiet.chance(0.3, 1.0, fits=False) == 0.0
@@ -173,7 +173,7 @@ def test_throttle_flag_coin_flip_widens_a_measured_cell():
 def test_capped_share_does_not_jump_at_the_cap():
     """A cell the model keeps just below the cap gets the mean share of the capped cells of its batch size, not 1
     (nor the 0 of a model that never caps it): the chance of the flag does not fall as the demand rises past the cap."""
-    from harness.active.flags import FlagModel, capped_share, share_below_cap
+    from harness.sweep.active.throttle_flags import FlagModel, capped_share, share_below_cap
 
     below = share_below_cap([0.6, 0.8])
     assert below == pytest.approx(0.7) and share_below_cap([]) == 1.0
@@ -186,7 +186,7 @@ def test_capped_share_does_not_jump_at_the_cap():
 def test_flag_model_learns_a_gpu_whose_flags_ignore_the_model_margin():
     """Every config at the cap (a 65 W board): flags fall about half the time whatever the model's margin says, and
     the learned chance follows the rows instead of the model's binary answer (capped or not)."""
-    from harness.active.flags import FlagModel
+    from harness.sweep.active.throttle_flags import FlagModel
 
     margins = [-0.02, -0.01, -0.002, 0.004, 0.014, 0.018, 0.04]
     rows = [(m, 1.0, flagged) for m in margins for flagged in (True, False)]
@@ -201,7 +201,7 @@ def test_weak_draft_head_opens_the_low_step_corner():
     """A fitted draft head that accepts less (or steps slower) than the start profile's puts the fewest-step config
     of every batch size that has none measured on the list, ahead of the open rivals; a draft like the start's
     does not, and a measured fewest-step config closes the corner."""
-    from harness.active.corner import low_step_corner
+    from harness.sweep.active.corner import low_step_corner
     from harness.twin.profile import load_profile
 
     start = load_profile()

@@ -21,8 +21,8 @@ from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
 from _policies_helpers import harness
 from harness.cli import main
 from harness.grid import SpecConfig
-from harness.rows import RowStore, make_cell_id
-from harness.sweep import SweepOptions
+from harness.runs.rows import RowStore, make_cell_id
+from harness.sweep.runner import SweepOptions
 
 BS = (1, 16)
 CONFIGS = (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(1, 1, 2))

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from harness.errors import DataError
-from harness.jsonl import write_json_atomic, write_jsonl_atomic
-from harness.rows import from_native, to_published
+from harness.core.errors import DataError
+from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
+from harness.runs.rows import from_native, to_published
 from policies.contract import RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, throughput_score
 from policies.synthetic import synthetic_records
 from _policies_helpers import harness

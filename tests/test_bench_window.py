@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 
 from _telemetry_helpers import ScriptedProbe
-from harness.bench import SERVER_EDGE_TOLERANCE_NS, server_window
-from harness.engine.client import GenerateResult, parse_meta_info
+from harness.world.bench import SERVER_EDGE_TOLERANCE_NS, server_window
+from harness.engine.sglang_client import GenerateResult, parse_meta_info
 from harness.telemetry.client import TelemetryClient, TelemetrySource
 from harness.telemetry.sampler import InProcessSampler, SamplerCore
 from harness.telemetry.server import start_server
 from harness.telemetry.windows import GpuSample, sample_near
-from harness.timeutil import ScaledClock
+from harness.core.clocks import ScaledClock
 
 ANCHOR = 1_700_000_000_000_000_000
 CLOCK = ScaledClock(scale=20.0, anchor_wall_ns=ANCHOR, anchor_mono_ns=5_000)

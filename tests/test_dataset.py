@@ -12,9 +12,9 @@ import pytest
 from _dataset_helpers import HW, grid_rows, pilots, write_native, write_published
 from harness.cli import main
 from harness.dataset import compare, load, merge, validate_file
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import ACTIONS, SpecConfig
-from harness.rows import PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, make_cell_id, to_published
+from harness.runs.rows import PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, make_cell_id, to_published
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from harness.engine.argv import EngineSpec, build_argv, cuda_graph_flag, engine_env, faults_for
-from harness.engine.client import parse_meta_info, parse_server_info, server_info_path
-from harness.errors import UsageError
+from harness.engine.sglang_argv import EngineSpec, build_argv, cuda_graph_flag, engine_env, faults_for
+from harness.engine.sglang_client import parse_meta_info, parse_server_info, server_info_path
+from harness.core.errors import UsageError
 from harness.grid import SpecConfig
 
 

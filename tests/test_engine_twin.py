@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench import BenchSettings, run_cell
-from harness.engine.argv import EngineSpec
-from harness.engine.client import EngineRequestError
+from harness.world.bench import BenchSettings, run_cell
+from harness.engine.sglang_argv import EngineSpec
+from harness.engine.sglang_client import EngineRequestError
 from harness.engine.launch import EngineLauncher, LadderExhausted, ServerLaunchError
 from harness.grid import SpecConfig
-from harness.world import open_world
+from harness.world.world import open_world
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.engine.version import check_supported, detect_installed, resolve_version, version_tuple
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import SpecConfig
-from harness.twin import engine_args as ea
+from harness.twin.engine import sglang_args as ea
 
 
 def interpreter_with_sglang(tmp: Path, version: str | None) -> str:

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import pytest
 
-from harness.gpucheck.nvctl import SET_CALLS
+from harness.gpu.nvml_control import SET_CALLS
 from harness.gpucheck.record import trapezoid_j, window
-from harness.gpucheck.verdicts import cap_binds_verdict, verdicts
+from harness.gpucheck.judge import cap_binds_verdict, verdicts
 from _nvml_shim_helpers import ShimScript, call_count, load_in_process, session_shim
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_the_default_changes_nothing_and_only_full_sets(tmp_path: Path, env: tup
 def test_check_imports_without_pydantic():
     """The machine with the GPU has no pydantic: the check's import path must not need it (blocked here)."""
     code = ("import sys; sys.modules['pydantic'] = None; sys.path.insert(0, '.'); import harness.gpucheck.phases, "
-            "harness.gpucheck.twin_replay, harness.gpucheck.verdicts, harness.telemetry.probes; "
+            "harness.gpucheck.twin_replay, harness.gpucheck.judge, harness.telemetry.probes; "
             "from harness.gpucheck.argv_check import launch_lines; print(launch_lines()['error'])")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "not importable here" in r.stdout, r.stderr

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.errors import InvalidConfigError
+from harness.core.errors import InvalidConfigError
 from harness.grid import ACTIONS, SpecConfig, action_index, build_actions, effective, parse_batch_sizes, parse_configs
 
 PUBLISHED = [

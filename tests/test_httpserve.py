@@ -1,4 +1,4 @@
-"""The shared HTTP layer (harness/httpserve.py) on a real loopback socket: routes, path parameters, JSON in/out, the
+"""The shared HTTP layer (harness/core/httpserve.py) on a real loopback socket: routes, path parameters, JSON in/out, the
 one error shape for every failure, chunked streams, and a stream whose client goes away is closed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from harness.httpserve import Request, Response, Router, Stream, error, make_server, serve_in_thread, sse
+from harness.core.httpserve import Request, Response, Router, Stream, error, make_server, serve_in_thread, sse
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import pytest
 from packaging.requirements import Requirement
 
 import harness
-from harness.errors import MissingDependencyError
-from harness.extras import EXTRA_OF, needs
+from harness.core.errors import MissingDependencyError
+from harness.core.extras import EXTRA_OF, needs
 
 from _install_helpers import STANDIN_TORCH_VERSION, copy_sources, core_wheelhouse, new_venv, pip, pyproject, standin_torch_wheel
 

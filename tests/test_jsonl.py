@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.errors import DataError, MissingFileError
-from harness.jsonl import JsonlAppender, read_jsonl, repair_torn_tail
+from harness.core.errors import DataError, MissingFileError
+from harness.core.jsonl import JsonlAppender, read_jsonl, repair_torn_tail
 
 
 def test_append_and_torn_tail(tmp_path):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import InvalidConfigError, UsageError
+from harness.core.errors import InvalidConfigError, UsageError
 from harness.grid import SpecConfig
-from harness.rows import PILOT_ERROR_PREFIX as ERROR_PREFIX
+from harness.runs.rows import PILOT_ERROR_PREFIX as ERROR_PREFIX
 from harness.telemetry.windows import GpuSample, WindowStats
 from pilots.options import PILOT_CONFIGS, PilotOptions, options_from_flags, select_configs
 from pilots.telemetry import energy_from_window, gpu_metrics, throttling

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import MissingFileError, UsageError
-from harness.jsonl import read_jsonl
+from harness.core.errors import MissingFileError, UsageError
+from harness.core.jsonl import read_jsonl
 from harness.grid import SpecConfig
 from pilots.swebench import evaluate as ev
 from pilots.swebench.checkout import build_fixture_repo, find_checkout
@@ -228,7 +228,7 @@ def test_evaluation_skip_path(fixture_instances: list[Instance]) -> None:
 
 
 def test_hf_dataset_offline_fails_with_a_fix() -> None:
-    from harness.errors import DataError
+    from harness.core.errors import DataError
     from pilots.swebench.instances import load_hf
 
     with pytest.raises(DataError) as info:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.grid import SpecConfig
-from harness.jsonl import read_jsonl
-from harness.rows import PUBLISHED_KEYS, from_native
+from harness.core.jsonl import read_jsonl
+from harness.runs.rows import PUBLISHED_KEYS, from_native
 
 IDS = ["astropy__astropy-12907", "astropy__astropy-14182"]
 CONFIGS = {"no_spec": SpecConfig(0, 0, 0), "chosen": SpecConfig(3, 4, 8), "chosen_bs16": SpecConfig(3, 2, 4)}

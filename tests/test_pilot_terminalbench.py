@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
-from harness.timeutil import parse_iso_ns, to_iso
+from harness.core.errors import UsageError
+from harness.core.clocks import parse_iso_ns, to_iso
 from harness.telemetry.windows import WindowStats
 from pilots.options import PilotOptions
 from pilots.runner import ConfigRun
@@ -158,7 +158,7 @@ class _FixedWindowTelemetry:
 
 def test_rows_have_the_published_terminalbench_pilot_semantics() -> None:
     from harness.grid import SpecConfig
-    from harness.rows import PUBLISHED_KEYS
+    from harness.runs.rows import PUBLISHED_KEYS
 
     win = {"valid": True, "duration_s": 100.0, "wall_duration_s": 2.0, "energy_j": 7000.0, "avg_power_w": 69.0,
            "avg_temp_c": 71.5, "avg_util_pct": 93.6, "max_mem_used_mb": 6100, "clock_event_reasons_or": 0x4,

@@ -104,7 +104,7 @@ def harbor_view(harbor: Path, job_dir: Path) -> dict:
 
 
 def _assert_parser_agrees(harbor: Path, job_dir: Path) -> None:
-    from harness.timeutil import parse_iso_ns
+    from harness.core.clocks import parse_iso_ns
 
     view = harbor_view(harbor, job_dir)
     _, trials = read_job(job_dir)
@@ -216,7 +216,7 @@ def test_terminus2_timeout_in_a_never_returning_call_is_flagged_stuck(harbor: Pa
 
 
 def test_setup_reuses_an_installed_harbor_and_checks_harbor_bin(harbor: Path, tmp_path: Path) -> None:
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
     from pilots.terminalbench.setup import SetupOptions, setup
 
     assert setup(None, SetupOptions(harbor_bin=str(harbor))) == harbor

@@ -8,10 +8,10 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from harness.grid import ACTIONS, SpecConfig
-from harness.jsonl import write_jsonl_atomic
-from harness.rows import from_native
+from harness.core.jsonl import write_jsonl_atomic
+from harness.runs.rows import from_native
 from policies.contract import (
     RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, state_vector, thermal_multiplier, throughput_score,
 )  # fmt: skip

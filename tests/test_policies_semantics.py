@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from policies import BehaviorNetwork, QNetwork
 from policies.base import fit_policy, load_policy, pick
 from policies.contract import ACTIONS, dataset_from_rows, load_dataset

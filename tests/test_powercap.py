@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.errors import UsageError
-from harness.powercap import CapLimits, NvmlCapDevice, PowerCapController, PowerCapError, TwinCapDevice, parse_power_caps, resolve_cap
+from harness.core.errors import UsageError
+from harness.gpu.power_cap import CapLimits, NvmlCapDevice, PowerCapController, PowerCapError, TwinCapDevice, parse_power_caps, resolve_cap
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu
@@ -118,7 +118,7 @@ def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(scri
     manifest = tmp_path / "manifest.json"
     child = (
         "import json, os, signal, sys\n"
-        "from harness.powercap import NvmlCapDevice, PowerCapController\n"
+        "from harness.gpu.power_cap import NvmlCapDevice, PowerCapController\n"
         f"m = {{}}; path = {str(manifest)!r}\n"
         "save = lambda: open(path, 'w').write(json.dumps(m))\n"
         "c = PowerCapController(NvmlCapDevice(0), 'set', m, save)\n"

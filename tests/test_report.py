@@ -13,8 +13,8 @@ from rich.console import Console
 from _dataset_helpers import grid_rows, pilots, write_published
 from harness.cli import main
 from harness.grid import BASELINE, REFERENCE, SpecConfig
-from harness.report import BAND, final_summary_table, power_limit_of, summarize
-from harness.rows import RowStore
+from harness.report.sweep import BAND, final_summary_table, power_limit_of, summarize
+from harness.runs.rows import RowStore
 
 REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -106,8 +106,8 @@ def test_final_summary_table_renders_each_batch_size() -> None:
 
 
 def test_a_batch_size_without_a_config_in_band_says_why_and_which_cap_finds_one() -> None:
-    from harness.report import CellSummary
-    from harness.report_band import no_band_hint
+    from harness.report.sweep import CellSummary
+    from harness.report.band import no_band_hint
 
     def cell(cfg: tuple[int, int, int], watts: float, speed: float) -> CellSummary:
         return CellSummary(batch_size=1, config=cfg, n_ok=1, n_error=0, speed_tok_s=speed, avg_power_watts=watts, utilization=watts / 80.0)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from _dataset_helpers import grid_rows
-from harness.report import summarize
-from harness.report_html import config_label, pareto_front
-from harness.rows import RowStore
+from harness.report.sweep import summarize
+from harness.report.html import config_label, pareto_front
+from harness.runs.rows import RowStore
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

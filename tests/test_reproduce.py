@@ -7,7 +7,7 @@ from pathlib import Path
 
 from _engine_helpers import ROOT, read_lines, run_harness
 
-from harness.rows import PUBLISHED_KEYS, from_native, to_published
+from harness.runs.rows import PUBLISHED_KEYS, from_native, to_published
 
 FIXTURE = ROOT / "tests" / "fixtures" / "twin_grid_3rep.jsonl"
 

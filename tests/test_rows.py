@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, REFERENCE, SpecConfig
-from harness.rows import (
+from harness.runs.rows import (
     PILOT_ERROR_PREFIX,
     PUBLISHED_KEYS,
     RowStore,
@@ -147,7 +147,7 @@ def test_store_repairs_a_torn_tail_left_by_a_killed_writer(tmp_path: Path) -> No
     script = textwrap.dedent(
         f"""
         import os, json, signal
-        from harness.rows import RowStore, SweepRow
+        from harness.runs.rows import RowStore, SweepRow
         rec = {json.dumps(to_published(_ok_row()))!r}
         store = RowStore({str(tmp_path)!r}).open()
         store.append(SweepRow(**json.loads(rec)))

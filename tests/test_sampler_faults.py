@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.jsonl import read_jsonl
+from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, measure_clock_offset
 from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
-from harness.timeutil import to_iso, wall_ns
+from harness.core.clocks import to_iso, wall_ns
 
 MS = 1_000_000
 

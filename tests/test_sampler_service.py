@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from _telemetry_helpers import ScriptedProbe, free_port
-from harness.jsonl import read_jsonl
+from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, TelemetrySource, measure_clock_offset
 from harness.telemetry.sampler import InProcessSampler, SamplerCore
 from harness.telemetry.server import start_server
 from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 
 
 @pytest.fixture

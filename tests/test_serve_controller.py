@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import DataError, UsageError
+from harness.core.errors import DataError, UsageError
 from harness.grid import BASELINE, SpecConfig
-from harness.serve import adaptive, closed_loop, controller, picks, umodel
-from harness.serve.closed_loop import LoopParams
+from harness.serve import adaptive, band_feedback as closed_loop, controller, picks, utilization_model as umodel
+from harness.serve.band_feedback import LoopParams
 from harness.serve.controller import ControllerParams, ControllerState, Observation
 
 A = SpecConfig(3, 4, 8)
@@ -189,7 +189,7 @@ def test_utilization_model_from_a_sweeps_rows(tmp_path) -> None:
     are refused (a model mixing caps predicts neither)."""
     import json as _json
 
-    from harness.serve.umodel_rows import load_model
+    from harness.serve.utilization_rows import load_model
 
     grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
     model = load_model(grid)

@@ -14,10 +14,10 @@ import io
 
 import pytest
 
-from harness.engine.argv import EngineSpec, build_argv
+from harness.engine.sglang_argv import EngineSpec, build_argv
 from harness.engine.version import detect_installed, resolve_version
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
-from harness.twin import engine_args as ea
+from harness.twin.engine import sglang_args as ea
 from _sglang_helpers import conformance_python, real_parse
 
 VERSIONS = ("0.5.2", "0.5.23")

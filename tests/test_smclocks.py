@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.errors import DataError, UsageError
-from harness.smclocks import ClockInfo, NvmlClockDevice, SmClockController, SmClockError, TwinClockDevice, parse_sm_clocks, resolve_clock
+from harness.core.errors import DataError, UsageError
+from harness.gpu.sm_clocks import ClockInfo, NvmlClockDevice, SmClockController, SmClockError, TwinClockDevice, parse_sm_clocks, resolve_clock
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu

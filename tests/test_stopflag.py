@@ -12,11 +12,11 @@ import time
 
 from _engine_helpers import ROOT
 
-from harness.stopflag import StopFlag
+from harness.core.stopflag import StopFlag
 
 CHILD = """
 import sys
-from harness.stopflag import StopFlag
+from harness.core.stopflag import StopFlag
 stop = StopFlag().stop_on_signals()
 print("ready", flush=True)
 while not stop.wait(0.2):

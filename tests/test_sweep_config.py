@@ -10,8 +10,8 @@ import yaml
 
 from _engine_helpers import FAST, run_harness
 from harness.cli import main
-from harness.manifest import read_manifest, read_options
-from harness.sweep_options import SweepOptions
+from harness.runs.manifest import read_manifest, read_options
+from harness.runs.options import SweepOptions
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str]:

@@ -240,12 +240,12 @@ def test_twin_device_releases_every_lease_of_a_dead_process(tmp_path):
 def test_world_check_on_an_in_process_sampler_tells_failing_reads_from_a_stopped_loop(tmp_path):
     """The real-GPU shape of the world (engine sglang, in-process sampler), its probe reading a twin device instead of
     NVML: GPU reads that start failing are a ``probe`` problem, a dead sampling loop a restartable ``sampler`` one."""
-    from harness.engine.argv import EngineSpec
+    from harness.engine.sglang_argv import EngineSpec
     from harness.engine.launch import EngineLauncher
     from harness.telemetry.probes import TwinProbe
     from harness.telemetry.sampler import InProcessSampler
-    from harness.timeutil import ScaledClock
-    from harness.world import World
+    from harness.core.clocks import ScaledClock
+    from harness.world.world import World
 
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
         sampler = InProcessSampler(TwinProbe(gpu.url), rate_hz=20.0)

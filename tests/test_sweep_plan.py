@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import ACTIONS
-from harness.sweep import SweepOptions, parse_settle, plan_cells
-from harness.sweep_cli import build_grid
+from harness.sweep.runner import SweepOptions, parse_settle, plan_cells
+from harness.sweep.cli import build_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rows import PUBLISHED_KEYS
+from harness.runs.rows import PUBLISHED_KEYS
 from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
 
 
@@ -150,7 +150,7 @@ def test_launch_per_config_uses_fewer_launches_and_falls_back_per_cell(tmp_path)
 
 SWALLOWED_SIGTERM = """
 import os, signal, sys
-from harness import sweep_errors
+from harness.sweep import errors as sweep_errors
 from harness.cli import main
 forks = []
 

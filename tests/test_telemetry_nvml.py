@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ServiceUnavailableError, UsageError
+from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import NvmlProbe
 from harness.telemetry.sampler import InProcessSampler
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 from _nvml_shim_helpers import (
     FUNCTION_NOT_FOUND, NOT_SUPPORTED, POWER_AVERAGE, POWER_INSTANT, UNKNOWN, ShimScript, assert_measured, call_count, session_shim,
     load_in_process,
@@ -221,8 +221,8 @@ def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
 
 
 def test_native_world_reads_name_and_power_limit_from_the_first_sample(script: ShimScript, tmp_path: Path):
-    from harness.engine.argv import EngineSpec
-    from harness.world import open_world
+    from harness.engine.sglang_argv import EngineSpec
+    from harness.world.world import open_world
 
     script.set({"delay_ms": 20})  # a slow driver: ~0.3 s per reading, so no sample exists right after the start
     spec = EngineSpec(kind="sglang", sglang_version="0.5.2")  # no sglang here: the version is given, not detected

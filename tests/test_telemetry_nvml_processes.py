@@ -17,7 +17,7 @@ import pytest
 
 from harness.telemetry.client import TelemetryClient
 from harness.telemetry.testbed import Service, harness_argv
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 from _nvml_shim_helpers import NOT_SUPPORTED, OLD_DRIVER, POWER_AVERAGE, POWER_INSTANT, ShimScript, assert_measured, session_shim
 
 REPO = Path(__file__).resolve().parents[1]

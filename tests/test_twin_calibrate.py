@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.grid import ACTIONS, SpecConfig
-from harness.twin.calibrate import (
+from harness.twin.fit.calibrate import (
     AGENTIC_CONTEXT_TOKENS,
     evaluate,
     fit_acceptance,

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 from harness.twin.profile import load_profile
 from _twin_helpers import twin_gpu
 

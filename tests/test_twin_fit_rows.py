@@ -9,7 +9,7 @@ import pytest
 
 from _engine_helpers import read_lines, run_harness
 from _twin_helpers import twin_gpu
-from harness.twin.fit_rows import split_holdout, with_device
+from harness.twin.fit.from_run import split_holdout, with_device
 from harness.twin.profile import TwinProfile, load_profile
 
 TWIN = ["--time-scale", "50", "--output-tokens", "128", "--settle", "0", "--plain", "--engine-arg=--twin-launch-scale",

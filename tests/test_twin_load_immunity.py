@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from _twin_helpers import twin_engine, twin_gpu
-from harness.bench import closed_loop_headers
+from harness.world.bench import closed_loop_headers
 from harness.twin.model import CLIENT_TURNAROUND_MS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from _twin_helpers import twin_engine, twin_gpu
-from harness.timeutil import wall_ns
-from harness.twin.calibrate import PROMPTS_PATH
+from harness.core.clocks import wall_ns
+from harness.twin.fit.calibrate import PROMPTS_PATH
 from harness.twin.model import base_power_w, percentile
 from harness.twin.profile import load_profile
 

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from harness.engine.argv import EngineSpec, build_argv
+from harness.engine.sglang_argv import EngineSpec, build_argv
 from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS, vllm_configs
 from harness.grid import ACTIONS, BASELINE
-from harness.twin.vllm_args import SPEC_KEYS
+from harness.twin.engine.vllm_args import SPEC_KEYS
 from _sglang_helpers import conformance_python
 
 HERE = os.path.join(os.path.dirname(__file__), "vllm_conformance")

@@ -11,13 +11,13 @@ import time
 import httpx
 import pytest
 
-from harness.engine.argv import EngineSpec, build_argv
-from harness.engine.client import EngineRequestError
+from harness.engine.sglang_argv import EngineSpec, build_argv
+from harness.engine.sglang_client import EngineRequestError
 from harness.engine.vllm_client import ACCEPTED, DRAFTS, VllmClient, counter_totals
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import SpecConfig
-from harness.sweep_options import SweepOptions, check_options
-from harness.twin.launch import main as twin_main
+from harness.runs.options import SweepOptions, check_options
+from harness.twin.engine.launch import main as twin_main
 from _engine_helpers import FAST, HOST_LOAD, read_lines, run_harness
 from _twin_helpers import twin_engine, twin_gpu
 

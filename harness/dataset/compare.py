@@ -10,9 +10,9 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from harness.dataset.validate import is_pilot
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import ACTIONS, SpecConfig
-from harness.rows import SweepRow
+from harness.runs.rows import SweepRow
 
 METRICS: tuple[str, ...] = ("speed_tok_s", "joules_per_token", "avg_power_watts")
 

@@ -11,7 +11,7 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from harness.dataset.validate import is_pilot
-from harness.rows import SweepRow
+from harness.runs.rows import SweepRow
 
 
 class EngineSide(BaseModel):

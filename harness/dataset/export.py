@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from harness.dataset.merge import write_rows
-from harness.errors import OutputError, UsageError
-from harness.extras import needs
-from harness.rows import NATIVE_KEYS, PUBLISHED_KEYS, SweepRow, to_native, to_published
+from harness.core.errors import OutputError, UsageError
+from harness.core.extras import needs
+from harness.runs.rows import NATIVE_KEYS, PUBLISHED_KEYS, SweepRow, to_native, to_published
 
 ExportFormat = Literal["hf", "parquet", "jsonl"]
 

@@ -10,8 +10,8 @@ from pydantic import Field
 
 from harness.dataset.source import Layout, ReadRows, invalid_window, window_summary
 from harness.dataset.validate import inspect
-from harness.errors import DataError, UsageError
-from harness.rows import SweepRow
+from harness.core.errors import DataError, UsageError
+from harness.runs.rows import SweepRow
 
 WindowRule = Literal["exclude", "keep", "fail"]
 """What consumers do with successful rows whose measurement window is invalid (``window_valid`` false)."""

@@ -8,9 +8,9 @@ from typing import Sequence
 from pydantic import BaseModel, Field
 
 from harness.dataset.validate import is_pilot
-from harness.errors import DataError
-from harness.jsonl import write_jsonl_atomic
-from harness.rows import SweepRow, to_native, to_published
+from harness.core.errors import DataError
+from harness.core.jsonl import write_jsonl_atomic
+from harness.runs.rows import SweepRow, to_native, to_published
 
 
 class MergeResult(BaseModel):
@@ -83,7 +83,7 @@ def merge(
         if not is_pilot(r):
             raise DataError(
                 f"pilot input holds a non-pilot row (index {r.index}, speed_source {r.speed_source!r})",
-                fix="pilot rows have speed_source terminalbench_pilot or swebench_pilot (build them with harness.rows.pilot_row)",
+                fix="pilot rows have speed_source terminalbench_pilot or swebench_pilot (build them with harness.runs.rows.pilot_row)",
             )
         out.append(r.model_copy(update={"index": next_index}))
         next_index += 1

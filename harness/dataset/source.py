@@ -8,9 +8,9 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel
 
-from harness.errors import MissingFileError
+from harness.core.errors import MissingFileError
 from harness.grid import ACTIONS, SpecConfig, violated_rule
-from harness.rows import PILOT_ROWS, PILOT_SPEED_SOURCES, PUBLISHED_KEYS, RowStore, SweepRow
+from harness.runs.rows import PILOT_ROWS, PILOT_SPEED_SOURCES, PUBLISHED_KEYS, RowStore, SweepRow
 
 Layout = Literal["published", "native"]
 PILOT_SOURCES = set(PILOT_SPEED_SOURCES.values())

@@ -11,11 +11,11 @@ from pydantic import BaseModel, Field
 
 from harness.dataset.source import PILOT_SOURCES, Layout, ReadRows, config_problem, detect_layout, invalid_window
 from harness.dataset.source import resolve_input, window_summary
-from harness.errors import DataError, HarnessError
+from harness.core.errors import DataError, HarnessError
 from harness.grid import ACTIONS, SpecConfig
-from harness.jsonl import read_jsonl
-from harness.rows import GRID_SPEED_SOURCES, NATIVE_KEYS, PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, SweepRow
-from harness.rows import from_native, key_order_problem, non_finite_fields, pass_of, resolve_latest, to_published
+from harness.core.jsonl import read_jsonl
+from harness.runs.rows import GRID_SPEED_SOURCES, NATIVE_KEYS, PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, SweepRow
+from harness.runs.rows import from_native, key_order_problem, non_finite_fields, pass_of, resolve_latest, to_published
 
 
 class Issue(BaseModel):
@@ -133,8 +133,8 @@ class Plan(BaseModel):
 
 def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
     """The run's planned grid from ``manifest.json``; a missing manifest is none, an unusable one a report error."""
-    from harness.manifest import MANIFEST, read_options
-    from harness.sweep import plan_cells
+    from harness.runs.manifest import MANIFEST, read_options
+    from harness.sweep.runner import plan_cells
 
     if not (run_dir / MANIFEST).is_file():
         return None

@@ -17,11 +17,11 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from harness.engine import proc as procs
-from harness.engine.argv import EngineSpec, build_argv, engine_env
-from harness.engine.client import EngineClient
-from harness.errors import EngineLaunchError
+from harness.engine.sglang_argv import EngineSpec, build_argv, engine_env
+from harness.engine.sglang_client import EngineClient
+from harness.core.errors import EngineLaunchError
 from harness.grid import SpecConfig
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 
 DEFAULT_MEM_FRACTIONS: tuple[float, ...] = (0.65, 0.55)
 PORT_IN_USE = re.compile(r"address already in use|errno 98", re.I)

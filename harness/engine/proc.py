@@ -4,7 +4,7 @@ Children get ``PR_SET_PDEATHSIG`` (Linux) so a harness killed with ``kill -9`` d
 ``stop`` sends SIGTERM to the child's own process group (sglang spawns scheduler processes), waits, then SIGKILLs.
 The death signal follows the *thread* that spawned the child: a server launched from a worker thread (serve's relaunch
 pool) gets SIGTERM when that thread ends, at the pool's close, just before ``stop`` sends its own; the twin's servers
-take the second one safely (``harness.stopflag``).
+take the second one safely (``harness.core.stopflag``).
 """
 
 from __future__ import annotations

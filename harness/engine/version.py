@@ -1,7 +1,7 @@
 """Which sglang the servers run: ``auto`` detection in the server's own interpreter, and the supported range.
 
 The harness knows the flags and endpoints of sglang 0.5.2 through 0.5.23 (checked against the real wheels by
-``tests/test_sglang_conformance.py``); inside that range ``harness.engine.argv`` and ``harness.engine.client`` pick the
+``tests/test_sglang_conformance.py``); inside that range ``harness.engine.sglang_argv`` and ``harness.engine.sglang_client`` pick the
 flag set and endpoint names by version. ``auto`` asks the interpreter that will run ``python -m sglang.launch_server``
 (``EngineSpec.python``: in the container the image's own Python), so the answer is the sglang the server really
 imports, not whatever the harness's environment has. The twin engine emulates 0.5.2 (default) and 0.5.23.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 SUPPORTED_RANGE: tuple[str, str] = ("0.5.2", "0.5.23")
 TWIN_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
@@ -47,7 +47,7 @@ def check_supported(version: str, *, engine: str = "sglang") -> str:
     if len(vt) < 3 or not version_tuple(SUPPORTED_RANGE[0]) <= vt <= version_tuple(SUPPORTED_RANGE[1]):
         raise UsageError(f"sglang {version} is outside the supported range {supported_text()}",
                          fix=f"install an sglang from {supported_text()} (e.g. SGLANG_TAG=v0.5.2-cu126 or "
-                             "v0.5.23-cu129 with docker compose), or extend harness/engine/argv.py for it")
+                             "v0.5.23-cu129 with docker compose), or extend harness/engine/sglang_argv.py for it")
     return version
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import SpecConfig
 
 if TYPE_CHECKING:
-    from harness.engine.argv import EngineSpec
+    from harness.engine.sglang_argv import EngineSpec
 
 VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.34.0")
 """vLLM versions whose parser the flags are checked against (tests/test_vllm_conformance.py: both ends)."""

@@ -13,7 +13,7 @@ import time
 
 from typing import Any
 
-from harness.engine.client import EngineClient, EngineRequestError, GenerateResult, ServerInfo
+from harness.engine.sglang_client import EngineClient, EngineRequestError, GenerateResult, ServerInfo
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"

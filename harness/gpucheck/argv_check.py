@@ -10,10 +10,10 @@ SWEEP_BATCH_SIZE, SWEEP_MEM_FRACTION, PORT = 16, 0.65, 30000
 
 def launch_lines() -> dict[str, Any]:
     try:
-        from harness.engine.argv import EngineSpec, build_argv
+        from harness.engine.sglang_argv import EngineSpec, build_argv
         from harness.grid import ACTIONS
     except ImportError as exc:
-        return {"error": f"harness.engine.argv is not importable here ({exc}): run `benchmarks/gpu_check.py --argv` on a "
+        return {"error": f"harness.engine.sglang_argv is not importable here ({exc}): run `benchmarks/gpu_check.py --argv` on a "
                          "machine with the project installed (the argv does not depend on the GPU beyond its family)"}
     spec = EngineSpec(kind="sglang", python="python3")
     lines = [build_argv(spec, cfg, SWEEP_BATCH_SIZE, SWEEP_MEM_FRACTION, PORT) for cfg in ACTIONS]

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from harness.gpucheck.argv_check import launch_lines
 from harness.gpucheck.guard import RestoreGuard
 from harness.gpucheck.loads import Loads
-from harness.gpucheck.nvctl import NvmlCallError, NvmlControl, pick_clocks
+from harness.gpu.nvml_control import NvmlCallError, NvmlControl, pick_clocks
 from harness.gpucheck.record import Recorder, SmiPoller, window
 
 BASE_BUDGET_S = 240.0

@@ -1,5 +1,5 @@
 """The twin against the truth: replay a measured load timeline through the twin GPU's power/thermal model
-(``harness.twin.device.TwinGpu``, no pydantic needed) with an H200 profile derived from the measurement."""
+(``harness.twin.device.gpu.TwinGpu``, no pydantic needed) with an H200 profile derived from the measurement."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harness.twin.device import TwinGpu
+from harness.twin.device.gpu import TwinGpu
 
 BASE_PROFILE = Path(__file__).resolve().parents[1] / "twin" / "profiles" / "rtx4060-laptop.json"
 

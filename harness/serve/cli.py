@@ -41,9 +41,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """Serve /v1/chat/completions, /v1/completions and /v1/models in front of one engine instance per config (or
         one at a time, relaunched on a switch, where only one fits), routing each request to the config the
         controller picks for the current batch size (switches logged)."""
-        from harness.stopflag import StopFlag
+        from harness.core.stopflag import StopFlag
 
-        from harness.errors import UsageError
+        from harness.core.errors import UsageError
         from harness.grid import parse_configs
         from harness.serve import picks as pick_sources
         from harness.serve.controller import ControllerParams
@@ -59,7 +59,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         table = pick_sources.resolve(picks, recipe, models, algo, dataset)
         model = None
         if umodel is not None:
-            from harness.serve.umodel_rows import load_model, model_json
+            from harness.serve.utilization_rows import load_model, model_json
 
             model = load_model(umodel)
             out.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 from harness.grid import BASELINE, SpecConfig
-from harness.serve.closed_loop import LoopParams, LoopState, closed_loop_step
-from harness.serve.umodel import UtilModel
+from harness.serve.band_feedback import LoopParams, LoopState, closed_loop_step
+from harness.serve.utilization_model import UtilModel
 
 Reason = Literal["start", "load_change", "telemetry_lost", "telemetry_restored", "instance_lost", "accept_length"]
 

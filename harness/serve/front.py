@@ -1,5 +1,5 @@
 """The OpenAI-compatible front (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, plain and SSE) on
-``harness/httpserve.py``: each request goes to the instance the control loop routes to. When the connection to an
+``harness/core/httpserve.py``: each request goes to the instance the control loop routes to. When the connection to an
 instance breaks before any answer came back and the instance is found dead (its process exited, or it stopped
 answering ``/health``), it is marked lost and the request is sent again to the next route: completions have no side
 effects, so a client sees an error only for a stream whose tokens had already started (an error event, then the
@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from harness.httpserve import Request, Response, Router, Server, Stream, error, make_server
-from harness.serve.loop import ControlLoop
+from harness.core.httpserve import Request, Response, Router, Server, Stream, error, make_server
+from harness.serve.control_loop import ControlLoop
 from harness.serve.pool import Instance
 
 SERVER_HEADER = "harness-serve"

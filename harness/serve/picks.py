@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.errors import DataError, MissingFileError, UsageError
+from harness.core.errors import DataError, MissingFileError, UsageError
 from harness.grid import SpecConfig, parse_config
 
 PickTable = dict[int, SpecConfig]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from harness.engine.launch import EngineLauncher, RunningServer
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import SpecConfig
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.engine.launch import EngineLauncher
-from harness.errors import EngineLaunchError, UsageError
+from harness.core.errors import EngineLaunchError, UsageError
 from harness.grid import SpecConfig
 from harness.serve.pool import Instance, Pool
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 
 DEFAULT_DRAIN_TIMEOUT_S = 120.0
 """Wall seconds a draining instance gets to finish its requests; then it is stopped and they are sent again."""

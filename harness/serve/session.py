@@ -11,17 +11,17 @@ from typing import Any, Literal
 
 from harness.engine.version import version_tuple
 from harness.engine.launch import ServerLaunchError
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.grid import BASELINE, SpecConfig
-from harness.httpserve import Server, serve_in_thread
+from harness.core.httpserve import Server, serve_in_thread
 from harness.serve.adaptive import AdaptiveParams
 from harness.serve.controller import ControllerParams
 from harness.serve.front import Front, make_front_server
-from harness.serve.loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
+from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.picks import PickTable
 from harness.serve.pool import Pool, launch_pool
 from harness.serve.relaunch import DEFAULT_DRAIN_TIMEOUT_S, RelaunchPool
-from harness.world import World, open_world
+from harness.world.world import World, open_world
 
 ADAPTIVE_SINCE = (0, 5, 12)
 """The first sglang whose parser has ``--speculative-adaptive``."""
@@ -115,7 +115,7 @@ class ServeSession:
 
 
 def _spec(options: ServeOptions) -> Any:
-    from harness.engine.argv import EngineSpec
+    from harness.engine.sglang_argv import EngineSpec
     from harness.engine.version import resolve_version
 
     base = EngineSpec(kind=options.engine)

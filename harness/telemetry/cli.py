@@ -23,12 +23,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         retention_s: float = typer.Option(3600.0, "--retention-s", help="Seconds of samples kept in memory for window queries."),
     ) -> None:
         """Run the telemetry sampler sidecar until SIGTERM or Ctrl-C."""
-        from harness.stopflag import StopFlag
+        from harness.core.stopflag import StopFlag
 
         from rich.console import Console
         from rich.markup import escape
 
-        from harness.errors import ServiceUnavailableError
+        from harness.core.errors import ServiceUnavailableError
         from harness.telemetry.probes import make_probe
         from harness.telemetry.sampler import SamplerCore
         from harness.telemetry.server import start_server
@@ -60,9 +60,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         end: str = typer.Option(..., "--end", help="Window end: epoch ns or ISO time with a zone."),
     ) -> None:
         """Print the WindowStats of a wall-clock window as JSON."""
-        from harness.errors import UsageError
+        from harness.core.errors import UsageError
         from harness.telemetry.client import TelemetryClient
-        from harness.timeutil import parse_iso_ns
+        from harness.core.clocks import parse_iso_ns
 
         def ns(text: str) -> int:
             if text.lstrip("-").isdigit():

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from harness.errors import ServiceUnavailableError
+from harness.core.errors import ServiceUnavailableError
 from harness.telemetry.windows import (
     CLOCK_DISAGREEMENT,
     SAMPLE_AT_LOOKBACK,
@@ -20,7 +20,7 @@ from harness.telemetry.windows import (
     WindowStats,
     sample_near,
 )
-from harness.timeutil import wall_ns
+from harness.core.clocks import wall_ns
 
 MAX_CLOCK_OFFSET_NS = 20_000_000  # beyond this (plus half the round trip) the two wall clocks disagree
 

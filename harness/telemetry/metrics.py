@@ -10,8 +10,9 @@ import os
 import resource
 from typing import TYPE_CHECKING, Any
 
-from harness import clock_events, promtext
-from harness.timeutil import wall_ns
+from harness.gpu import clock_events
+from harness.core import promtext
+from harness.core.clocks import wall_ns
 
 if TYPE_CHECKING:
     from harness.telemetry.sampler import SamplerCore

@@ -12,9 +12,9 @@ import socket
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from harness.errors import ServiceUnavailableError, UsageError
+from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.fields import STATE_FIELDS
-from harness.timeutil import mono_ns, wall_ns
+from harness.core.clocks import mono_ns, wall_ns
 
 
 class Probe(Protocol):

@@ -16,12 +16,12 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ServiceUnavailableError, UsageError
+from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, call_stamp, has_history, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.ticker import run_ticks
 from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
-from harness.timeutil import mono_ns, wall_ns
+from harness.core.clocks import mono_ns, wall_ns
 
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 200.0
 MAX_BACKFILL = 1200

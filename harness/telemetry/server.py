@@ -1,4 +1,4 @@
-"""The sampler's HTTP API (routes on the shared ``harness.httpserve`` layer). Every answer comes from the store; none
+"""The sampler's HTTP API (routes on the shared ``harness.core.httpserve`` layer). Every answer comes from the store; none
 calls the probe."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 import threading
 from typing import Any
 
-from harness import promtext
-from harness.httpserve import BadRequest, Request, Response, Router, Server, error, make_server, serve_in_thread
+from harness.core import promtext
+from harness.core.httpserve import BadRequest, Request, Response, Router, Server, error, make_server, serve_in_thread
 from harness.telemetry.metrics import render_metrics
 from harness.telemetry.sampler import SamplerCore
 from harness.telemetry.windows import EDGE_MODELS
-from harness.timeutil import mono_ns, wall_ns
+from harness.core.clocks import mono_ns, wall_ns
 
 MAX_WAIT_S = 30.0
 MAX_SAMPLES = 10_000

@@ -43,7 +43,7 @@ class WindowEnergy(BaseModel):
     valid: bool | None = None
     reasons: list[str] = []
     source: str | None = None
-    """Where the edges came from: ``server`` or ``client`` stamps (``harness.bench``)."""
+    """Where the edges came from: ``server`` or ``client`` stamps (``harness.world.bench``)."""
 
 
 def min_requests(batch_size: int) -> int:

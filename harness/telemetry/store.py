@@ -17,10 +17,10 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
-from harness.errors import OutputError
-from harness.jsonl import JsonlAppender
+from harness.core.errors import OutputError
+from harness.core.jsonl import JsonlAppender
 from harness.telemetry.windows import OUTSIDE_RETENTION, GpuSample, WindowStats, compute_window
-from harness.timeutil import mono_ns, wall_ns
+from harness.core.clocks import mono_ns, wall_ns
 
 LOG_NAME = "samples.jsonl"
 MARKS_NAME = "marks.jsonl"

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import httpx
 
-from harness.errors import ServiceUnavailableError
+from harness.core.errors import ServiceUnavailableError
 
 
 class Service:
@@ -201,7 +201,7 @@ def measure_windows(source: Any, load: TwinLoad, *, scenario: str, device_s: flo
     """
     import random
 
-    from harness.timeutil import wall_ns
+    from harness.core.clocks import wall_ns
 
     rng = random.Random(seed)
     wall_len = device_s / time_scale

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from harness.timeutil import mono_ns
+from harness.core.clocks import mono_ns
 
 
 def run_ticks(period_s: float, stop: threading.Event, tick: Callable[[], object], on_overrun: Callable[[int], None],

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness import clock_events
+from harness.gpu import clock_events
 from harness.telemetry.fields import STATE_FIELDS as STATE_FIELDS  # re-exported (the fields live in a pydantic-free module)
 
 SCHEMA_VERSION = 1

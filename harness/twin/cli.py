@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -24,7 +24,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         index: int = typer.Option(0, "--index", min=0, help="device index on this node (N devices of one seed get N UUIDs)"),
     ) -> None:
         """Run a twin GPU device (power, energy counter, temperature, clocks, memory) until SIGTERM."""
-        from harness.twin.device_http import serve
+        from harness.twin.device.http_api import serve
         from harness.twin.profile import load_profile
 
         if time_scale <= 0:
@@ -38,7 +38,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     )
     def engine(ctx: typer.Context) -> None:
         """Run an sglang-compatible twin engine: takes sglang launch_server flags plus --twin-gpu URL (see --help)."""
-        from harness.twin.launch import main as engine_main
+        from harness.twin.engine.launch import main as engine_main
 
         code = engine_main(list(ctx.args))
         if code:
@@ -58,11 +58,11 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     ) -> None:
         """Fit the twin's model parameters to the published measurements (or to a run's rows with --from) and write
         the profile (minutes). A profile written with --from runs as a twin GPU: harness twin gpu --profile FILE."""
-        from harness.twin.calibrate import run_calibration
+        from harness.twin.fit.calibrate import run_calibration
         from harness.twin.profile import load_profile
 
         if from_run is not None:
-            from harness.twin.fit_rows import calibrate_from_run
+            from harness.twin.fit.from_run import calibrate_from_run
 
             if calibration is not None:
                 raise UsageError("--from fits a run's rows; --calibration names the published table",

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from harness.grid import SpecConfig
-from harness.twin.device import cap_clock_factor
+from harness.twin.device.gpu import cap_clock_factor
 from harness.twin.profile import PerfParams, TwinProfile
-from harness.twin.tokens import EOS_ID, stable_hash
+from harness.twin.engine.tokens import EOS_ID, stable_hash
 
 DECODE_LOG_INTERVAL = 40
 CLIENT_TURNAROUND_MS = 3.5
@@ -495,7 +495,7 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
     concurrency bs, energy and wall time over the measured phase, accept length and p20 step time from the
     server's counters (warm-up included, as in the reference). ``client_gap_ms``: the client's turnaround between a
     response and its next request; ``nominal_launch``: see ``Decoder``; ``tail_s``: see ``CellSim.capped_tail_frac``."""
-    from harness.twin.tokens import count_tokens
+    from harness.twin.engine.tokens import count_tokens
 
     perf = profile.perf
     base = base_power_w(profile)

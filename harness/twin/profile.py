@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import DataError, MissingFileError
+from harness.core.errors import DataError, MissingFileError
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "rtx4060-laptop"

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import DataError
+from harness.core.errors import DataError
 from pilots.swebench.instances import FIXTURE_REPO_FILE, Instance, fixture_path
 
 GIT_ENV = {

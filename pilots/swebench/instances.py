@@ -13,9 +13,9 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from harness.errors import DataError, MissingFileError, UsageError
-from harness.extras import needs
-from harness.jsonl import read_jsonl
+from harness.core.errors import DataError, MissingFileError, UsageError
+from harness.core.extras import needs
+from harness.core.jsonl import read_jsonl
 
 DEFAULT_DATASET = "SWE-bench/SWE-bench_Lite"
 DEFAULT_SPLIT = "test"

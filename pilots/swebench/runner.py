@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import ServiceUnavailableError
-from harness.jsonl import write_json_atomic, write_jsonl_atomic
-from harness.timeutil import to_iso, wall_ns
+from harness.core.errors import ServiceUnavailableError
+from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
+from harness.core.clocks import to_iso, wall_ns
 from pilots.console import pilot_console, summary_table
 from pilots.options import PilotOptions
 from pilots.runner import ConfigRun, PilotResult, PilotRunner

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError, MissingFileError
+from harness.core.errors import HarnessError, MissingFileError
 
 HARBOR_VERSION = "0.25.0"
 MIN_PYTHON = (3, 12)

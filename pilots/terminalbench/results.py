@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import DataError, MissingFileError
-from harness.timeutil import parse_iso_ns
+from harness.core.errors import DataError, MissingFileError
+from harness.core.clocks import parse_iso_ns
 
 
 class TimingInfo(BaseModel):

@@ -21,8 +21,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rich.console import Console
 
-from harness.errors import HarnessError
-from harness.jsonl import write_json_atomic, write_jsonl_atomic
+from harness.core.errors import HarnessError
+from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.telemetry.windows import WindowStats
 from pilots.options import PilotOptions
 from pilots.runner import ConfigRun, PilotResult, PilotRunner

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from pilots.terminalbench.harbor_install import (
     HARBOR_VERSION,
     default_venv,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from harness.errors import DataError, MissingFileError, UsageError
+from harness.core.errors import DataError, MissingFileError, UsageError
 
 PUBLISHED_DATASET = "terminal-bench-sample@2.0"
 PUBLISHED_TASKS: tuple[str, ...] = ("regex-log", "log-summary-date-ranges")

@@ -1,0 +1,171 @@
+"""Command-line options derived from a pydantic options model: one source of names, defaults, help and types.
+
+A model field becomes ``--field-name`` (or ``Flag(flag=...)``), its ``Field(description=...)`` the help, its
+default the shown default, its ``Literal`` values the listed choices; ``Flag(parse=...)`` turns the text of a
+list-valued option into the field's value. A command overlays, in order, the model defaults, a preset, a config file
+(``load_config``: YAML or JSON, field names as keys) and the flags given on the command line
+(``given_on_command_line``); ``build`` reports a bad value as a ``UsageError`` naming the flag and the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Optional, Union
+
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from harness.core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How an options-model field appears on the command line (put it in the field's ``Annotated`` metadata)."""
+
+    panel: str = "Options"
+    flag: str | None = None
+    """The option name when it is not ``--field-name``; ``--a/--no-a`` for a tri-state bool."""
+    parse: Callable[[str], Any] | None = None
+    """Text -> value for list-valued fields given as one comma-separated string (raises ``UsageError``)."""
+    default_text: str | None = None
+    """The default as shown in ``--help`` when the model's is not readable there (a factory, a None meaning)."""
+    repeat: bool = False
+    """A list given as a repeated option (``--x A --x B``)."""
+
+
+def flag_of(info: FieldInfo) -> Flag:
+    return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
+
+
+def flag_name(name: str, info: FieldInfo) -> str:
+    """The option's primary name: ``--request-timeout`` for ``request_timeout_s`` when its Flag says so."""
+    f = flag_of(info)
+    return (f.flag or "--" + name.replace("_", "-")).split("/")[0]
+
+
+def _choices(annotation: Any) -> tuple[Any, ...] | None:
+    if typing.get_origin(annotation) is Literal:
+        return typing.get_args(annotation)
+    return None
+
+
+def _scalar(annotation: Any) -> Any:
+    """The type click parses a field's text into: int, float, bool or str (``X | None`` -> X; anything else: str)."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _scalar(args[0]) if len(args) == 1 else str
+    return annotation if annotation in (int, float, str, bool) else str
+
+
+def _shown_default(info: FieldInfo, f: Flag) -> str | bool:
+    if f.default_text is not None:
+        return f.default_text
+    if info.default_factory is not None or info.default is None:
+        return False
+    return str(info.default)
+
+
+def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> list[inspect.Parameter]:
+    """A keyword parameter per field of ``model`` (or of the fields in ``only``), annotated with its typer option.
+    Their defaults are None: only what the command line gave is overlaid, so the model stays the one place that
+    holds a default (``--help`` shows it)."""
+    import typer
+
+    params: list[inspect.Parameter] = []
+    for name, info in model.model_fields.items():
+        f = flag_of(info)
+        if only is not None and name not in only:
+            continue
+        choices = _choices(info.annotation)
+        if f.repeat:
+            py: Any = list[str]
+            default: Any = []
+        else:
+            py = Optional[str if f.parse else _scalar(info.annotation)]
+            default = None
+        decls = [f.flag or "--" + name.replace("_", "-")]
+        option = typer.Option(*decls, help=info.description, rich_help_panel=f.panel, show_default=_shown_default(info, f),
+                              metavar="|".join(map(str, choices)) if choices else None)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=Annotated[py, option]))
+    return params
+
+
+def with_parameters(fn: Callable[..., Any], extra: list[inspect.Parameter]) -> Callable[..., Any]:
+    """``fn`` (taking ``**options``) presented to typer with ``extra`` parameters after its own named ones."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+    fn.__annotations__ = {**{p.name: p.annotation for p in [*own, *extra]}, "return": None}
+    return fn
+
+
+def given_on_command_line(ctx: Any, values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """The model fields whose flags the command line gave, as the model's values (list fields parsed)."""
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        source = ctx.get_parameter_source(name) if name in values else None
+        if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT"):  # typer's vendored click has its own enum
+            continue
+        f = flag_of(info)
+        raw = values[name]
+        out[name] = f.parse(raw) if f.parse is not None and raw is not None else (list(raw) if f.repeat else raw)
+    return out
+
+
+def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
+    """A config file's options (YAML or JSON mapping of field names); unknown keys and bad values are usage errors."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror})", fix="pass an existing YAML or JSON file") from None
+    import yaml
+
+    try:  # YAML 1.2 is a superset of JSON: one parser reads both
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--config {path}: not valid YAML or JSON ({exc})",
+                         fix="fix the file (harness sweep --print-config writes a valid one)") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}",
+                         fix="write one option per line, e.g. repeats: 3")
+    unknown = sorted(set(data) - set(model.model_fields))
+    if unknown:
+        raise UsageError(f"--config {path}: unknown option(s) {', '.join(map(repr, unknown))}",
+                         fix="use the names --print-config writes: " + ", ".join(model.model_fields))
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(x) for x in err["loc"])
+        raise UsageError(f"--config {path}: {key}: {err['msg']} (got {err.get('input')!r})",
+                         fix="fix that key (harness sweep --print-config shows valid values)") from None
+    return data
+
+
+def build(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    """The model from resolved values; a bad value is a ``UsageError`` naming its flag and the fix."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        info = model.model_fields.get(name)
+        flag = flag_name(name, info) if info is not None else "an option"
+        choices = _choices(info.annotation) if info is not None else None
+        if choices:
+            raise UsageError(f"unknown {flag} {err.get('input')!r}",
+                             fix=f"use {flag} " + " or ".join(map(str, choices))) from None
+        raise UsageError(f"{flag}: {err['msg']} (got {err.get('input')!r})", fix=f"see --help for {flag}") from None
+
+
+def to_yaml(options: BaseModel) -> str:
+    """The options as a YAML config file (``--config`` reads it back to the same options)."""
+    import yaml
+
+    return yaml.safe_dump(options.model_dump(mode="json"), sort_keys=False, default_flow_style=None)

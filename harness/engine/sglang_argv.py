@@ -1,0 +1,195 @@
+"""The command line of one inference server: the published sglang flags per config and per sglang version.
+
+Real sglang runs as ``python -m sglang.launch_server <flags>``; the twin runs as ``python -m harness twin engine
+<the same flags> --twin-gpu URL --emulate-version V``. Version differences in flags live here only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harness.engine.version import TWIN_VERSIONS, check_supported, version_tuple
+from harness.core.errors import UsageError
+from harness.grid import SpecConfig
+
+SUPPORTED_VERSIONS: tuple[str, ...] = TWIN_VERSIONS
+"""The versions checked end to end (conformance test against the real wheels, twin emulation)."""
+DEFAULT_ATTENTION_BACKEND = "flashinfer"
+"""Pinned for every config: unpinned, sglang picks fa3 on Hopper (trtllm_mha on Blackwell) for the baseline and
+topk == 1 but flashinfer for topk > 1, so one sweep would compare kernels, not speculation."""
+DEFAULT_MODEL = "unsloth/Llama-3.2-1B-Instruct"
+DEFAULT_DRAFT = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
+ENGINE_ENV: dict[str, str] = {"SGLANG_RECORD_STEP_TIME": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+TWIN_FAULTS: tuple[str, ...] = ("oom", "crash", "runaway", "slow-health", "http500")
+
+
+class EngineSpec(BaseModel):
+    """What to launch: the engine kind, the models, the sglang version whose flags and endpoints to use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["sglang", "vllm", "twin"] = "twin"
+    twin_emulate: Literal["sglang", "vllm"] = "sglang"
+    """Which engine's CLI and API the twin speaks (``kind == "twin"`` only)."""
+    vllm_version: str = "0.34.0"
+    """The vLLM version whose flags and endpoints to use (``api == "vllm"``)."""
+    model_path: str = DEFAULT_MODEL
+    draft_model_path: str = DEFAULT_DRAFT
+    sglang_version: str = "0.5.2"
+    """A concrete version in the supported range (``auto`` is resolved before: ``harness.engine.version``)."""
+    attention_backend: str | None = DEFAULT_ATTENTION_BACKEND
+    """``--attention-backend`` of every launch; None lets sglang choose per config (mixes kernels on Hopper)."""
+    dtype: str = "float16"
+    host: str = "127.0.0.1"
+    twin_gpu_url: str | None = None
+    log_level: str = "warning"
+    enable_metrics: bool = False
+    python: str = Field(default_factory=lambda: sys.executable)
+    twin_seed: int | None = None
+    twin_faults: tuple[str, ...] = ()
+    """Test hooks for the twin: ``NAME`` (every launch) or ``NAME@BS`` or ``NAME@BS/s:k:d`` (one cell)."""
+    extra_args: tuple[str, ...] = ()
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _supported(cls, v: str) -> str:
+        return check_supported(v)
+
+    @property
+    def api(self) -> Literal["sglang", "vllm"]:
+        """The engine whose command line and HTTP API the server has: sglang, vLLM, or the one the twin emulates."""
+        if self.kind == "twin":
+            return self.twin_emulate
+        return self.kind
+
+    @property
+    def version(self) -> str:
+        """The version of ``api`` the server runs (or the twin emulates)."""
+        return self.vllm_version if self.api == "vllm" else self.sglang_version
+
+    @property
+    def label(self) -> str:
+        """``sglang``, ``vllm``, ``twin`` (sglang emulated) or ``twin-vllm``: the engine as rows name it."""
+        return "twin-vllm" if self.kind == "twin" and self.api == "vllm" else self.kind
+
+
+def cuda_graph_flag(version: str) -> str:
+    """``--cuda-graph-max-bs`` up to 0.5.18 (an alias from 0.5.14), only ``--cuda-graph-max-bs-decode`` from 0.5.20."""
+    return "--cuda-graph-max-bs-decode" if version_tuple(version) >= (0, 5, 20) else "--cuda-graph-max-bs"
+
+
+FAULT_FIX = "--twin-fault NAME, NAME@BS or NAME@BS/s:k:d (BS an integer or *), NAME one of: " + ", ".join(TWIN_FAULTS)
+
+
+def parse_twin_fault(item: str) -> tuple[str, int | None, SpecConfig | None]:
+    """``"crash@16/3:4:8"`` -> ("crash", 16, SpecConfig(3, 4, 8)); a bad item is a UsageError naming --twin-fault."""
+    from harness.grid import parse_config
+
+    name, at, where = item.partition("@")
+    if name not in TWIN_FAULTS:
+        raise UsageError(f"--twin-fault {item!r}: unknown twin fault {name!r}", fix=FAULT_FIX)
+    bs_text, _, cfg_text = where.partition("/")
+    if at and not bs_text:
+        raise UsageError(f"--twin-fault {item!r}: nothing after '@'", fix=FAULT_FIX)
+    bs: int | None = None
+    if bs_text and bs_text != "*":
+        if not bs_text.isdigit() or int(bs_text) < 1:
+            raise UsageError(f"--twin-fault {item!r}: batch size {bs_text!r} is not a positive integer or *", fix=FAULT_FIX)
+        bs = int(bs_text)
+    cfg = None
+    if cfg_text:
+        try:
+            cfg = parse_config(cfg_text.replace(",", ":"))
+        except UsageError as exc:
+            raise UsageError(f"--twin-fault {item!r}: {exc.message}", fix=FAULT_FIX) from None
+    return name, bs, cfg
+
+
+def faults_for(spec: EngineSpec, config: SpecConfig, batch_size: int) -> list[str]:
+    """The twin faults that apply to one (config, batch size) launch."""
+    out: list[str] = []
+    for item in spec.twin_faults:
+        name, bs, cfg = parse_twin_fault(item)
+        if bs is not None and bs != batch_size:
+            continue
+        if cfg is not None and cfg != config:
+            continue
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
+    """The full argv of one server for ``config`` serving up to ``batch_size`` concurrent requests: sglang's
+    ``launch_server``, vLLM's ``api_server``, or the twin with the flags of the engine it emulates."""
+    if batch_size < 1:
+        raise UsageError(f"batch size must be >= 1, got {batch_size}", fix="use e.g. --batch-sizes 1,4,8,16")
+    if not 0.0 < mem_fraction < 1.0:
+        raise UsageError(f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55")
+    if spec.api == "vllm":
+        from harness.engine.vllm_argv import VLLM_MODULE, vllm_flags
+
+        flags = vllm_flags(spec, config, batch_size, mem_fraction, port)
+        if spec.kind == "vllm":
+            return [spec.python, "-m", VLLM_MODULE, *flags]
+        return _twin_argv(spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version])
+    flags = sglang_flags(spec, config, batch_size, mem_fraction, port)
+    if spec.kind == "sglang":
+        return [spec.python, "-m", "sglang.launch_server", *flags]
+    return _twin_argv(spec, config, batch_size, flags, ["--emulate-version", spec.sglang_version])
+
+
+def _twin_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, flags: list[str], emulate: list[str]) -> list[str]:
+    """``harness twin engine`` with the emulated engine's ``flags`` and the twin's own."""
+    if not spec.twin_gpu_url:
+        raise UsageError("the twin engine needs a twin GPU URL", fix="pass --twin-gpu URL or let the harness start one")
+    argv = [spec.python, "-m", "harness", "twin", "engine", *flags, "--twin-gpu", spec.twin_gpu_url, *emulate]
+    if spec.twin_seed is not None:
+        argv += ["--twin-seed", str(spec.twin_seed)]
+    faults = faults_for(spec, config, batch_size)
+    if faults:
+        argv += ["--twin-fault", ",".join(faults)]
+    return argv
+
+
+def sglang_flags(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
+    """sglang ``launch_server`` flags of one server (per sglang version)."""
+    flags = [
+        "--model-path", spec.model_path,
+        "--host", spec.host,
+        "--port", str(port),
+        "--dtype", spec.dtype,
+        "--mem-fraction-static", f"{mem_fraction:g}",
+        cuda_graph_flag(spec.sglang_version), str(batch_size),
+        "--max-running-requests", str(batch_size),
+        "--log-level", spec.log_level,
+    ]
+    if spec.attention_backend:
+        flags += ["--attention-backend", spec.attention_backend]
+    if not config.is_baseline:
+        flags += [
+            "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", spec.draft_model_path,
+            "--speculative-num-steps", str(config.steps),
+            "--speculative-eagle-topk", str(config.topk),
+            "--speculative-num-draft-tokens", str(config.draft_tokens),
+        ]
+    if spec.enable_metrics:
+        flags.append("--enable-metrics")
+    return flags + list(spec.extra_args)
+
+
+def engine_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a server process: ``base`` (default: none) plus the engine's variables (sglang: the
+    published ones; vLLM: dev mode for the cache flush)."""
+    env = dict(base or {})
+    if spec.api == "vllm":
+        from harness.engine.vllm_argv import VLLM_ENV
+
+        env.update(VLLM_ENV)
+    else:
+        env.update(ENGINE_ENV)
+    return env

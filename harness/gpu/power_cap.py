@@ -1,0 +1,228 @@
+"""The GPU power cap as a sweep dimension: parse ``--power-caps``, set the limit per pass, restore it on exit.
+
+A cap is watts (``60``) or a share of the board's default limit (``75%``). ``PowerCapController`` in ``set`` mode
+sets each pass's cap through the device (NVML ``nvmlDeviceSetPowerManagementLimit``, root only, or the twin GPU's
+``POST /v1/power_limit``), reads back the enforced limit, and restores the limit it found before the run's first set
+on exit. That original limit is saved in the manifest before anything is changed, so a run killed with SIGKILL (no
+cleanup) is restored by ``--resume`` at its end. ``record`` mode never sets anything: rows only record the enforced
+limit the device reports (the fallback when the harness is not root).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Protocol
+
+import httpx
+from pydantic import BaseModel
+
+from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
+from harness.core.errors import ServiceUnavailableError, UsageError
+
+PowerCapMode = SettingMode
+
+
+class PowerCapError(DeviceSettingError):
+    """The power limit could not be set (permission, range or device error)."""
+
+
+class CapLimits(BaseModel):
+    """A device's limits in watts: the set (management) limit, the enforced one, the constraints and the default."""
+
+    current_w: float | None = None
+    enforced_w: float | None = None
+    min_w: float | None = None
+    max_w: float | None = None
+    default_w: float | None = None
+
+
+class CapDevice(Protocol):
+    """What the controller needs from a GPU: read its limits, set the management limit."""
+
+    def limits(self) -> CapLimits: ...
+
+    def set_limit(self, watts: float) -> None: ...
+
+
+_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|w)?\s*$", re.IGNORECASE)
+
+
+def parse_power_caps(text: str) -> list[str]:
+    """``"60,80"`` -> ``["60", "80"]``; ``"75%,100%"`` -> ``["75%", "100%"]`` (normalised labels, order kept)."""
+    out: list[str] = []
+    for part in [p for p in text.split(",") if p.strip()]:
+        m = _CAP.match(part)
+        if not m or float(m.group(1)) <= 0:
+            raise UsageError(f"cannot parse power cap {part.strip()!r} in --power-caps {text!r}",
+                             fix="give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%")
+        label = f"{float(m.group(1)):g}" + ("%" if m.group(2) == "%" else "")
+        if label in out:
+            raise UsageError(f"power cap {label} is listed twice in --power-caps", fix="list each cap once")
+        out.append(label)
+    if not out:
+        raise UsageError("--power-caps is empty", fix="e.g. --power-caps 60,80")
+    return out
+
+
+def cap_slug(label: str) -> str:
+    """Filesystem-safe form of a cap label for cell ids: ``60`` -> ``cap60w``, ``75%`` -> ``cap75pct``."""
+    return "cap" + label.replace("%", "pct").replace(".", "p") + ("" if label.endswith("%") else "w")
+
+
+def resolve_cap(label: str, limits: CapLimits) -> float:
+    """Watts of a cap label against the device's limits; refuses values outside its constraints (as NVML does)."""
+    if label.endswith("%"):
+        if not limits.default_w:
+            raise PowerCapError(f"power cap {label} needs the GPU's default limit, which it does not report",
+                                fix="give the cap in watts, e.g. --power-caps 250")
+        watts = round(limits.default_w * float(label[:-1]) / 100.0, 3)
+    else:
+        watts = float(label)
+    lo, hi = limits.min_w, limits.max_w
+    if (lo is not None and watts < lo) or (hi is not None and watts > hi):
+        raise PowerCapError(f"power cap {label} ({watts:g} W) is outside this GPU's limits [{lo:g}, {hi:g}] W",
+                            fix=f"choose caps between {lo:g} and {hi:g} W (nvidia-smi -q -d POWER shows the limits)")
+    return watts
+
+
+class TwinSettingDevice:
+    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
+    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
+
+    route = "/v1/power_limit"
+    what = "the power limit"
+    error: type[DeviceSettingError] = DeviceSettingError
+    fix = "choose a cap within the GPU's limits"
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            with httpx.Client(timeout=10.0, trust_env=False) as http:
+                resp = http.request(method, f"{self.url}{self.route}", json=body)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
+                                          fix="start it or fix --twin-gpu") from None
+        data = resp.json()
+        if resp.status_code >= 400:
+            msg = (data.get("error") or {}).get("message", resp.text)
+            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
+        return data
+
+
+class TwinCapDevice(TwinSettingDevice):
+    """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
+
+    error = PowerCapError
+
+    def limits(self) -> CapLimits:
+        d = self._call("GET")
+        return CapLimits(current_w=d.get("power_limit_w"), enforced_w=d.get("power_limit_w"), min_w=d.get("power_limit_min_w"),
+                         max_w=d.get("power_limit_max_w"), default_w=d.get("power_limit_default_w"))
+
+    def set_limit(self, watts: float) -> None:
+        self._call("POST", {"power_limit_w": watts})
+
+
+class NvmlDevice:
+    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu_index``): the base of the NVML
+    setting devices (the power limit here, the SM clock lock in ``harness.gpu.sm_clocks``)."""
+
+    error: type[DeviceSettingError] = DeviceSettingError
+    purpose = "the power cap"
+
+    def __init__(self, gpu_index: int = 0) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise self.error("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
+        self.nv = pynvml
+        try:
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        except pynvml.NVMLError as exc:
+            raise self.error(f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
+
+    def set_call(self, call: Callable[..., Any], *args: int, doing: str, refused: str, root_fix: str, refused_fix: str,
+                 unsupported_fix: str | None = None) -> None:
+        """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
+        error become ``self.error`` naming the NVML error text and the fix."""
+        nv = self.nv
+        try:
+            call(self.handle, *args)
+        except nv.NVMLError_NoPermission as exc:
+            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
+        except nv.NVMLError_NotSupported as exc:
+            if unsupported_fix is None:
+                raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+            raise self.error(f"{doing}: this GPU does not support it (NVML: {exc})", fix=unsupported_fix) from None
+        except nv.NVMLError as exc:
+            raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+
+    def close(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+
+class NvmlCapDevice(NvmlDevice):
+    """NVML through nvidia-ml-py: the limit getters, the constraints, and the (root-only) setter."""
+
+    error = PowerCapError
+
+    def _w(self, fn: Callable[..., Any]) -> float | None:
+        try:
+            return fn(self.handle) / 1000.0
+        except self.nv.NVMLError:
+            return None
+
+    def limits(self) -> CapLimits:
+        nv = self.nv
+        try:
+            lo, hi = (x / 1000.0 for x in nv.nvmlDeviceGetPowerManagementLimitConstraints(self.handle))
+        except nv.NVMLError:
+            lo = hi = None
+        return CapLimits(current_w=self._w(nv.nvmlDeviceGetPowerManagementLimit), enforced_w=self._w(nv.nvmlDeviceGetEnforcedPowerLimit),
+                         min_w=lo, max_w=hi, default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit))
+
+    def set_limit(self, watts: float) -> None:
+        self.set_call(self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)),
+                      doing=f"setting the power limit to {watts:g} W", refused=f"the power limit {watts:g} W",
+                      root_fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
+                               "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)",
+                      refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints")
+
+
+
+class PowerCapController(PassSetting):
+    """The power cap per pass (``harness.gpu.pass_setting.PassSetting``): records under the manifest's ``power_cap``
+    (``original_w``, ``targets_w``, ``enforced_w``, ``limits``, ``restored``)."""
+
+    key, unit, what = "power_cap", "w", "the power limit"
+    _limits: CapLimits
+
+    def read(self) -> tuple[float | None, dict[str, Any]]:
+        limits = self.device.limits()
+        if self.mode == "set" and limits.current_w is None:
+            raise PowerCapError("the GPU does not report its current power limit, so a cap set now could not be restored",
+                                fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)")
+        self._limits = limits
+        return limits.current_w, {"limits": {k: v for k, v in limits.model_dump().items() if k != "enforced_w"}}
+
+    def resolve(self, label: str, facts: dict[str, Any]) -> float:
+        return resolve_cap(label, self._limits)
+
+    def put(self, value: float | None) -> None:
+        if value is not None:
+            self.device.set_limit(float(value))
+
+    def enforced(self) -> float | None:
+        return self.device.limits().enforced_w
+
+    def applied_text(self, label: str | None, value: float | None) -> str:
+        return f"power cap {label}: {'unknown' if value is None else f'{value:g}'} W enforced"
+
+    def restored_text(self, value: float | None) -> str:
+        return f"power limit restored to {value:g} W" if value is not None else "power limit restored"

@@ -1,0 +1,269 @@
+"""``SweepOptions``: everything that defines a sweep (saved in the manifest; ``--resume`` reuses it), and its checks.
+
+The model is the one source of the ``harness sweep`` options: each field's name (or ``Flag(flag=...)``), default,
+``Field(description=...)`` and type make its command-line flag (``harness.core.model_options``), and a config file
+(``--config run.yaml``) holds the same names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from harness.engine.sglang_argv import DEFAULT_ATTENTION_BACKEND
+from harness.core.errors import UsageError
+from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
+from harness.core.model_options import Flag
+
+GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = ("Grid", "Engine", "Workload", "World", "Power caps and SM clocks",
+                                                 "Executor (many GPUs)", "Strategy (active sweep)")
+"""Help panels of ``harness sweep``."""
+
+
+def _batch_sizes(text: str) -> list[int]:
+    from harness.grid import parse_batch_sizes
+
+    return parse_batch_sizes(text)
+
+
+def _configs(text: str) -> list[tuple[int, int, int]]:
+    from harness.grid import parse_configs
+
+    return [c.as_tuple() for c in parse_configs(text)]
+
+
+def _power_caps(text: str) -> list[str]:
+    from harness.gpu.power_cap import parse_power_caps
+
+    return parse_power_caps(text)
+
+
+def _sm_clocks(text: str) -> list[str]:
+    from harness.gpu.sm_clocks import parse_sm_clocks
+
+    return parse_sm_clocks(text)
+
+
+def _backend(text: str) -> str | None:
+    return None if text == "auto" else text
+
+
+def parse_fractions(text: str) -> list[float]:
+    """``"0.65,0.55"`` -> [0.65, 0.55]: the mem-fraction retry ladder, each in (0, 1)."""
+    try:
+        values = [float(t) for t in text.replace(" ", ",").split(",") if t]
+    except ValueError:
+        raise UsageError(f"--mem-fractions must be comma-separated numbers, got {text!r}", fix="e.g. --mem-fractions 0.65,0.55") from None
+    if not values or any(not 0 < v < 1 for v in values):
+        raise UsageError(f"--mem-fractions must be in (0, 1), got {text!r}", fix="e.g. --mem-fractions 0.65,0.55")
+    return values
+
+
+class SweepOptions(BaseModel):
+    """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
+
+    engine: Annotated[Literal["twin", "sglang", "vllm"], Flag(ENGINE)] = Field(
+        "twin", description="twin (GPU-free digital twin), sglang or vllm (a real GPU)")
+    twin_emulate: Annotated[Literal["sglang", "vllm"], Flag(ENGINE)] = Field(
+        "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)")
+    vllm_version: Annotated[str, Flag(ENGINE)] = Field(
+        "auto", description="auto (the vLLM installed where the server runs; the twin: 0.34.0) or a version from "
+                            "0.11.0 to 0.34.0; used when the engine is vLLM or the twin emulates it")
+    sglang_version: Annotated[str, Flag(ENGINE)] = Field(
+        "auto", description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
+                            "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one")
+    attention_backend: Annotated[str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer")] = Field(
+        DEFAULT_ATTENTION_BACKEND, description="pinned for every config (auto: sglang picks per config, which mixes "
+                                               "kernels on Hopper/Blackwell)")
+    configs: Annotated[list[tuple[int, int, int]], Flag(GRID, parse=_configs, default_text="the 19 published actions")] = Field(
+        default_factory=lambda: [a.as_tuple() for a in ACTIONS],
+        description="explicit configs s:k:d,... (instead of a --steps/--topk/--draft-tokens grid)")
+    batch_sizes: Annotated[list[int], Flag(GRID, parse=_batch_sizes, default_text="1,4,8,16")] = Field(
+        default_factory=lambda: list(PUBLISHED_BATCH_SIZES), description="batch sizes, e.g. 1,4,8,16 (published)")
+    repeats: Annotated[int, Flag(GRID)] = Field(1, ge=1, description="whole passes over the grid")
+    launch_per: Annotated[Literal["cell", "config"], Flag(GRID)] = Field(
+        "cell", description="cell (published: a server per batch size and config) or config")
+    mem_fractions: Annotated[list[float], Flag(ENGINE, parse=parse_fractions, default_text="0.65,0.55")] = Field(
+        default_factory=lambda: [0.65, 0.55], description="the retry ladder of --mem-fraction-static")
+    num_prompts: Annotated[int | None, Flag(BENCH, default_text="max(16, bs)")] = Field(
+        None, ge=1, description="measured requests per cell")
+    output_tokens: Annotated[int, Flag(BENCH)] = Field(512, ge=1, description="max_new_tokens per request")
+    prompts_file: Annotated[str | None, Flag(BENCH, flag="--prompts", default_text="the published 4")] = Field(
+        None, description="JSON list of prompts")
+    request_timeout_s: Annotated[float, Flag(BENCH, flag="--request-timeout")] = Field(
+        300.0, gt=0, description="wall seconds before a request counts as hung")
+    launch_timeout_s: Annotated[float, Flag(ENGINE, flag="--launch-timeout")] = Field(
+        900.0, gt=0, description="seconds for a server to become healthy")
+    stop_timeout_s: Annotated[float, Flag(ENGINE, flag="--stop-timeout")] = Field(
+        60.0, gt=0, description="seconds for a server to stop before it is killed")
+    settle: Annotated[str, Flag(BENCH)] = Field("5", description="between cells: world seconds or cool:TEMP_C")
+    seed: Annotated[int, Flag(WORLD)] = Field(0, description="seed of the twin GPU and twin engines")
+    time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, gt=0, description="twin world speed-up (--quick: 20)")
+    sampler_url: Annotated[str | None, Flag(WORLD, default_text="start one / in-process NVML")] = Field(
+        None, description="a running sampler")
+    twin_gpu_url: Annotated[str | None, Flag(WORLD, flag="--twin-gpu", default_text="start one")] = Field(
+        None, description="a running twin GPU device")
+    model_path: Annotated[str | None, Flag(ENGINE, default_text="unsloth/Llama-3.2-1B-Instruct")] = Field(
+        None, description="target model")
+    draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(None, description="EAGLE3 draft model")
+    twin_faults: Annotated[list[str], Flag(WORLD, flag="--twin-fault", repeat=True)] = Field(
+        default_factory=list, description="test hook: NAME or NAME@BS or NAME@BS/s:k:d (oom, crash, runaway, "
+                                          "slow-health, http500)")
+    hardware: Annotated[str | None, Flag(WORLD)] = Field(None, description="override the rows' hardware label")
+    stream: Annotated[bool | None, Flag(BENCH, flag="--stream/--no-stream", default_text="on for sglang, off for the twin")] = Field(
+        None, description="stream responses")
+    engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
+        default_factory=list, description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule")
+    power_caps: Annotated[list[str] | None, Flag(CAPS, parse=_power_caps)] = Field(
+        None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%")
+    power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
+        "set", description="set (needs root on NVML; the original limit is restored) or record (only record the "
+                           "enforced limit)")
+    sm_clocks: Annotated[list[str] | None, Flag(CAPS, parse=_sm_clocks)] = Field(
+        None, description="locked SM clocks swept per pass (inside each cap), MHz or max (unlocked), e.g. 1980,1410,990 "
+                          "(needs root on NVML; unlocked again at the end; docs/smclocks.md)")
+    energy_window: Annotated[Literal["measured", "steady"], Flag(BENCH)] = Field(
+        "measured", description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)")
+    executor: Annotated[Literal["local", "ray"], Flag(EXEC)] = Field(
+        "local", description="local (cells one after another on this machine's GPU) or ray (each cell a Ray task on its "
+                             "own GPU; needs the [ray] extra)")
+    ray_address: Annotated[str | None, Flag(EXEC, default_text="start a local cluster")] = Field(
+        None, description="with --executor ray: auto or HOST:PORT of a running cluster")
+    twin_gpus: Annotated[int | None, Flag(EXEC, default_text="1 locally, all of a given cluster")] = Field(
+        None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per Ray GPU")
+    strategy: Annotated[Literal["grid", "active"], Flag(ACTIVE)] = Field(
+        "grid", description="grid (every planned cell) or active (only the cells that can still change the recipe; "
+                            "docs/active.md)")
+    budget: Annotated[float | None, Flag(ACTIVE, default_text="0.2 unless --budget-s")] = Field(
+        None, gt=0, le=1, description="active: GPU-seconds (launch + measure) as a fraction of the predicted full grid's")
+    budget_s: Annotated[float | None, Flag(ACTIVE)] = Field(
+        None, gt=0, description="active: GPU-seconds (device time, launch + measure) the sweep may spend")
+
+    @property
+    def stream_requests(self) -> bool:
+        """Streaming costs client CPU per token; on the twin at a time scale > 1 that cost is scaled too and
+        delays the end of the window far past the end of decoding, so the twin defaults to whole responses."""
+        return self.stream if self.stream is not None else self.engine == "sglang"
+
+    @field_validator("mem_fractions")
+    @classmethod
+    def _ladder(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < x < 1 for x in v):
+            raise ValueError("mem fractions must be in (0, 1), e.g. 0.65,0.55")
+        return v
+
+    @property
+    def api(self) -> Literal["sglang", "vllm"]:
+        """The engine API the servers speak: sglang, vLLM, or the one the twin emulates."""
+        return self.twin_emulate if self.engine == "twin" else self.engine
+
+    @property
+    def spec_configs(self) -> list[SpecConfig]:
+        """The configs the sweep runs; a vLLM sweep runs those vLLM has (baseline and topk == 1 chains)."""
+        configs = [SpecConfig(*c) for c in self.configs]
+        if self.api == "vllm":
+            from harness.engine.vllm_argv import vllm_configs
+
+            return vllm_configs(configs)
+        return configs
+
+    @property
+    def skipped_configs(self) -> list[SpecConfig]:
+        """The configs of ``configs`` this engine has no equivalent of (vLLM: the EAGLE trees)."""
+        kept = set(self.spec_configs)
+        return [SpecConfig(*c) for c in self.configs if SpecConfig(*c) not in kept]
+
+
+QUICK: dict[str, Any] = {"configs": [(0, 0, 0), (3, 4, 8), (3, 2, 4), (5, 2, 8)], "batch_sizes": [1, 16], "repeats": 1,
+                         "output_tokens": 256, "time_scale": 20.0, "settle": "0"}
+"""``--quick``: the baseline, the reference, the published bs-16 pick (0.952 of the cap, the band's edge) and (5,2,8)
+(0.972, mid-band in the published bs-16 measurement) at bs 1 and 16; a twin run in seconds."""
+QUICK_VLLM_CONFIGS: list[tuple[int, int, int]] = [(0, 0, 0), (3, 1, 4), (1, 1, 2)]
+"""``--quick`` on vLLM (no trees): the baseline and two chains."""
+
+
+def parse_settle(text: str) -> tuple[str, float]:
+    """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
+    t = text.strip().lower()
+    fix = "give seconds >= 0 (e.g. 5) or cool:TEMP with 0 < TEMP < 150 (e.g. cool:60)"
+    try:
+        kind, value = ("cool", float(t[5:])) if t.startswith("cool:") else ("sleep", float(t.rstrip("s")))
+    except ValueError:
+        raise UsageError(f"cannot parse --settle {text!r}", fix=fix) from None
+    if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
+        raise UsageError(f"--settle {text!r} is out of range", fix=fix)
+    return kind, value
+
+
+def check_options(opts: SweepOptions) -> None:
+    """Every check of the options that needs no service: plan, prompts, settle, URLs, engine, caps, twin faults."""
+    from harness.world.bench import load_prompts
+    from harness.runs.plan import plan_cells
+
+    plan_cells(opts)
+    parse_settle(opts.settle)
+    if opts.prompts_file:
+        load_prompts(opts.prompts_file)
+    if opts.sglang_version != "auto" and opts.engine != "vllm":
+        from harness.engine.version import check_supported
+
+        check_supported(opts.sglang_version, engine=opts.engine)
+    if opts.vllm_version != "auto" and opts.api == "vllm":
+        from harness.engine.version import check_vllm_supported
+
+        check_vllm_supported(opts.vllm_version, twin=opts.engine == "twin")
+    if opts.engine != "twin" and opts.twin_emulate != "sglang":
+        raise UsageError("--twin-emulate only applies to --engine twin", fix=f"use --engine twin --twin-emulate "
+                                                                              f"{opts.twin_emulate} or drop it")
+    if opts.api == "vllm" and not opts.spec_configs:
+        raise UsageError("none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
+                         fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6")
+    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
+    if opts.engine != "twin" and (opts.twin_gpu_url or opts.twin_faults):
+        raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
+    if opts.power_cap_mode == "record" and opts.power_caps:
+        raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
+                         fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
+                             "root with --power-cap-mode set")
+    if opts.twin_faults:
+        from harness.engine.sglang_argv import parse_twin_fault
+
+        for item in opts.twin_faults:
+            parse_twin_fault(item)
+    check_energy_window(opts)
+    check_attention_backend(opts.attention_backend)
+    from harness.sweep.executors import check_executor_options
+
+    check_executor_options(opts)
+    if opts.strategy == "active" or opts.budget is not None or opts.budget_s is not None:
+        from harness.sweep.active.options import check_active_options
+
+        check_active_options(opts)
+
+
+def check_attention_backend(backend: str | None) -> None:
+    """A backend name some supported sglang knows (a typo would otherwise make every cell a launch-error row)."""
+    from harness.twin.engine.sglang_args import ATTENTION_BACKENDS
+
+    known = sorted({b for names in ATTENTION_BACKENDS.values() for b in names})
+    if backend is not None and backend not in known:
+        raise UsageError(f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
+                         fix="use flashinfer (default), auto, or one of: " + ", ".join(known))
+
+
+def check_energy_window(opts: SweepOptions) -> None:
+    """``--energy-window steady`` needs a non-empty steady-state window at every batch size (N > 2B requests)."""
+    if opts.energy_window != "steady":
+        return
+    from harness.telemetry.steady import min_requests
+
+    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
+    if short:
+        need = max(min_requests(bs) for bs in short)
+        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
+                         f"{', '.join(map(str, short))} would have an empty steady-state window",
+                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")

@@ -1,0 +1,1 @@
+"""The twin GPU device: state, history, board settings and its HTTP contract."""

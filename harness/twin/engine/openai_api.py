@@ -1,0 +1,183 @@
+"""The twin engine's OpenAI-compatible routes (``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``, plain
+and SSE) as sglang serves them, with 0.5.23's ``sglext.spec_tokens_details``; ``chat_route`` serves the same chat
+completion in vLLM's dialect (``chatcmpl-`` ids, ``stop_reason``, loop hints, the ``twin`` stamps) for vllm_api."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from harness.core.httpserve import Request, Response, Router, Stream, error, sse
+from harness.twin.engine.scheduler import TwinEngine
+from harness.twin.engine.request import EngineRequest, iter_counts
+from harness.twin.engine.loop_hint import LoopHint, parse_loop_hint
+from harness.twin.engine.sglang_state import meta_info
+
+Reply = Response | Stream | dict[str, Any]
+Admit = Callable[[Request], dict[str, Any] | Response]
+
+
+def add_routes(r: Router, eng: TwinEngine, admit: Admit) -> None:
+    """Add the OpenAI routes to ``r``; ``admit`` is the engine's gate (status, JSON body, faults)."""
+
+    def models(req: Request) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": eng.model_id, "object": "model", "created": int(eng.start_wall),
+                                            "owned_by": "sglang-twin", "root": eng.model_id, "max_model_len": eng.context_length(),
+                                            "twin": True}]}
+
+    r.add("GET", "/v1/models", models)
+    r.add("POST", "/v1/chat/completions", lambda req: _handle(eng, admit, req, "chat", "sglang"))
+    r.add("POST", "/v1/completions", lambda req: _handle(eng, admit, req, "completion", "sglang"))
+
+
+def chat_route(eng: TwinEngine, admit: Admit) -> Callable[[Request], Reply]:
+    """``POST /v1/chat/completions`` as vLLM serves it (plain and SSE, ``stream_options.include_usage``)."""
+    return lambda req: _handle(eng, admit, req, "chat", "vllm")
+
+
+def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) -> Reply:
+    body = admit(req)
+    if isinstance(body, Response):
+        return body
+    hint = vllm_gate(eng, req, body) if api == "vllm" else None
+    if isinstance(hint, Response):
+        return hint
+    if kind == "chat":
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return error(400, "messages must be a non-empty list")
+        prompt: Any = _chat_prompt(msgs)
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            prompt = prompt[0] if prompt else ""
+        if not isinstance(prompt, str):
+            return error(400, "prompt must be a string")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    sp = {"temperature": body.get("temperature", 1.0), "max_new_tokens": max_tokens if max_tokens is not None else eng.context_length(),
+          "stop": body.get("stop"), "ignore_eos": body.get("ignore_eos", False), "stop_token_ids": body.get("stop_token_ids"),
+          "min_new_tokens": body.get("min_tokens", 0)}
+    q = eng.new_request(prompt, None, sp, body.get("request_id") if api == "vllm" else None, hint)
+    q.streaming = bool(body.get("stream"))
+    eng.submit(q)
+    details = api == "sglang" and eng.version == "0.5.23" and bool(body.get("return_spec_tokens_details"))
+    if body.get("stream"):
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return Stream(_sse_openai(eng, q, kind, include_usage, details, api))
+    q.wait_done()
+    return _openai_result(eng, q, kind, details, api)
+
+
+def vllm_gate(eng: TwinEngine, req: Request, body: dict[str, Any]) -> LoopHint | None | Response:
+    """vLLM's 404 for another model's name (the twin answers to its path too), else the request's loop hint."""
+    model = body.get("model")
+    if model not in (None, eng.model_id, eng.args.model_path):
+        return Response(404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
+                                        "param": "model", "code": 404}})
+    try:
+        return parse_loop_hint(req.headers)
+    except ValueError as exc:
+        return error(400, str(exc))
+
+
+def twin_stamps(q: EngineRequest) -> dict[str, Any]:
+    """The twin's device-clock stamps of a finished request (``twin`` in vLLM-mode answers); {} before it finishes."""
+    if q.sim.finish_ns is None:
+        return {}
+    return {"twin": {"received_ns": q.received_ns, "finish_ns": q.sim.finish_ns, "first_token_ns": q.sim.first_token_ns,
+                     "e2e_latency_s": (q.sim.finish_ns - q.received_ns) / 1e9}}
+
+
+def _chat_prompt(msgs: list[Any]) -> str:
+    """The Llama-3 chat template over the messages (so prompt token counts match a real server's)."""
+    parts = []
+    for m in msgs:
+        content = m.get("content") if isinstance(m, dict) else str(m)
+        if isinstance(content, list):
+            content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(f"<|start_header_id|>{m.get('role', 'user') if isinstance(m, dict) else 'user'}<|end_header_id|>\n\n{content or ''}<|eot_id|>")
+    return "".join(parts) + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def _finish_str(q: EngineRequest) -> str:
+    fr = q.sim.finish_reason or {}
+    return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr.get("type", ""), "stop")
+
+
+def usage_of(q: EngineRequest, api: str) -> dict[str, Any]:
+    """The ``usage`` object of a request as sglang or vLLM (``api``) reports it."""
+    out = {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible, "total_tokens": q.sim.prompt_tokens + q.visible,
+           "prompt_tokens_details": None}
+    return out if api == "vllm" else {**out, "reasoning_tokens": 0}
+
+
+def _ids(q: EngineRequest, kind: str, api: str) -> str:
+    return q.sim.rid if api == "sglang" else f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{q.sim.rid}"
+
+
+def _stop_field(q: EngineRequest, api: str) -> dict[str, Any]:
+    """sglang's ``matched_stop`` (the stop string or token that ended it) or vLLM's ``stop_reason``."""
+    fr = q.sim.finish_reason or {}
+    matched = fr.get("matched") if fr.get("type") == "stop" else None
+    return {"matched_stop": matched} if api == "sglang" else {"stop_reason": matched if isinstance(matched, (str, int)) else None}
+
+
+def _spec_details(eng: TwinEngine, q: EngineRequest) -> dict[str, Any]:
+    meta = meta_info(eng, q, final=True)
+    return {k: v for k, v in meta.items() if k.startswith("spec_")}
+
+
+def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, api: str) -> dict[str, Any]:
+    text = q.text()
+    if kind == "chat":
+        tool_calls: list[Any] | None = None if api == "sglang" else []
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                                          "tool_calls": tool_calls},
+                                  "logprobs": None, "finish_reason": _finish_str(q), **_stop_field(q, api)}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_str(q), **_stop_field(q, api)}
+        obj = "text_completion"
+    out: dict[str, Any] = {"id": _ids(q, kind, api), "object": obj, "created": int(time.time()), "model": eng.model_id,
+                           "choices": [choice], "usage": usage_of(q, api)}
+    if api == "sglang":
+        out["metadata"] = {"weight_version": "default"}
+    else:
+        out.update(prompt_logprobs=None, **twin_stamps(q))
+    if details:
+        out["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
+    return out
+
+
+def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: bool, details: bool, api: str) -> Iterator[str]:
+    sent_text = 0
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    created, rid = int(time.time()), _ids(q, kind, api)
+    first = True
+    try:
+        for n, final in iter_counts(q):
+            text = q.text() if final else q.raw_text(n)
+            delta = text[sent_text:]
+            sent_text = len(text)
+            if kind == "chat":
+                d = {"role": "assistant", "content": delta} if first else {"content": delta}
+                choice: dict[str, Any] = {"index": 0, "delta": d, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+            else:
+                choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+            if api == "vllm":
+                choice.update(_stop_field(q, api) if final else {"stop_reason": None})
+            chunk: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [choice]}
+            if final and details:
+                chunk["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
+            if final and api == "vllm":
+                chunk.update(twin_stamps(q))
+            first = False
+            yield sse(chunk)
+        if include_usage:
+            yield sse({"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [], "usage": usage_of(q, api)})
+        yield sse("[DONE]")
+    except GeneratorExit:
+        if not q.done:
+            eng.abort(q)
+        raise

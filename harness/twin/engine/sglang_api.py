@@ -1,0 +1,170 @@
+"""The twin engine's HTTP surface: sglang's native routes (``/generate`` with its SSE stream, server and model info,
+``/flush_cache``, health) for both emulated versions, plus the OpenAI routes and ``/metrics``, on ``harness.core.httpserve``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from harness.core import promtext
+from harness.core.httpserve import Request, Response, Router, Stream, error, sse
+from harness.twin.engine import openai_api
+from harness.twin.engine.scheduler import TwinEngine
+from harness.twin.engine.metrics import render_metrics
+from harness.twin.engine.request import EngineRequest, iter_counts
+from harness.twin.engine.loop_hint import parse_loop_hint
+from harness.twin.engine.sglang_state import meta_info, server_info
+
+SAMPLING_KEYS_0523 = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+})
+
+Reply = Response | Stream | dict[str, Any] | list[Any]
+
+
+def admit(eng: TwinEngine, req: Request) -> dict[str, Any] | Response:
+    """The gate of every generation route: warmed up, a JSON object body, then the http500 fault."""
+    if eng.status != "Up":
+        return error(503, "server is starting")
+    try:
+        body = req.json()
+    except json.JSONDecodeError as exc:
+        return error(400, f"invalid JSON: {exc.msg}")
+    if not isinstance(body, dict):
+        return error(400, "request body must be a JSON object")
+    if "http500" in eng.faults:
+        eng.http500_count += 1
+        if eng.http500_count % eng.http500_every == 0:
+            return error(500, "Internal Server Error (twin fault: http500)")
+    return body
+
+
+def generate(eng: TwinEngine, req: Request) -> Reply:
+    """``/generate``: one prompt or a batch (text or input ids), plain or streamed."""
+    body = admit(eng, req)
+    if isinstance(body, Response):
+        return body
+    sp = body.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        return error(400, "sampling_params must be an object")
+    if eng.version == "0.5.23":
+        unknown = sorted(set(sp) - SAMPLING_KEYS_0523)
+        if unknown:
+            return error(400, f"unknown field `{unknown[0]}` in sampling_params, expected one of "
+                              + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)))
+    try:
+        hint = parse_loop_hint(req.headers)
+    except ValueError as exc:
+        return error(400, str(exc))
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is None and ids is None:
+        return error(400, "Either text or input_ids should be provided.")
+    if eng.args.skip_tokenizer_init and ids is None:
+        return error(400, "input_ids must be provided with --skip-tokenizer-init")
+    batch = isinstance(text, list) or (isinstance(ids, list) and bool(ids) and isinstance(ids[0], list))
+    items: Any = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
+    reqs = []
+    for i, item in enumerate(items):
+        rid = body.get("rid")
+        rid = (rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid))
+        one_hint = None if batch else hint  # a closed loop is one request per call
+        if isinstance(item, str):
+            reqs.append(eng.new_request(item, None, sp, rid, one_hint))
+        else:
+            reqs.append(eng.new_request(None, list(item), sp, rid, one_hint))
+    if body.get("stream") and not batch:
+        reqs[0].streaming = True
+    for q in reqs:
+        eng.submit(q)
+    with_text = not eng.args.skip_tokenizer_init
+    if body.get("stream") and not batch:
+        return Stream(_sse_generate(eng, reqs[0], with_text))
+    outs = []
+    for q in reqs:
+        q.wait_done()
+        outs.append(_result(eng, q, with_text))
+    return outs if batch else outs[0]
+
+
+def build_router(eng: TwinEngine) -> Router:
+    """Every route of the engine, as the emulated sglang version has them."""
+    r = Router()
+    v523 = eng.version == "0.5.23"
+
+    def health(req: Request) -> Response:
+        if "slow-health" in eng.faults:
+            time.sleep(float(os.environ.get("TWIN_SLOW_HEALTH_S", "5")))
+        return Response(200 if eng.status == "Up" else 503, None, text="")
+
+    def model_info(req: Request) -> dict[str, Any]:
+        out = {"model_path": eng.args.model_path, "tokenizer_path": eng.args.tokenizer_path or eng.args.model_path,
+               "is_generation": True, "preferred_sampling_params": None, "weight_version": "default", "twin": True}
+        if v523:
+            out.update({"served_model_name": eng.model_id, "load_format": eng.args.load_format, "reasoning_parser": None})
+        return out
+
+    def flush(req: Request) -> Response:
+        ok, msg = eng.flush_cache()
+        return Response(200 if ok else 400, None, text=msg)
+
+    def metrics(req: Request) -> Response:
+        if not eng.args.enable_metrics:
+            return error(404, "metrics are disabled (launch with --enable-metrics)")
+        return Response(200, None, text=render_metrics(eng), content_type=promtext.CONTENT_TYPE)
+
+    r.add("GET", "/health", health)
+    r.add("GET", "/health_generate", health)
+    if v523:
+        r.add("GET", "/ready", lambda req: Response(200 if eng.status == "Up" else 503, None, text=""))
+    r.add("POST,PUT", "/generate", lambda req: generate(eng, req))
+    r.add("GET", "/get_server_info", lambda req: server_info(eng))
+    r.add("GET", "/get_model_info", model_info)
+    if v523:
+        r.add("GET", "/server_info", lambda req: server_info(eng))
+        r.add("GET", "/model_info", model_info)
+    r.add("GET,POST", "/flush_cache", flush)
+    openai_api.add_routes(r, eng, lambda req: admit(eng, req))
+    r.add("GET", "/metrics", metrics)
+    return r
+
+
+def _result(eng: TwinEngine, q: EngineRequest, with_text: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if with_text:
+        out["text"] = q.text()
+    out["output_ids"] = q.ids()
+    out["meta_info"] = meta_info(eng, q, final=True)
+    return out
+
+
+def _sse_generate(eng: TwinEngine, q: EngineRequest, with_text: bool) -> Iterator[str]:
+    """sglang's ``/generate`` stream: 0.5.2 sends new ids and the whole text so far, 0.5.23 all ids so far (or,
+    with ``--incremental-streaming-output``, new ids and new text); each chunk with its ``meta_info``."""
+    sent_ids = 0
+    cumulative_ids = eng.version == "0.5.23" and not getattr(eng.args, "incremental_streaming_output", False)
+    incremental_text = eng.version == "0.5.23" and getattr(eng.args, "incremental_streaming_output", False)
+    sent_text = 0
+    try:
+        for n, final in iter_counts(q):
+            ids = q.ids(n)
+            chunk: dict[str, Any] = {}
+            if with_text:
+                text = q.text() if final else q.raw_text(n)
+                chunk["text"] = text[sent_text:] if incremental_text else text
+                sent_text = len(text)
+            chunk["output_ids"] = ids if cumulative_ids else ids[sent_ids:]
+            chunk["meta_info"] = meta_info(eng, q, final=final, completion=n)
+            sent_ids = n
+            yield sse(chunk)
+        yield sse("[DONE]")
+    except GeneratorExit:
+        if not q.done:
+            eng.abort(q)
+        raise
