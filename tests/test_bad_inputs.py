@@ -22,7 +22,7 @@ from _policies_helpers import harness
 from harness.cli import main
 from harness.grid import SpecConfig
 from harness.runs.rows import RowStore, make_cell_id
-from harness.sweep.runner import SweepOptions
+from harness.runs.options import SweepOptions
 
 BS = (1, 16)
 CONFIGS = (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(1, 1, 2))

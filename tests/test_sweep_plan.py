@@ -11,7 +11,8 @@ import pytest
 
 from harness.core.errors import UsageError
 from harness.grid import ACTIONS
-from harness.sweep.runner import SweepOptions, parse_settle, plan_cells
+from harness.runs.options import SweepOptions, parse_settle
+from harness.runs.plan import plan_cells
 from harness.sweep.cli import build_grid
 
 ROOT = Path(__file__).resolve().parent.parent

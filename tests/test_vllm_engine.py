@@ -16,7 +16,8 @@ from harness.engine.sglang_client import EngineRequestError
 from harness.engine.vllm_client import ACCEPTED, DRAFTS, VllmClient, counter_totals
 from harness.core.errors import UsageError
 from harness.grid import SpecConfig
-from harness.runs.options import SweepOptions, check_options
+from harness.runs.options import SweepOptions
+from harness.sweep.checks import check_options
 from harness.twin.engine.launch import main as twin_main
 from _engine_helpers import FAST, HOST_LOAD, read_lines, run_harness
 from _twin_helpers import twin_engine, twin_gpu

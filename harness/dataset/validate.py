@@ -134,7 +134,7 @@ class Plan(BaseModel):
 def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
     """The run's planned grid from ``manifest.json``; a missing manifest is none, an unusable one a report error."""
     from harness.runs.manifest import MANIFEST, read_options
-    from harness.sweep.runner import plan_cells
+    from harness.runs.plan import plan_cells
 
     if not (run_dir / MANIFEST).is_file():
         return None

@@ -1,4 +1,5 @@
-"""``SweepOptions``: everything that defines a sweep (saved in the manifest; ``--resume`` reuses it), and its checks.
+"""``SweepOptions``: everything that defines a sweep (saved in the manifest; ``--resume`` reuses it). Its checks that
+reach other wings (prompts, engine versions, executors, the active strategy) are ``harness.sweep.checks``.
 
 The model is the one source of the ``harness sweep`` options: each field's name (or ``Flag(flag=...)``), default,
 ``Field(description=...)`` and type make its command-line flag (``harness.core.model_options``), and a config file
@@ -195,75 +196,3 @@ def parse_settle(text: str) -> tuple[str, float]:
     if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
         raise UsageError(f"--settle {text!r} is out of range", fix=fix)
     return kind, value
-
-
-def check_options(opts: SweepOptions) -> None:
-    """Every check of the options that needs no service: plan, prompts, settle, URLs, engine, caps, twin faults."""
-    from harness.world.bench import load_prompts
-    from harness.runs.plan import plan_cells
-
-    plan_cells(opts)
-    parse_settle(opts.settle)
-    if opts.prompts_file:
-        load_prompts(opts.prompts_file)
-    if opts.sglang_version != "auto" and opts.engine != "vllm":
-        from harness.engine.version import check_supported
-
-        check_supported(opts.sglang_version, engine=opts.engine)
-    if opts.vllm_version != "auto" and opts.api == "vllm":
-        from harness.engine.version import check_vllm_supported
-
-        check_vllm_supported(opts.vllm_version, twin=opts.engine == "twin")
-    if opts.engine != "twin" and opts.twin_emulate != "sglang":
-        raise UsageError("--twin-emulate only applies to --engine twin", fix=f"use --engine twin --twin-emulate "
-                                                                              f"{opts.twin_emulate} or drop it")
-    if opts.api == "vllm" and not opts.spec_configs:
-        raise UsageError("none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
-                         fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6")
-    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
-    if opts.engine != "twin" and (opts.twin_gpu_url or opts.twin_faults):
-        raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
-    if opts.power_cap_mode == "record" and opts.power_caps:
-        raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
-                         fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
-                             "root with --power-cap-mode set")
-    if opts.twin_faults:
-        from harness.engine.sglang_argv import parse_twin_fault
-
-        for item in opts.twin_faults:
-            parse_twin_fault(item)
-    check_energy_window(opts)
-    check_attention_backend(opts.attention_backend)
-    from harness.sweep.executors import check_executor_options
-
-    check_executor_options(opts)
-    if opts.strategy == "active" or opts.budget is not None or opts.budget_s is not None:
-        from harness.sweep.active.options import check_active_options
-
-        check_active_options(opts)
-
-
-def check_attention_backend(backend: str | None) -> None:
-    """A backend name some supported sglang knows (a typo would otherwise make every cell a launch-error row)."""
-    from harness.twin.engine.sglang_args import ATTENTION_BACKENDS
-
-    known = sorted({b for names in ATTENTION_BACKENDS.values() for b in names})
-    if backend is not None and backend not in known:
-        raise UsageError(f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
-                         fix="use flashinfer (default), auto, or one of: " + ", ".join(known))
-
-
-def check_energy_window(opts: SweepOptions) -> None:
-    """``--energy-window steady`` needs a non-empty steady-state window at every batch size (N > 2B requests)."""
-    if opts.energy_window != "steady":
-        return
-    from harness.telemetry.steady import min_requests
-
-    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
-    if short:
-        need = max(min_requests(bs) for bs in short)
-        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
-                         f"{', '.join(map(str, short))} would have an empty steady-state window",
-                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")

@@ -129,7 +129,7 @@ def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, confi
                           grid: tuple[str | None, str | None, str | None], check: bool) -> SweepOptions:
     """The model defaults, overlaid by ``--quick``, then the ``--config`` file, then the flags on the command line;
     with ``check``, checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
-    from harness.runs.options import check_options
+    from harness.sweep.checks import check_options
 
     values: dict[str, Any] = dict(QUICK) if quick else {}
     if config is not None:

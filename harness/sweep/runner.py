@@ -29,8 +29,6 @@ from harness.runs.options import SweepOptions, parse_settle
 from harness.runs.plan import Cell, derive_seed, plan_cells
 from harness.core.clocks import wall_ns
 
-__all__ = ["Cell", "SweepOptions", "SweepRunner", "parse_settle", "plan_cells"]
-
 MAX_SERVICE_RECOVERIES = 3
 """Sampler restarts one sweep session may make before it stops instead."""
 MEMORY_RELEASE_TIMEOUT_S = 60.0

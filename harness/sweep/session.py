@@ -21,7 +21,8 @@ from harness.runs.folder import new_run_id, prepare_resume, prepare_run_dir
 from harness.runs.lock import RunLock
 from harness.sweep.runner import SweepRunner
 from harness.sweep.errors import PENDING, Interrupted, SweepInterrupted, WorldLost, on_sigint, on_sigterm, raise_if_interrupted
-from harness.runs.options import SweepOptions, check_options
+from harness.runs.options import SweepOptions
+from harness.sweep.checks import check_options
 from harness.core.clocks import mono_ns
 
 
