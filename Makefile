@@ -45,6 +45,7 @@ $(LINT_STAMP): $(STAMP)
 	touch $(LINT_STAMP)
 
 lint: $(LINT_STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

@@ -23,14 +23,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.runs.manifest import read_manifest, read_options
+from harness.runs.plan import Cell, plan_cells
+from harness.runs.rows import RowStore, SweepRow
 from harness.sweep.active.cost import row_cost
 from harness.sweep.active.rounds import ActiveSweep
 from harness.world.bench import load_prompts
-from harness.runs.manifest import read_manifest, read_options
-from harness.runs.rows import RowStore, SweepRow
-from harness.runs.plan import Cell, plan_cells
 from harness.world.world import twin_sampler_rate_hz
-
 
 SAMPLER_RATE_HZ = 10.0
 """The harness's default sampler rate (``harness.world.world``); a twin world raises it with the time scale."""
@@ -66,8 +65,9 @@ class ReplayRunner:
         self.settings = SimpleNamespace(prompts=load_prompts(opts.prompts_file))
         self.manifest = read_manifest(full_dir).model_copy(update={"active": None})
         scale = float(opts.time_scale or 1.0)  # the sampler rate a twin world of that time scale runs (10 Hz asked)
-        self.world = SimpleNamespace(clock=SimpleNamespace(scale=scale),
-                                     sampler_rate_hz=twin_sampler_rate_hz(SAMPLER_RATE_HZ, scale))
+        self.world = SimpleNamespace(
+            clock=SimpleNamespace(scale=scale), sampler_rate_hz=twin_sampler_rate_hz(SAMPLER_RATE_HZ, scale)
+        )
         self.cells: list[Cell] = plan_cells(opts)
         self.full = {r.key: r for r in RowStore(full_dir).latest()}
         self.store = ReplayStore()
@@ -91,8 +91,15 @@ def replay(full_dir: Path, budget: float, quiet: bool = False) -> dict[str, Any]
         recipe = json.loads((Path(tmp) / "recipe.json").read_text())
     spent = sum(row_cost(r).total_s for r in runner.store.rows)
     full = sum(row_cost(r).total_s for r in runner.full.values())
-    return {"recipe": recipe, "rows": runner.store.rows, "spent_s": spent, "full_s": full,
-            "active": runner.manifest.active, "full_rows": list(runner.full.values()), "limit_w": runner.manifest.power_limit_w}
+    return {
+        "recipe": recipe,
+        "rows": runner.store.rows,
+        "spent_s": spent,
+        "full_s": full,
+        "active": runner.manifest.active,
+        "full_rows": list(runner.full.values()),
+        "limit_w": runner.manifest.power_limit_w,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,15 +117,19 @@ def main(argv: list[str] | None = None) -> int:
         true = truth(res["full_rows"], res["limit_w"])
         frac = res["spent_s"] / res["full_s"]
         ok_all &= frac <= args.budget
-        print(f"{full_dir}: {len(res['rows'])} cells, GPU-s {res['spent_s']:.0f}/{res['full_s']:.0f} = {frac:.3f}, "
-              f"stop {res['active']['stop_reason']}")
+        print(
+            f"{full_dir}: {len(res['rows'])} cells, GPU-s {res['spent_s']:.0f}/{res['full_s']:.0f} = {frac:.3f}, "
+            f"stop {res['active']['stop_reason']}"
+        )
         for bs, t in true.items():
             pick = tuple(res["recipe"][str(bs)]["config"])
             good, gap = score(pick, t)
             ok_all &= good
-            print(f"  bs {bs}: best {t['best']} {t['means'][t['best']]:.3f} (s.e. {t['se']:.3f}); pick {pick} "
-                  f"{t['means'].get(pick, float('nan')):.3f} ({gap:.1f} s.e.) {'ok' if good else 'MISS'}; "
-                  f"confidence {res['recipe'][str(bs)]['confidence']:.2f}")
+            print(
+                f"  bs {bs}: best {t['best']} {t['means'][t['best']]:.3f} (s.e. {t['se']:.3f}); pick {pick} "
+                f"{t['means'].get(pick, float('nan')):.3f} ({gap:.1f} s.e.) {'ok' if good else 'MISS'}; "
+                f"confidence {res['recipe'][str(bs)]['confidence']:.2f}"
+            )
     return 0 if ok_all else 1
 
 

@@ -44,15 +44,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.engine import proc as procs
+from harness.grid import ACTIONS
+from harness.runs.manifest import SweepManifest
+from harness.runs.options import SweepOptions
+from harness.runs.rows import SweepRow
 from harness.sweep.active.cost import row_cost
 from harness.sweep.active.estimate import measured_rewards
 from harness.sweep.active.spread import cell_spreads, gap_in_se
 from harness.sweep.console import SweepConsole
-from harness.engine import proc as procs
-from harness.grid import ACTIONS
-from harness.runs.rows import SweepRow
-from harness.runs.manifest import SweepManifest
-from harness.runs.options import SweepOptions
 from harness.sweep.session import run_sweep
 from harness.twin.profile import TwinProfile, load_profile
 from harness.world.world import _start_twin_gpu
@@ -78,19 +78,61 @@ def variants() -> list[TwinProfile]:
             setattr(obj, field, getattr(obj, field) * factor)
         return p
 
-    out.append(make("hidden-a-65w", "65 W cap, leaner target power, a better draft", 65.0,
-                    power__target_w=0.92, power__draft_w=0.9, perf__accept_first=1.04))
-    out.append(make("hidden-b-100w", "100 W board, hungrier and faster target, a weaker and slower draft", 100.0,
-                    power__target_w=1.3, power__target_w_per_token=1.2, power__draft_w=1.25, perf__accept_first=0.93,
-                    perf__draft_step_ms=1.25, perf__target_mem_ms=0.85))
-    out.append(make("hidden-c-slowdraft", "80 W, slow draft head, flatter rank distribution, dearer verification", 80.0,
-                    perf__draft_step_ms=1.5, perf__draft_ms_per_token=2.0, perf__rank_share=1.4,
-                    perf__target_ms_per_token=1.15, power__overhead_w=1.5))
-    out.append(make("weak-d-80w", "80 W laptop-class, weak slow draft head (first-token acceptance 0.42, step 1.5 ms)", 80.0,
-                    perf__accept_first=0.42 / base.perf.accept_first, perf__draft_step_ms=1.5 / base.perf.draft_step_ms))
-    out.append(make("weak-e-90w", "90 W, weaker and slower draft (acceptance 0.45, step 1.8 ms, dearer draft tokens)", 90.0,
-                    perf__accept_first=0.45 / base.perf.accept_first, perf__draft_step_ms=1.8 / base.perf.draft_step_ms,
-                    perf__draft_ms_per_token=2.0, power__draft_w=1.2))
+    out.append(
+        make(
+            "hidden-a-65w",
+            "65 W cap, leaner target power, a better draft",
+            65.0,
+            power__target_w=0.92,
+            power__draft_w=0.9,
+            perf__accept_first=1.04,
+        )
+    )
+    out.append(
+        make(
+            "hidden-b-100w",
+            "100 W board, hungrier and faster target, a weaker and slower draft",
+            100.0,
+            power__target_w=1.3,
+            power__target_w_per_token=1.2,
+            power__draft_w=1.25,
+            perf__accept_first=0.93,
+            perf__draft_step_ms=1.25,
+            perf__target_mem_ms=0.85,
+        )
+    )
+    out.append(
+        make(
+            "hidden-c-slowdraft",
+            "80 W, slow draft head, flatter rank distribution, dearer verification",
+            80.0,
+            perf__draft_step_ms=1.5,
+            perf__draft_ms_per_token=2.0,
+            perf__rank_share=1.4,
+            perf__target_ms_per_token=1.15,
+            power__overhead_w=1.5,
+        )
+    )
+    out.append(
+        make(
+            "weak-d-80w",
+            "80 W laptop-class, weak slow draft head (first-token acceptance 0.42, step 1.5 ms)",
+            80.0,
+            perf__accept_first=0.42 / base.perf.accept_first,
+            perf__draft_step_ms=1.5 / base.perf.draft_step_ms,
+        )
+    )
+    out.append(
+        make(
+            "weak-e-90w",
+            "90 W, weaker and slower draft (acceptance 0.45, step 1.8 ms, dearer draft tokens)",
+            90.0,
+            perf__accept_first=0.45 / base.perf.accept_first,
+            perf__draft_step_ms=1.8 / base.perf.draft_step_ms,
+            perf__draft_ms_per_token=2.0,
+            power__draft_w=1.2,
+        )
+    )
     return out
 
 
@@ -100,12 +142,24 @@ and the cell id, so sweeps of one seed would replay each other's launches (the s
 rerun would look far more alike than a user's rerun on a GPU, where every launch is new."""
 
 
-def sweep(out: Path, url: str, args: argparse.Namespace, kind: str, **extra: object) -> tuple[list[SweepRow], SweepManifest]:
-    opts = SweepOptions(engine="twin", twin_gpu_url=url, configs=[a.as_tuple() for a in ACTIONS],
-                        batch_sizes=args.batch_sizes, repeats=args.repeats, time_scale=args.time_scale, settle="0",
-                        engine_args=FAST_LAUNCH, seed=args.seed + SEED_OFFSETS[kind], **extra)
-    _, rows, manifest = run_sweep(opts, out, force=True, argv=["benchmarks/active_sweep.py"],
-                                  console=SweepConsole(force_plain=True))
+def sweep(
+    out: Path, url: str, args: argparse.Namespace, kind: str, **extra: object
+) -> tuple[list[SweepRow], SweepManifest]:
+    opts = SweepOptions(
+        engine="twin",
+        twin_gpu_url=url,
+        configs=[a.as_tuple() for a in ACTIONS],
+        batch_sizes=args.batch_sizes,
+        repeats=args.repeats,
+        time_scale=args.time_scale,
+        settle="0",
+        engine_args=FAST_LAUNCH,
+        seed=args.seed + SEED_OFFSETS[kind],
+        **extra,
+    )
+    _, rows, manifest = run_sweep(
+        opts, out, force=True, argv=["benchmarks/active_sweep.py"], console=SweepConsole(force_plain=True)
+    )
     return rows, manifest
 
 
@@ -159,13 +213,20 @@ def reproduce(first: dict[int, dict], second: dict[int, dict], recipe: dict, con
         g2_vs_1, gap21 = score(t2["best"], t1)
         g1_vs_2, gap12 = score(t1["best"], t2)
         act_vs_2, gap_a2 = score(pick, t2)
-        out[bs] = {"batch_size": bs, "second_best": list(t2["best"]), "second_best_ok_vs_first": g2_vs_1,
-                   "first_best_ok_vs_second": g1_vs_2, "active_ok_vs_second": act_vs_2,
-                   "gaps_in_se": [round(gap21, 2), round(gap12, 2), round(gap_a2, 2)]}
-        console.print(f"second full grid, bs {bs}: best {t2['best']} {t2['means'][t2['best']]:.3f} (s.e. {t2['se']:.3f}); "
-                      f"its recipe vs the first grid: {'ok' if g2_vs_1 else 'NO'} ({gap21:.1f} s.e.); the first grid's "
-                      f"recipe vs it: {'ok' if g1_vs_2 else 'NO'} ({gap12:.1f} s.e.); the active pick vs it: "
-                      f"{'ok' if act_vs_2 else 'NO'} ({gap_a2:.1f} s.e.)")
+        out[bs] = {
+            "batch_size": bs,
+            "second_best": list(t2["best"]),
+            "second_best_ok_vs_first": g2_vs_1,
+            "first_best_ok_vs_second": g1_vs_2,
+            "active_ok_vs_second": act_vs_2,
+            "gaps_in_se": [round(gap21, 2), round(gap12, 2), round(gap_a2, 2)],
+        }
+        console.print(
+            f"second full grid, bs {bs}: best {t2['best']} {t2['means'][t2['best']]:.3f} (s.e. {t2['se']:.3f}); "
+            f"its recipe vs the first grid: {'ok' if g2_vs_1 else 'NO'} ({gap21:.1f} s.e.); the first grid's "
+            f"recipe vs it: {'ok' if g1_vs_2 else 'NO'} ({gap12:.1f} s.e.); the active pick vs it: "
+            f"{'ok' if act_vs_2 else 'NO'} ({gap_a2:.1f} s.e.)"
+        )
     return out
 
 
@@ -184,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     ap.add_argument("--only", default=None, help="run only these profiles (comma-separated names, e.g. hidden-a-65w)")
     ap.add_argument("--skip-calibrate", action="store_true", help="leave out check 4 (calibrate --from held-out cells)")
-    ap.add_argument("--second-full", default="", help="run a second full grid of these profiles (comma-separated names)")
+    ap.add_argument(
+        "--second-full", default="", help="run a second full grid of these profiles (comma-separated names)"
+    )
     args = ap.parse_args(argv)
     console = Console(width=170, highlight=False)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -214,30 +277,69 @@ def main(argv: list[str] | None = None) -> int:
         recipe = json.loads((pdir / "active" / "recipe.json").read_text())
         rng = random.Random(args.seed)
         draws = [random_subset(full_rows, act_s, limit, rng) for _ in range(args.random_draws)]
-        entry: dict = {"profile": prof.name, "about": prof.about, "power_limit_w": limit, "full_gpu_s": round(full_s, 1),
-                       "active_gpu_s": round(act_s, 1), "fraction": round(act_s / full_s, 4),
-                       "active_predicted_full_s": (act_man.active or {})["full_grid_predicted_s"],
-                       "active_cells": len(act_rows), "full_cells": len(full_rows), "stop": (act_man.active or {})["stop_reason"],
-                       "wall_s": {"full": round(t_full, 1), "active": round(t_act, 1)}, "batch_sizes": []}
-        table = Table(title=f"{prof.name} ({prof.about}; {limit:g} W): active {len(act_rows)}/{len(full_rows)} cells, "
-                            f"GPU-s {act_s:.0f}/{full_s:.0f} = {act_s / full_s:.3f} (goal <= {args.budget})")
-        for col in ("bs", "full-grid best", "mean", "s.e.", "active pick", "its mean", "gap/s.e.", "ok", "conf",
-                    f"random ok ({args.random_draws})"):
+        entry: dict = {
+            "profile": prof.name,
+            "about": prof.about,
+            "power_limit_w": limit,
+            "full_gpu_s": round(full_s, 1),
+            "active_gpu_s": round(act_s, 1),
+            "fraction": round(act_s / full_s, 4),
+            "active_predicted_full_s": (act_man.active or {})["full_grid_predicted_s"],
+            "active_cells": len(act_rows),
+            "full_cells": len(full_rows),
+            "stop": (act_man.active or {})["stop_reason"],
+            "wall_s": {"full": round(t_full, 1), "active": round(t_act, 1)},
+            "batch_sizes": [],
+        }
+        table = Table(
+            title=f"{prof.name} ({prof.about}; {limit:g} W): active {len(act_rows)}/{len(full_rows)} cells, "
+            f"GPU-s {act_s:.0f}/{full_s:.0f} = {act_s / full_s:.3f} (goal <= {args.budget})"
+        )
+        for col in (
+            "bs",
+            "full-grid best",
+            "mean",
+            "s.e.",
+            "active pick",
+            "its mean",
+            "gap/s.e.",
+            "ok",
+            "conf",
+            f"random ok ({args.random_draws})",
+        ):
             table.add_column(col, justify="right")
         for bs, t in true.items():
             pick = tuple(recipe[str(bs)]["config"]) if str(bs) in recipe else None
             good, gap_se = score(pick, t)
             rnd = sum(score(d.get(bs), t)[0] for d in draws)
-            entry["batch_sizes"].append({"batch_size": bs, "best": list(t["best"]), "best_mean": round(t["means"][t["best"]], 4),
-                                         "se": round(t["se"], 4), "active": list(pick) if pick else None,
-                                         "active_se": round(t["cells"][pick].se, 4) if pick in t["cells"] else None,
-                                         "active_mean": round(t["means"].get(pick, float("nan")), 4) if pick else None,
-                                         "gap_in_se": round(gap_se, 2), "ok": good,
-                                         "confidence": recipe.get(str(bs), {}).get("confidence"),
-                                         "random_ok": rnd, "random_draws": len(draws)})
-            table.add_row(str(bs), str(t["best"]), f"{t['means'][t['best']]:.3f}", f"{t['se']:.4f}", str(pick),
-                          f"{t['means'].get(pick, float('nan')):.3f}", f"{gap_se:.2f}", "yes" if good else "NO",
-                          f"{recipe.get(str(bs), {}).get('confidence', float('nan')):.2f}", f"{rnd}/{len(draws)}")
+            entry["batch_sizes"].append(
+                {
+                    "batch_size": bs,
+                    "best": list(t["best"]),
+                    "best_mean": round(t["means"][t["best"]], 4),
+                    "se": round(t["se"], 4),
+                    "active": list(pick) if pick else None,
+                    "active_se": round(t["cells"][pick].se, 4) if pick in t["cells"] else None,
+                    "active_mean": round(t["means"].get(pick, float("nan")), 4) if pick else None,
+                    "gap_in_se": round(gap_se, 2),
+                    "ok": good,
+                    "confidence": recipe.get(str(bs), {}).get("confidence"),
+                    "random_ok": rnd,
+                    "random_draws": len(draws),
+                }
+            )
+            table.add_row(
+                str(bs),
+                str(t["best"]),
+                f"{t['means'][t['best']]:.3f}",
+                f"{t['se']:.4f}",
+                str(pick),
+                f"{t['means'].get(pick, float('nan')):.3f}",
+                f"{gap_se:.2f}",
+                "yes" if good else "NO",
+                f"{recipe.get(str(bs), {}).get('confidence', float('nan')):.2f}",
+                f"{rnd}/{len(draws)}",
+            )
         ok_all &= act_s / full_s <= args.budget
         console.print(table)
         if second is not None:
@@ -255,34 +357,62 @@ def main(argv: list[str] | None = None) -> int:
         from harness.twin.fit.from_run import calibrate_from_run
 
         t0 = time.monotonic()
-        _, fitted, held = calibrate_from_run(pdir / "full", pdir / "full" / "twin_profile.json", load_profile(),
-                                             holdout_every=args.holdout_every, max_evals=args.fit_evals)
-        worst = {k: max((abs(e) for f in held if (e := f.errors[k]) is not None), default=0.0)
-                 for k in ("speed", "jpt", "accept", "util")}
+        _, fitted, held = calibrate_from_run(
+            pdir / "full",
+            pdir / "full" / "twin_profile.json",
+            load_profile(),
+            holdout_every=args.holdout_every,
+            max_evals=args.fit_evals,
+        )
+        worst = {
+            k: max((abs(e) for f in held if (e := f.errors[k]) is not None), default=0.0)
+            for k in ("speed", "jpt", "accept", "util")
+        }
         held_ok = sum(f.within_targets() for f in held)
         ok_all &= held_ok == len(held)
-        entry["calibrate_from"] = {"fitted": len(fitted), "fitted_ok": sum(f.within_targets() for f in fitted),
-                                   "held_out": len(held), "held_out_ok": held_ok,
-                                   "worst_held_out": {k: round(v, 4) for k, v in worst.items()},
-                                   "wall_s": round(time.monotonic() - t0, 1)}
-        console.print(f"calibrate --from {pdir / 'full'}: held-out cells within targets {held_ok}/{len(held)}; worst held-out "
-                      f"errors speed {worst['speed']:.3f}, J/token {worst['jpt']:.3f}, accept {worst['accept']:.3f}, "
-                      f"utilization {worst['util']:.3f}")
+        entry["calibrate_from"] = {
+            "fitted": len(fitted),
+            "fitted_ok": sum(f.within_targets() for f in fitted),
+            "held_out": len(held),
+            "held_out_ok": held_ok,
+            "worst_held_out": {k: round(v, 4) for k, v in worst.items()},
+            "wall_s": round(time.monotonic() - t0, 1),
+        }
+        console.print(
+            f"calibrate --from {pdir / 'full'}: held-out cells within targets {held_ok}/{len(held)}; worst held-out "
+            f"errors speed {worst['speed']:.3f}, J/token {worst['jpt']:.3f}, accept {worst['accept']:.3f}, "
+            f"utilization {worst['util']:.3f}"
+        )
     fracs = [p["fraction"] for p in report["profiles"]]
     hits = [b["ok"] for p in report["profiles"] for b in p["batch_sizes"]]
-    unidentified = [f"{p['profile']} bs {b['batch_size']}" for p in report["profiles"] for b in p["batch_sizes"]
-                    if b.get("truth_reproducible") is False]
+    unidentified = [
+        f"{p['profile']} bs {b['batch_size']}"
+        for p in report["profiles"]
+        for b in p["batch_sizes"]
+        if b.get("truth_reproducible") is False
+    ]
     rnd_hits = [b["random_ok"] / b["random_draws"] for p in report["profiles"] for b in p["batch_sizes"]]
-    report["summary"] = {"active_recipe_ok": f"{sum(hits)}/{len(hits)}", "truth_not_reproducible": unidentified,
-                         "random_recipe_ok_rate": round(statistics.fmean(rnd_hits), 3),
-                         "fraction_max": max(fracs), "fraction_mean": round(statistics.fmean(fracs), 4),
-                         "wall_s": round(time.monotonic() - t_start, 1), "goals_met": ok_all}
-    console.print(f"summary: active recipe ok at {sum(hits)}/{len(hits)} batch sizes"
-                  + (f" (where a second full grid's recipe misses the first's: {', '.join(unidentified)})" if unidentified else "")
-                  + "; random subset at the same GPU-seconds "
-                  f"ok {100 * statistics.fmean(rnd_hits):.0f} % of draws; GPU-seconds fraction mean "
-                  f"{statistics.fmean(fracs):.3f}, max {max(fracs):.3f} (goal <= {args.budget}); "
-                  f"{time.monotonic() - t_start:.0f} s wall")
+    report["summary"] = {
+        "active_recipe_ok": f"{sum(hits)}/{len(hits)}",
+        "truth_not_reproducible": unidentified,
+        "random_recipe_ok_rate": round(statistics.fmean(rnd_hits), 3),
+        "fraction_max": max(fracs),
+        "fraction_mean": round(statistics.fmean(fracs), 4),
+        "wall_s": round(time.monotonic() - t_start, 1),
+        "goals_met": ok_all,
+    }
+    console.print(
+        f"summary: active recipe ok at {sum(hits)}/{len(hits)} batch sizes"
+        + (
+            f" (where a second full grid's recipe misses the first's: {', '.join(unidentified)})"
+            if unidentified
+            else ""
+        )
+        + "; random subset at the same GPU-seconds "
+        f"ok {100 * statistics.fmean(rnd_hits):.0f} % of draws; GPU-seconds fraction mean "
+        f"{statistics.fmean(fracs):.3f}, max {max(fracs):.3f} (goal <= {args.budget}); "
+        f"{time.monotonic() - t_start:.0f} s wall"
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0 if ok_all else 1

@@ -20,11 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.sweep.console import SweepConsole
 from harness.dataset import compare
 from harness.dataset.cli import render_compare
 from harness.grid import parse_batch_sizes, parse_configs
 from harness.runs.options import SweepOptions
+from harness.sweep.console import SweepConsole
 from harness.sweep.session import run_sweep
 
 
@@ -44,22 +44,39 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c.as_tuple() for c in parse_configs(args.configs)]
     results = {}
     for mode in ("cell", "config"):
-        opts = SweepOptions(engine=args.engine, configs=configs, batch_sizes=parse_batch_sizes(args.batch_sizes),
-                            repeats=args.repeats, launch_per=mode, output_tokens=args.output_tokens,
-                            time_scale=args.time_scale if args.engine == "twin" else 1.0, settle=args.settle, seed=args.seed)
+        opts = SweepOptions(
+            engine=args.engine,
+            configs=configs,
+            batch_sizes=parse_batch_sizes(args.batch_sizes),
+            repeats=args.repeats,
+            launch_per=mode,
+            output_tokens=args.output_tokens,
+            time_scale=args.time_scale if args.engine == "twin" else 1.0,
+            settle=args.settle,
+            seed=args.seed,
+        )
         console.print(f"[bold]--launch-per {mode}[/]")
-        run_dir, rows, manifest = run_sweep(opts, args.out / mode, force=True, argv=sys.argv,
-                                            console=SweepConsole(force_plain=True, quiet=True))
+        run_dir, rows, manifest = run_sweep(
+            opts, args.out / mode, force=True, argv=sys.argv, console=SweepConsole(force_plain=True, quiet=True)
+        )
         results[mode] = (rows, manifest)
     t = Table(title="launch modes on the same grid", title_justify="left")
     for col in ("mode", "cells", "error rows", "launches", "wall s", "s per cell"):
         t.add_column(col, justify="right")
     for mode, (rows, m) in results.items():
-        t.add_row(mode, str(len(rows)), str(sum(r.is_error for r in rows)), str(m.launches), f"{m.wall_s or 0:.1f}",
-                  f"{(m.wall_s or 0) / max(1, len(rows)):.2f}")
+        t.add_row(
+            mode,
+            str(len(rows)),
+            str(sum(r.is_error for r in rows)),
+            str(m.launches),
+            f"{m.wall_s or 0:.1f}",
+            f"{(m.wall_s or 0) / max(1, len(rows)):.2f}",
+        )
     console.print(t)
     (rc, mc), (rf, mf) = results["cell"], results["config"]
-    console.print(f"ratios config/cell: launches {mf.launches / mc.launches:.2f}, wall time {(mf.wall_s or 0) / (mc.wall_s or 1):.2f}")
+    console.print(
+        f"ratios config/cell: launches {mf.launches / mc.launches:.2f}, wall time {(mf.wall_s or 0) / (mc.wall_s or 1):.2f}"
+    )
     result = compare(rc, rf, a_name="cell", b_name="config")
     render_compare(result, console)
     return 0 if result.agrees else 1

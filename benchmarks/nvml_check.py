@@ -66,7 +66,11 @@ def update_period(fn, seconds: float = 2.0) -> dict:
             changes.append(now)
         last = (now, v)
     gaps = [(b - a) * 1e3 for a, b in zip(changes, changes[1:])]
-    return {"changes": len(changes), "min": pct(gaps, 0.0), "median": round(statistics.median(gaps), 3) if gaps else None}
+    return {
+        "changes": len(changes),
+        "min": pct(gaps, 0.0),
+        "median": round(statistics.median(gaps), 3) if gaps else None,
+    }
 
 
 def load_gpu(stop: threading.Event, index: int) -> str | None:
@@ -118,7 +122,10 @@ def main() -> int:
 
     h = probe.handle
     identity = probe.identity()
-    instant, average = field_reader(nv, h, nv.NVML_FI_DEV_POWER_INSTANT), field_reader(nv, h, nv.NVML_FI_DEV_POWER_AVERAGE)
+    instant, average = (
+        field_reader(nv, h, nv.NVML_FI_DEV_POWER_INSTANT),
+        field_reader(nv, h, nv.NVML_FI_DEV_POWER_AVERAGE),
+    )
     out: dict = {"ok": True, "identity": identity, "nvml_py": _dist_version("nvidia-ml-py")}
     out["latency_ms"] = {
         "total_energy": latency(lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)),
@@ -139,9 +146,9 @@ def main() -> int:
     }
     probe.close()
 
+    from harness.core.clocks import wall_ns
     from harness.telemetry.sampler import InProcessSampler
     from harness.telemetry.windows import compute_window
-    from harness.core.clocks import wall_ns
 
     stop = threading.Event()
     load_note: list[str | None] = []
@@ -166,7 +173,9 @@ def main() -> int:
     lin = compute_window(samples, t0, t1, 0.1, edge_model="linear")
     no_counter = [r.model_copy(update={"energy_mj": None}) for r in samples]
     integ = compute_window(no_counter, t0, t1, 0.1)
-    avg_field = [r.model_copy(update={"energy_mj": None, "power_w": r.power_avg_w}) for r in samples if r.power_avg_w is not None]
+    avg_field = [
+        r.model_copy(update={"energy_mj": None, "power_w": r.power_avg_w}) for r in samples if r.power_avg_w is not None
+    ]
     integ_avg = compute_window(avg_field, t0, t1, 0.1) if avg_field else None
 
     def rel(x: float | None) -> float | None:

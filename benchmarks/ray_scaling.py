@@ -40,9 +40,29 @@ def cpu_times() -> tuple[float, float]:
 
 def run(out: Path, args: argparse.Namespace, gpus: int | None) -> dict[str, Any]:
     """One sweep (local when ``gpus`` is None); wall time, CPU busy fraction, manifest and rows."""
-    cmd = [sys.executable, "-m", "harness", "sweep", "--engine", "twin", "--configs", args.configs,
-           "--batch-sizes", args.batch_sizes, "--time-scale", str(args.time_scale), "--output-tokens",
-           str(args.output_tokens), "--seed", str(args.seed), "--settle", "0", "--plain", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--engine",
+        "twin",
+        "--configs",
+        args.configs,
+        "--batch-sizes",
+        args.batch_sizes,
+        "--time-scale",
+        str(args.time_scale),
+        "--output-tokens",
+        str(args.output_tokens),
+        "--seed",
+        str(args.seed),
+        "--settle",
+        "0",
+        "--plain",
+        "--out",
+        str(out),
+    ]
     if gpus is not None:
         cmd += ["--executor", "ray", "--twin-gpus", str(gpus)]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HARBOR_TELEMETRY": "0"}
@@ -52,16 +72,26 @@ def run(out: Path, args: argparse.Namespace, gpus: int | None) -> dict[str, Any]
     wall = time.monotonic() - w0
     b1, t1 = cpu_times()
     if res.returncode != 0:
-        raise SystemExit(f"sweep {'local' if gpus is None else f'ray x{gpus}'} failed ({res.returncode}):\n"
-                         + res.stdout[-3000:] + res.stderr[-3000:])
+        raise SystemExit(
+            f"sweep {'local' if gpus is None else f'ray x{gpus}'} failed ({res.returncode}):\n"
+            + res.stdout[-3000:]
+            + res.stderr[-3000:]
+        )
     manifest = json.loads((out / "manifest.json").read_text())
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines() if line.strip()]
-    return {"gpus": gpus, "wall_s": wall, "session_s": manifest.get("wall_s"), "cpu_busy": (b1 - b0) / max(t1 - t0, 1),
-            "executor": manifest.get("executor", {}), "rows": rows}
+    return {
+        "gpus": gpus,
+        "wall_s": wall,
+        "session_s": manifest.get("wall_s"),
+        "cpu_busy": (b1 - b0) / max(t1 - t0, 1),
+        "executor": manifest.get("executor", {}),
+        "rows": rows,
+    }
 
 
 def rows_match(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     """Same cells, each exactly once, same validity and error-ness."""
+
     def key(rows: list[dict[str, Any]]) -> dict[str, tuple[bool, bool]]:
         return {r["cell_id"]: (bool(r["window_valid"]), r["error"] is None) for r in rows}
 
@@ -75,8 +105,10 @@ def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
     for r in a:
         o = rb.get(r["cell_id"])
         if o is not None and (bool(r["window_valid"]), r["error"]) != (bool(o["window_valid"]), o["error"]):
-            out.append(f"{r['cell_id']}: serial {r['window_valid']} {r['window_reasons']} {r['error']} / "
-                       f"ray {o['window_valid']} {o['window_reasons']} {o['error']}")
+            out.append(
+                f"{r['cell_id']}: serial {r['window_valid']} {r['window_reasons']} {r['error']} / "
+                f"ray {o['window_valid']} {o['window_reasons']} {o['error']}"
+            )
     return out
 
 
@@ -101,9 +133,20 @@ def main() -> int:
             console.print(f"running {label} ...")
             results.append(run(Path(tmp) / label.replace(" ", "-"), args, gpus))
     serial = results[0]
-    table = Table(title=f"ray scaling: {len(serial['rows'])} cells, twin scale {args.time_scale:g}, "
-                        f"{os.cpu_count()} CPU cores")
-    for col in ("run", "wall s", "session s", "speed-up", "goal", "cells s (ray)", "GPU idle", "CPU busy", "rows match"):
+    table = Table(
+        title=f"ray scaling: {len(serial['rows'])} cells, twin scale {args.time_scale:g}, {os.cpu_count()} CPU cores"
+    )
+    for col in (
+        "run",
+        "wall s",
+        "session s",
+        "speed-up",
+        "goal",
+        "cells s (ray)",
+        "GPU idle",
+        "CPU busy",
+        "rows match",
+    ):
         table.add_column(col)
     verdict = True
     summary = []
@@ -116,19 +159,39 @@ def main() -> int:
         if not match:
             console.print(f"ray x{r['gpus']}: rows differ from serial: {differences(serial['rows'], r['rows'])}")
         idle = ex.get("gpu_idle_fraction")
-        table.add_row("serial" if r["gpus"] is None else f"ray x{r['gpus']}", f"{r['wall_s']:.1f}",
-                      f"{r['session_s']:.1f}", f"{speedup:.2f}", "-" if goal is None else f">= {goal:.1f}",
-                      f"{ex['wall_s']:.1f}" if "wall_s" in ex else "-", "-" if idle is None else f"{idle:.1%}",
-                      f"{r['cpu_busy']:.0%}", "yes" if match else "NO")
-        summary.append({"gpus": r["gpus"], "wall_s": r["wall_s"], "session_s": r["session_s"], "speedup": speedup,
-                        "goal": goal, "executor_wall_s": ex.get("wall_s"), "slots_start_s": ex.get("slots_start_s"),
-                        "gpu_idle_fraction": idle, "cpu_busy": r["cpu_busy"], "rows_match": match})
+        table.add_row(
+            "serial" if r["gpus"] is None else f"ray x{r['gpus']}",
+            f"{r['wall_s']:.1f}",
+            f"{r['session_s']:.1f}",
+            f"{speedup:.2f}",
+            "-" if goal is None else f">= {goal:.1f}",
+            f"{ex['wall_s']:.1f}" if "wall_s" in ex else "-",
+            "-" if idle is None else f"{idle:.1%}",
+            f"{r['cpu_busy']:.0%}",
+            "yes" if match else "NO",
+        )
+        summary.append(
+            {
+                "gpus": r["gpus"],
+                "wall_s": r["wall_s"],
+                "session_s": r["session_s"],
+                "speedup": speedup,
+                "goal": goal,
+                "executor_wall_s": ex.get("wall_s"),
+                "slots_start_s": ex.get("slots_start_s"),
+                "gpu_idle_fraction": idle,
+                "cpu_busy": r["cpu_busy"],
+                "rows_match": match,
+            }
+        )
     console.print(table)
     top = summary[-1]
     reached = top["goal"] is not None and top["speedup"] >= top["goal"]
-    console.print(f"at N = {top['gpus']}: speed-up {top['speedup']:.2f} x serial (goal {top['goal']:.1f}): "
-                  f"{'reached' if reached else 'NOT reached'}; host CPU busy {top['cpu_busy']:.0%} "
-                  f"(serial {serial['cpu_busy']:.0%}); rows {'match' if verdict else 'DIFFER'}")
+    console.print(
+        f"at N = {top['gpus']}: speed-up {top['speedup']:.2f} x serial (goal {top['goal']:.1f}): "
+        f"{'reached' if reached else 'NOT reached'}; host CPU busy {top['cpu_busy']:.0%} "
+        f"(serial {serial['cpu_busy']:.0%}); rows {'match' if verdict else 'DIFFER'}"
+    )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     return 0 if verdict else 1

@@ -37,7 +37,10 @@ def run(plan: list[tuple[float, list[tuple[float, int]]]], scenarios: list[str],
     for scale, lengths in plan:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            with start_twin_gpu(tmp, time_scale=scale, seed=seed) as gpu, start_sampler(gpu.url, None, tmp, rate_hz=10.0 * scale) as sp:
+            with (
+                start_twin_gpu(tmp, time_scale=scale, seed=seed) as gpu,
+                start_sampler(gpu.url, None, tmp, rate_hz=10.0 * scale) as sp,
+            ):
                 client = TelemetryClient(sp.url)
                 client.wait_ready(10)
                 load = TwinLoad(gpu.url)

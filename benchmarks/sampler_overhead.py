@@ -64,7 +64,9 @@ def measure(rate_hz: float, seconds: float, warmup_s: float) -> dict:
             base.terminate()
             base.wait(timeout=10)
     wall = t1 - t0
-    overruns = next((float(x.split()[1]) for x in metrics.splitlines() if x.startswith("sampler_loop_overruns_total ")), 0.0)
+    overruns = next(
+        (float(x.split()[1]) for x in metrics.splitlines() if x.startswith("sampler_loop_overruns_total ")), 0.0
+    )
     sampler_pct, base_pct = 100 * (c1s - c0s) / wall, 100 * (c1b - c0b) / wall
     return {
         "rate_hz": rate_hz,
@@ -72,7 +74,9 @@ def measure(rate_hz: float, seconds: float, warmup_s: float) -> dict:
         "sampler_cpu_pct_core": round(sampler_pct, 3),
         "baseline_cpu_pct_core": round(base_pct, 3),
         "net_cpu_pct_core": round(sampler_pct - base_pct, 3),
-        "ratio_to_baseline": round(sampler_pct / base_pct, 1) if base_pct > 0 else None,  # None: the baseline used 0 ticks
+        "ratio_to_baseline": round(sampler_pct / base_pct, 1)
+        if base_pct > 0
+        else None,  # None: the baseline used 0 ticks
         "ratio_to_goal": round((sampler_pct - base_pct) / GOAL_PCT, 3) if rate_hz == 10.0 else None,
         "samples": last["seq"] - n0,
         "mean_period_ms": round(1e3 * wall / max(1, last["seq"] - n0), 3),

@@ -34,19 +34,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.world.bench import load_prompts
+from harness.core.clocks import wall_ns
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import tier_config
 from harness.serve.band_feedback import LoopParams
+from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
-from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.session import ServeOptions, ServeSession, open_session
 from harness.serve.utilization_model import model_pick
-from harness.core.clocks import wall_ns
+from harness.world.bench import load_prompts
 
 TIERS = [tier_config(s) for s in (1, 3, 5, 7)]
-CANDIDATES = [BASELINE, SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(5, 4, 16), SpecConfig(5, 2, 8), SpecConfig(1, 4, 4), *TIERS]
+CANDIDATES = [
+    BASELINE,
+    SpecConfig(3, 4, 8),
+    SpecConfig(3, 2, 4),
+    SpecConfig(5, 4, 16),
+    SpecConfig(5, 2, 8),
+    SpecConfig(1, 4, 4),
+    *TIERS,
+]
 """Every instance is a static mode and a config the controller may route to (the adaptive tiers included)."""
 CALIB_BS = (1, 2, 4, 8, 16)
 BAND = (0.95, 0.98)
@@ -58,6 +66,8 @@ def closed_loop_params(model: Model) -> ControllerParams:
     """The closed-loop controller as the benchmark runs it: a load-driven switch at most every 3 twin s (about one
     request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise."""
     return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams())
+
+
 PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, diffs, tool output"] * 320)
 
 
@@ -103,7 +113,11 @@ def bins(s: ServeSession, tl: Timeline, bin_twin_s: float, scale: float) -> list
     out = []
     for a in range(tl.start_ns, tl.end_ns - step + 1, step):
         w = s.world.telemetry.window(a, a + step, wait_s=1.0)
-        u = w.avg_power_w / s.world.power_limit_w if w.valid and w.avg_power_w is not None and s.world.power_limit_w else None
+        u = (
+            w.avg_power_w / s.world.power_limit_w
+            if w.valid and w.avg_power_w is not None and s.world.power_limit_w
+            else None
+        )
         out.append((a, u))
     return out
 
@@ -132,13 +146,25 @@ def figures(s: ServeSession, tl: Timeline, scale: float) -> dict[str, Any]:
     def pct(q: float) -> float | None:
         return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
 
-    return {"in_band": share_in_band(valid), "busy_share": round(len(busy) / len(valid), 4) if valid else None,
-            "in_band_busy": share_in_band(busy),
-            "mean_u": round(sum(valid) / len(valid), 4) if valid else None, "tok_s": round(tokens / twin_s, 2),
-            "j_per_token": round(whole.energy_j / tokens, 4) if whole.energy_j and tokens else None,
-            "p50_s": pct(0.5), "p99_s": pct(0.99), "switches": len(tl.switches), "requests": len(tl.done),
-            "errors": len(tl.done) - len(ok), "bins": len(valid), "_series": us,
-            "series": [[round((a - tl.start_ns) / 1e9 * scale, 2), None if u is None else round(u, 4), int(b)] for (a, u), b in zip(us, flags)]}
+    return {
+        "in_band": share_in_band(valid),
+        "busy_share": round(len(busy) / len(valid), 4) if valid else None,
+        "in_band_busy": share_in_band(busy),
+        "mean_u": round(sum(valid) / len(valid), 4) if valid else None,
+        "tok_s": round(tokens / twin_s, 2),
+        "j_per_token": round(whole.energy_j / tokens, 4) if whole.energy_j and tokens else None,
+        "p50_s": pct(0.5),
+        "p99_s": pct(0.99),
+        "switches": len(tl.switches),
+        "requests": len(tl.done),
+        "errors": len(tl.done) - len(ok),
+        "bins": len(valid),
+        "_series": us,
+        "series": [
+            [round((a - tl.start_ns) / 1e9 * scale, 2), None if u is None else round(u, 4), int(b)]
+            for (a, u), b in zip(us, flags)
+        ],
+    }
 
 
 def share_in_band(us: list[float]) -> float | None:
@@ -165,7 +191,11 @@ def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[i
             lat = sorted((d.end_s - d.start_s) * scale for d in rec.snapshot() if d.ok)
             u = (w.avg_power_w or 0) / (s.world.power_limit_w or 80.0)
             speed = bs * OUTPUT_TOKENS / lat[len(lat) // 2] if lat else 0.0
-            meas[f"{cfg.label}@{bs}"] = {"u": round(u, 4), "tok_s": round(speed, 1), "latency_s": lat[len(lat) // 2] if lat else None}
+            meas[f"{cfg.label}@{bs}"] = {
+                "u": round(u, 4),
+                "tok_s": round(speed, 1),
+                "latency_s": lat[len(lat) // 2] if lat else None,
+            }
             model[bs][cfg] = (u, speed)
     alive = frozenset(CANDIDATES)
     table = {bs: model_pick(model[bs], 0.0, BAND, alive) or BASELINE for bs in CALIB_BS}
@@ -215,19 +245,34 @@ def plot(path: Path, runs: dict[str, tuple[Timeline, dict[str, Any]]], scale: fl
     for ax, (name, (tl, fig_)) in zip(axes, runs.items()):
         x = [((a - tl.start_ns) / 1e9) * scale for a, _ in fig_["_series"]]
         ax.axhspan(*BAND, color="tab:green", alpha=0.25, label="band")
-        ax.plot(x, [u if u is not None else float("nan") for _, u in fig_["_series"]], color="tab:red", lw=1, label="utilization")
+        ax.plot(
+            x,
+            [u if u is not None else float("nan") for _, u in fig_["_series"]],
+            color="tab:red",
+            lw=1,
+            label="utilization",
+        )
         ax.set_ylim(0.0, 1.1)
         ax.set_ylabel("u")
         ax2 = ax.twinx()
-        ax2.plot([(t - tl.start_ns) / 1e9 * scale for t, _ in tl.in_flight], [n for _, n in tl.in_flight], color="tab:blue", lw=0.6, alpha=0.6)
+        ax2.plot(
+            [(t - tl.start_ns) / 1e9 * scale for t, _ in tl.in_flight],
+            [n for _, n in tl.in_flight],
+            color="tab:blue",
+            lw=0.6,
+            alpha=0.6,
+        )
         ax2.set_ylabel("in flight")
         ax2.set_ylim(0, 24)
         for sw in tl.switches:
             x_sw = (sw["t_wall_ns"] - tl.start_ns) / 1e9 * scale
             ax.axvline(x_sw, color="k", lw=0.8, ls="--")
             ax.text(x_sw, 0.02, ":".join(map(str, sw["new"])), rotation=90, fontsize=6, va="bottom")
-        ax.set_title(f"{name}: {fig_['in_band']:.0%} of time in band, {fig_['tok_s']:.0f} tok/s, {fig_['switches']} switches "
-                     "(twin)", fontsize=9)
+        ax.set_title(
+            f"{name}: {fig_['in_band']:.0%} of time in band, {fig_['tok_s']:.0f} tok/s, {fig_['switches']} switches "
+            "(twin)",
+            fontsize=9,
+        )
     axes[-1].set_xlabel("twin seconds (dashed: switches; blue: requests in flight)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -249,25 +294,47 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.phase_s, a.calib_s, a.pilot_calls = 8.0, 5.0, 3
     scale = a.time_scale
-    opts = ServeOptions(picks={1: BASELINE}, configs=list(CANDIDATES), run_dir=a.out, time_scale=scale,
-                        engine_args=("--twin-launch-scale", "0.1", "--emulate-version", "0.5.23"), sglang_version="0.5.23")
+    opts = ServeOptions(
+        picks={1: BASELINE},
+        configs=list(CANDIDATES),
+        run_dir=a.out,
+        time_scale=scale,
+        engine_args=("--twin-launch-scale", "0.1", "--emulate-version", "0.5.23"),
+        sglang_version="0.5.23",
+    )
     t_start = time.monotonic()
-    report: dict[str, Any] = {"hardware": "twin:rtx4060-laptop", "time_scale": scale, "band": BAND, "commit": commit(),
-                              "args": {k: str(v) for k, v in vars(a).items()}, "traces": {}}
+    report: dict[str, Any] = {
+        "hardware": "twin:rtx4060-laptop",
+        "time_scale": scale,
+        "band": BAND,
+        "commit": commit(),
+        "args": {k: str(v) for k, v in vars(a).items()},
+        "traces": {},
+    }
     with open_session(opts) as s:
         table, model, meas = calibrate(s, scale, a.calib_s)
         report["picks"] = {str(b): c.as_list() for b, c in table.items()}
         report["calibration"] = meas
-        print("picks (recipe rule on the closed-loop measurements):", {b: str(c) for b, c in table.items()}, file=sys.stderr)
+        print(
+            "picks (recipe rule on the closed-loop measurements):",
+            {b: str(c) for b, c in table.items()},
+            file=sys.stderr,
+        )
         arrivals, edges = bursty(meas, a.phase_s, scale, a.seed)
         prompts = load_prompts()
-        traces = {"bursty": lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec),
-                  "pilot": pilot_drive(a.pilot_calls, scale, a.seed)}
+        traces = {
+            "bursty": lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec),
+            "pilot": pilot_drive(a.pilot_calls, scale, a.seed),
+        }
         traces = {k: v for k, v in traces.items() if k in a.traces.split(",")}
-        modes: list[tuple[str, Any, bool]] = [(f"static {c}", lambda c=c: BandDecider({1: c}), False) for c in CANDIDATES]
-        modes += [("controller (picks only)", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
-                  ("controller", lambda: BandDecider(table, closed_loop_params(model)), False),
-                  ("adaptive", lambda: AdaptiveDecider(), True)]
+        modes: list[tuple[str, Any, bool]] = [
+            (f"static {c}", lambda c=c: BandDecider({1: c}), False) for c in CANDIDATES
+        ]
+        modes += [
+            ("controller (picks only)", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
+            ("controller", lambda: BandDecider(table, closed_loop_params(model)), False),
+            ("adaptive", lambda: AdaptiveDecider(), True),
+        ]
         if a.only:
             modes = [m for m in modes if m[0] in a.only.split(";")]
         for trace, drive in traces.items():
@@ -275,21 +342,36 @@ def main(argv: list[str] | None = None) -> int:
             for name, make, ask in modes:
                 tl = run_mode(s, make(), drive, ask)
                 runs[name] = (tl, figures(s, tl, scale))
-                print(f"{trace:6} {name:18} " + " ".join(f"{k}={v}" for k, v in runs[name][1].items() if k not in ("_series", "series")), file=sys.stderr)
+                print(
+                    f"{trace:6} {name:18} "
+                    + " ".join(f"{k}={v}" for k, v in runs[name][1].items() if k not in ("_series", "series")),
+                    file=sys.stderr,
+                )
             statics = [n for n in runs if n.startswith("static")]
             if not statics or "controller" not in runs:  # a partial run (--only): figures on stderr, the series kept
-                report["traces"][trace] = {"modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()}}
+                report["traces"][trace] = {
+                    "modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()}
+                }
                 continue
-            best, best_busy = (max(statics, key=lambda n: (runs[n][1][k] or 0, runs[n][1]["tok_s"])) for k in ("in_band", "in_band_busy"))
-            shown = {n: runs[n] for n in dict.fromkeys(("controller", best, "controller (picks only)", "adaptive")) if n in runs}
+            best, best_busy = (
+                max(statics, key=lambda n: (runs[n][1][k] or 0, runs[n][1]["tok_s"]))
+                for k in ("in_band", "in_band_busy")
+            )
+            shown = {
+                n: runs[n]
+                for n in dict.fromkeys(("controller", best, "controller (picks only)", "adaptive"))
+                if n in runs
+            }
             plot(a.out / f"serve_band_{trace}.png", shown, scale, edges)
             ctl, bst = runs["controller"][1], runs[best][1]
-            report["traces"][trace] = {"modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()},
-                                       "best_static": best,
-                                       "in_band_gain": round((ctl["in_band"] or 0) - (bst["in_band"] or 0), 4),
-                                       "best_static_busy": best_busy,
-                                       "in_band_busy_gain": round((ctl["in_band_busy"] or 0) - (runs[best_busy][1]["in_band_busy"] or 0), 4),
-                                       "tok_s_ratio_vs_best_static": round(ctl["tok_s"] / bst["tok_s"], 4) if bst["tok_s"] else None}
+            report["traces"][trace] = {
+                "modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()},
+                "best_static": best,
+                "in_band_gain": round((ctl["in_band"] or 0) - (bst["in_band"] or 0), 4),
+                "best_static_busy": best_busy,
+                "in_band_busy_gain": round((ctl["in_band_busy"] or 0) - (runs[best_busy][1]["in_band_busy"] or 0), 4),
+                "tok_s_ratio_vs_best_static": round(ctl["tok_s"] / bst["tok_s"], 4) if bst["tok_s"] else None,
+            }
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     (a.out / "serve_band.json").write_text(json.dumps(report, indent=1))
     print_table(report)
@@ -313,7 +395,9 @@ def pct(x: float | None) -> str:
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"commit {report['commit']}, time scale {report['time_scale']}, band {report['band']}")
-    print("| trace | mode | time in band | busy time in band | busy share | mean u | tok/s | J/token | p50 s | p99 s | switches | errors |")
+    print(
+        "| trace | mode | time in band | busy time in band | busy share | mean u | tok/s | J/token | p50 s | p99 s | switches | errors |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for trace, t in report["traces"].items():
         if "best_static" not in t:
@@ -321,10 +405,14 @@ def print_table(report: dict[str, Any]) -> None:
         for name, f in t["modes"].items():
             mark = " (best static)" if name == t["best_static"] else ""
             mark += " (best static, busy)" if name == t["best_static_busy"] and name != t["best_static"] else ""
-            print(f"| {trace} | {name}{mark} | {pct(f['in_band'])} | {pct(f['in_band_busy'])} | {pct(f['busy_share'])} | {f['mean_u']} | "
-                  f"{f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | {f['p99_s']} | {f['switches']} | {f['errors']} |")
-        print(f"| {trace} | controller vs best static | {t['in_band_gain']:+.1%} | {t['in_band_busy_gain']:+.1%} | | | "
-              f"ratio {t['tok_s_ratio_vs_best_static']} | | | | | |")
+            print(
+                f"| {trace} | {name}{mark} | {pct(f['in_band'])} | {pct(f['in_band_busy'])} | {pct(f['busy_share'])} | {f['mean_u']} | "
+                f"{f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | {f['p99_s']} | {f['switches']} | {f['errors']} |"
+            )
+        print(
+            f"| {trace} | controller vs best static | {t['in_band_gain']:+.1%} | {t['in_band_busy_gain']:+.1%} | | | "
+            f"ratio {t['tok_s_ratio_vs_best_static']} | | | | | |"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ FIGURE_TOL = 1e-3
 """Largest difference in in-sample value, held-out value or regret tolerated between gradient modes."""
 
 
-def compare_gradients(modes: list[str], timings: dict[str, dict[str, dict[str, float]]], results: dict[str, dict[str, tuple]]) -> None:
+def compare_gradients(
+    modes: list[str], timings: dict[str, dict[str, dict[str, float]]], results: dict[str, dict[str, tuple]]
+) -> None:
     """Print, per mode against the first, the neural algorithms' CPU time and ratio, and whether the results agree."""
     base = modes[0]
     base_cpu = sum(timings[base][n]["cpu"] for n in NEURAL)
@@ -41,23 +43,32 @@ def compare_gradients(modes: list[str], timings: dict[str, dict[str, dict[str, f
         same_picks = all(results[mode][n][0] == results[base][n][0] for n in results[base])
         diff = max(abs(a - b) for n in results[base] for a, b in zip(results[mode][n][1], results[base][n][1]))
         agree = "agree" if same_picks and diff <= FIGURE_TOL else "DISAGREE"
-        print(f"gradients {mode} vs {base}: neural train + evaluate {cpu:.2f} s CPU vs {base_cpu:.2f} s (ratio {cpu / base_cpu:.2f}); "
-              f"results {agree} (picks {'identical' if same_picks else 'differ'}, largest figure difference {diff:.2e}, tolerance {FIGURE_TOL:g})")
+        print(
+            f"gradients {mode} vs {base}: neural train + evaluate {cpu:.2f} s CPU vs {base_cpu:.2f} s (ratio {cpu / base_cpu:.2f}); "
+            f"results {agree} (picks {'identical' if same_picks else 'differ'}, largest figure difference {diff:.2e}, tolerance {FIGURE_TOL:g})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", type=Path, default=None, help="run folder, rows.jsonl or dataset.jsonl (default: synthetic)")
+    ap.add_argument(
+        "--dataset", type=Path, default=None, help="run folder, rows.jsonl or dataset.jsonl (default: synthetic)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="models folder (default: a temporary folder)")
     ap.add_argument("--tune", action="store_true", help="also tune cql/bcq on held-out repeats (timed separately)")
-    ap.add_argument("--gradients", default="hand,func",
-                    help="comma list of gradient modes of the neural trainer, run interleaved on the same data and seeds: "
-                         "hand (policies.nets.forward_backward), func (torch.func vmap + grad), autograd; the first is the baseline")
+    ap.add_argument(
+        "--gradients",
+        default="hand,func",
+        help="comma list of gradient modes of the neural trainer, run interleaved on the same data and seeds: "
+        "hand (policies.nets.forward_backward), func (torch.func vmap + grad), autograd; the first is the baseline",
+    )
     args = ap.parse_args(argv)
     modes = args.gradients.split(",")
     if any(m not in GRADIENT_MODES for m in modes) or len(set(modes)) != len(modes):
-        ap.error(f"--gradients takes a comma list of distinct modes out of {', '.join(GRADIENT_MODES)}, got {args.gradients!r}")
+        ap.error(
+            f"--gradients takes a comma list of distinct modes out of {', '.join(GRADIENT_MODES)}, got {args.gradients!r}"
+        )
 
     t_import = time.perf_counter()
     from policies import nets
@@ -70,9 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset:
         data = load_dataset(args.dataset)
     else:
-        data = dataset_from_rows(synthetic_rows(args.seed), source="synthetic (policies.synthetic, seed %d)" % args.seed)
+        data = dataset_from_rows(
+            synthetic_rows(args.seed), source="synthetic (policies.synthetic, seed %d)" % args.seed
+        )
     out = args.out or Path(tempfile.mkdtemp(prefix="train_all-"))
-    print(f"dataset: {data.source}: {len(data) + data.skipped_errors} rows, {len(data)} used, {data.skipped_errors} skipped (errors)")
+    print(
+        f"dataset: {data.source}: {len(data) + data.skipped_errors} rows, {len(data)} used, {data.skipped_errors} skipped (errors)"
+    )
     print(f"cpus: {os.cpu_count()}  torch threads during training: 1  imports: {import_s:.2f} s")
 
     timings: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
@@ -102,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(t["total"] for t in timings[mode].values())
         cpu = sum(t["cpu"] for t in timings[mode].values())
         tag = f"[{mode}] " if len(modes) > 1 else ""
-        print(f"{tag}TOTAL train + evaluate, all eight: {total:.2f} s wall  (goal {GOAL_S:.0f} s, ratio {total / GOAL_S:.2f} x goal); "
-              f"{cpu:.2f} s CPU (ratio {cpu / GOAL_S:.2f}); 1-min load average {load:.2f} on {os.cpu_count()} cpus")
+        print(
+            f"{tag}TOTAL train + evaluate, all eight: {total:.2f} s wall  (goal {GOAL_S:.0f} s, ratio {total / GOAL_S:.2f} x goal); "
+            f"{cpu:.2f} s CPU (ratio {cpu / GOAL_S:.2f}); 1-min load average {load:.2f} on {os.cpu_count()} cpus"
+        )
     if len(modes) > 1:
         compare_gradients(modes, timings, results)
     if args.tune:
@@ -112,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         tunings = tune_variants(data, args.seed)
         train(data, out, [t.variant for t in tunings], args.seed, {t.variant: t.chosen for t in tunings})
-        print(f"tuning cql/bcq on held-out repeats + refit: {time.perf_counter() - t0:.2f} s -> " + ", ".join(f"{t.variant} {t.chosen}" for t in tunings))
+        print(
+            f"tuning cql/bcq on held-out repeats + refit: {time.perf_counter() - t0:.2f} s -> "
+            + ", ".join(f"{t.variant} {t.chosen}" for t in tunings)
+        )
     digest = hashlib.sha256((out / "picks.json").read_bytes()).hexdigest()[:16]
     print(f"picks.json sha256[:16] {digest}  (models in {out})")
     return 0

@@ -59,9 +59,27 @@ def start_to_healthy(env: dict[str, str], gpu_url: str, cwd: Path, timeout: floa
     process used by then and through its SIGTERM exit); CPU time hardly moves with host load, wall time does."""
     port = free_port()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "twin", "engine", *ENGINE_ARGS, "--host", "127.0.0.1",
-                             "--port", str(port), "--twin-gpu", gpu_url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "twin",
+            "engine",
+            *ENGINE_ARGS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--twin-gpu",
+            gpu_url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+    )
     wall: float | None = None
     try:
         with httpx.Client(timeout=1.0, trust_env=False) as client:
@@ -85,8 +103,14 @@ def start_to_healthy(env: dict[str, str], gpu_url: str, cwd: Path, timeout: floa
 
 def import_seconds(env: dict[str, str], module: str, cwd: Path) -> float:
     """Wall seconds a fresh interpreter takes to import ``module`` (python -X importtime's cumulative figure)."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, cwd=cwd,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = [ln for ln in out.stderr.splitlines() if ln.rstrip().endswith(f"| {module}")][-1]
     return int(line.split("|")[1]) / 1e6
 
@@ -103,37 +127,68 @@ def main(argv: list[str] | None = None) -> int:
         cwd = Path(tmp)  # not the checkout: ``python -m``/``-c`` put the working directory first on sys.path
         envs = {side: env_for(side, base_dir) for side in ("baseline", "this")}
         for side, env in envs.items():  # the right code is imported on each side
-            where = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], env=env,
-                                   cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+            where = subprocess.run(
+                [sys.executable, "-c", "import harness; print(harness.__file__)"],
+                env=env,
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             console.print(f"{side}: harness from {where}")
         starts: dict[str, list[float]] = {"baseline": [], "this": []}
         cpus: dict[str, list[float]] = {"baseline": [], "this": []}
         imports: dict[str, list[float]] = {"baseline": [], "this": []}
         with twin_gpu(time_scale=20.0) as gpu:
             for i in range(args.runs):
-                for side in (("baseline", "this") if i % 2 == 0 else ("this", "baseline")):  # ABBA: no order bias
+                for side in ("baseline", "this") if i % 2 == 0 else ("this", "baseline"):  # ABBA: no order bias
                     env = envs[side]
                     wall, cpu = start_to_healthy(env, gpu.url, cwd)
                     starts[side].append(wall)
                     cpus[side].append(cpu)
                     imports[side].append(import_seconds(env, ENGINE_MODULE[side], cwd))
-    med = {k: {"start_s": statistics.median(starts[k]), "cpu_s": statistics.median(cpus[k]),
-               "import_s": statistics.median(imports[k]), "start_min_s": min(starts[k]), "import_min_s": min(imports[k])}
-           for k in starts}
+    med = {
+        k: {
+            "start_s": statistics.median(starts[k]),
+            "cpu_s": statistics.median(cpus[k]),
+            "import_s": statistics.median(imports[k]),
+            "start_min_s": min(starts[k]),
+            "import_min_s": min(imports[k]),
+        }
+        for k in starts
+    }
     t = Table(title=f"twin engine start-up, median of {args.runs} (baseline {args.baseline})", title_justify="left")
     for col in ("side", "start -> /health 200 (s)", "min", "engine CPU (s)", "import engine (s)", "min"):
         t.add_column(col, justify="right")
     for side in ("baseline", "this"):
         m = med[side]
-        t.add_row(side, f"{m['start_s']:.3f}", f"{m['start_min_s']:.3f}", f"{m['cpu_s']:.3f}", f"{m['import_s']:.3f}",
-                  f"{m['import_min_s']:.3f}")
+        t.add_row(
+            side,
+            f"{m['start_s']:.3f}",
+            f"{m['start_min_s']:.3f}",
+            f"{m['cpu_s']:.3f}",
+            f"{m['import_s']:.3f}",
+            f"{m['import_min_s']:.3f}",
+        )
     console.print(t)
     ratio = {key: med["this"][key] / med["baseline"][key] for key in ("start_s", "start_min_s", "cpu_s", "import_s")}
-    console.print(f"ratio this/baseline: start {ratio['start_s']:.3f} (min {ratio['start_min_s']:.3f}), "
-                  f"engine CPU {ratio['cpu_s']:.3f}, import {ratio['import_s']:.3f}")
+    console.print(
+        f"ratio this/baseline: start {ratio['start_s']:.3f} (min {ratio['start_min_s']:.3f}), "
+        f"engine CPU {ratio['cpu_s']:.3f}, import {ratio['import_s']:.3f}"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"baseline": args.baseline, "runs": args.runs, "median": med, "ratio": ratio,
-                                         "samples": {"start_s": starts, "cpu_s": cpus, "import_s": imports}}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "baseline": args.baseline,
+                    "runs": args.runs,
+                    "median": med,
+                    "ratio": ratio,
+                    "samples": {"start_s": starts, "cpu_s": cpus, "import_s": imports},
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -41,8 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     ref, chosen = by[(16, (3, 4, 8))], by[(16, (3, 2, 4))]
     ordering_ok = ref.util > 0.98 and 0.95 <= chosen.util <= 0.98 and chosen.speed > ref.speed
     ok = all(r["ok"] for r in rows) and ordering_ok
-    out: dict = {"profile": prof.name, "rows": rows, "bs16_ordering_ok": ordering_ok,
-                 "bs16": {"(3,4,8)": {"util": ref.util, "speed": ref.speed}, "(3,2,4)": {"util": chosen.util, "speed": chosen.speed}}}
+    out: dict = {
+        "profile": prof.name,
+        "rows": rows,
+        "bs16_ordering_ok": ordering_ok,
+        "bs16": {
+            "(3,4,8)": {"util": ref.util, "speed": ref.speed},
+            "(3,2,4)": {"util": chosen.util, "speed": chosen.speed},
+        },
+    }
     if args.rewards:
         ranking = predict_rewards(prof, repeats=args.repeats)
         out["rewards"] = {}
@@ -51,18 +58,27 @@ def main(argv: list[str] | None = None) -> int:
             se = ((best[2] ** 2 + second[2] ** 2) / args.repeats) ** 0.5
             picks_recipe = best[0] == RECIPE.get(bs)
             ok = ok and picks_recipe
-            out["rewards"][str(bs)] = {"best": str(best[0]), "recipe": str(RECIPE.get(bs)), "picks_recipe": picks_recipe,
-                                       "margin": best[1] - second[1], "margin_se": se,
-                                       "top5": [[str(c), round(m, 4), round(s, 4)] for c, m, s in lst[:5]]}
+            out["rewards"][str(bs)] = {
+                "best": str(best[0]),
+                "recipe": str(RECIPE.get(bs)),
+                "picks_recipe": picks_recipe,
+                "margin": best[1] - second[1],
+                "margin_se": se,
+                "top5": [[str(c), round(m, 4), round(s, 4)] for c, m, s in lst[:5]],
+            }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0 if ok else 1
     print_fit_table(fits)
-    console.print(f"bs 16: reference (3,4,8) u={ref.util:.3f} speed {ref.speed:.1f}; chosen (3,2,4) u={chosen.util:.3f} speed "
-                  f"{chosen.speed:.1f} -> published ordering {'reproduced' if ordering_ok else 'NOT reproduced'}")
+    console.print(
+        f"bs 16: reference (3,4,8) u={ref.util:.3f} speed {ref.speed:.1f}; chosen (3,2,4) u={chosen.util:.3f} speed "
+        f"{chosen.speed:.1f} -> published ordering {'reproduced' if ordering_ok else 'NOT reproduced'}"
+    )
     for bs, r in out.get("rewards", {}).items():
-        console.print(f"bs {bs:>2}: best {r['best']} (recipe {r['recipe']}: {'yes' if r['picks_recipe'] else 'NO'}), margin "
-                      f"{r['margin']:.4f} (s.e. {r['margin_se']:.4f}); top: " + ", ".join(f"{c} {m:.3f}" for c, m, _ in r["top5"]))
+        console.print(
+            f"bs {bs:>2}: best {r['best']} (recipe {r['recipe']}: {'yes' if r['picks_recipe'] else 'NO'}), margin "
+            f"{r['margin']:.4f} (s.e. {r['margin_se']:.4f}); top: " + ", ".join(f"{c} {m:.3f}" for c, m, _ in r["top5"])
+        )
     console.print("all targets met" if ok else "[bold red]targets missed[/]")
     return 0 if ok else 1
 

@@ -42,7 +42,9 @@ def row_counts(path: Path) -> dict:
         "rows": len(rows),
         "errors": [[r["batch_size"], r["steps"], r["topk"], r["num_draft_tokens"], r.get("repeat")] for r in errors],
         "recovered": sum(1 for r in rows if r.get("retry_mem_fraction") is not None and not r.get("error")),
-        "window_source": dict(Counter((r.get("extras") or {}).get("window_source", "none") for r in rows if not r.get("error"))),
+        "window_source": dict(
+            Counter((r.get("extras") or {}).get("window_source", "none") for r in rows if not r.get("error"))
+        ),
         "published_throttled": sum(1 for r in rows if r.get("gpu_throttling")),
     }
 
@@ -57,16 +59,29 @@ def ranking(data, top: int) -> dict[int, list[dict]]:
             m = sel & (data.actions == a)
             r = data.rewards[m]
             se = float(r.std(ddof=1) / math.sqrt(len(r))) if len(r) > 1 else float("nan")
-            items.append({"config": ACTIONS[int(a)].as_tuple(), "mean": float(r.mean()), "se": se, "n": int(len(r)),
-                          "util": float(data.utilization[m].mean()), "speed": float(data.speeds[m].mean())})
+            items.append(
+                {
+                    "config": ACTIONS[int(a)].as_tuple(),
+                    "mean": float(r.mean()),
+                    "se": se,
+                    "n": int(len(r)),
+                    "util": float(data.utilization[m].mean()),
+                    "speed": float(data.speeds[m].mean()),
+                }
+            )
         items.sort(key=lambda d: -d["mean"])
         out[bs] = items[:top] if top else items
         recipe = next((d for d in items if d["config"] == RECIPE.get(bs)), None)
         rival = next((d for d in items if d["config"] != RECIPE.get(bs)), None)
         if recipe and rival:
             se = math.hypot(recipe["se"], rival["se"])
-            out[bs].append({"margin": recipe["mean"] - rival["mean"], "rival": rival["config"],
-                            "margin_in_se": (recipe["mean"] - rival["mean"]) / se if se > 0 else float("inf")})
+            out[bs].append(
+                {
+                    "margin": recipe["mean"] - rival["mean"],
+                    "rival": rival["config"],
+                    "margin_in_se": (recipe["mean"] - rival["mean"]) / se if se > 0 else float("inf"),
+                }
+            )
     return out
 
 
@@ -91,9 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         timings[algo] = time.perf_counter() - t
     ok = all(p == RECIPE for p in picks.values())
     rank = ranking(data, args.top)
-    out = {"dataset": str(path), "counts": row_counts(path), "picks": {a: {str(b): list(c) for b, c in p.items()} for a, p in picks.items()},
-           "recipe_ok": ok, "ranking": {str(b): v for b, v in rank.items()}, "train_s": timings,
-           "total_s": time.perf_counter() - t0}
+    out = {
+        "dataset": str(path),
+        "counts": row_counts(path),
+        "picks": {a: {str(b): list(c) for b, c in p.items()} for a, p in picks.items()},
+        "recipe_ok": ok,
+        "ranking": {str(b): v for b, v in rank.items()},
+        "train_s": timings,
+        "total_s": time.perf_counter() - t0,
+    }
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0 if ok else 1
@@ -104,11 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     for bs, items in rank.items():
         tops = [d for d in items if "config" in d]
         marg = next((d for d in items if "margin" in d), None)
-        table.add_row(str(bs), "\n".join(f"{d['config']} {d['mean']:.3f}±{d['se']:.3f} (u {d['util']:.3f}, {d['speed']:.1f})" for d in tops),
-                      f"{marg['margin']:+.4f} vs {marg['rival']} ({marg['margin_in_se']:+.1f} s.e.)" if marg else "-",
-                      " / ".join(str(picks[a].get(bs)) for a in ALGOS))
+        table.add_row(
+            str(bs),
+            "\n".join(
+                f"{d['config']} {d['mean']:.3f}±{d['se']:.3f} (u {d['util']:.3f}, {d['speed']:.1f})" for d in tops
+            ),
+            f"{marg['margin']:+.4f} vs {marg['rival']} ({marg['margin_in_se']:+.1f} s.e.)" if marg else "-",
+            " / ".join(str(picks[a].get(bs)) for a in ALGOS),
+        )
     console.print(table)
-    console.print("train: " + ", ".join(f"{a} {t:.1f} s" for a, t in timings.items()) + f"; total {out['total_s']:.1f} s")
+    console.print(
+        "train: " + ", ".join(f"{a} {t:.1f} s" for a, t in timings.items()) + f"; total {out['total_s']:.1f} s"
+    )
     console.print("[green]recipe reproduced by all three[/green]" if ok else "[red]recipe NOT reproduced[/red]")
     return 0 if ok else 1
 

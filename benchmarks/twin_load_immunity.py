@@ -28,8 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GOAL = 0.01
-METRICS = ("speed_tok_s", "joules_per_token", "accept_length", "avg_power_watts", "gpu_util_pct", "step_time_s",
-           "wall_clock_s", "energy_joules", "total_output_tokens")
+METRICS = (
+    "speed_tok_s",
+    "joules_per_token",
+    "accept_length",
+    "avg_power_watts",
+    "gpu_util_pct",
+    "step_time_s",
+    "wall_clock_s",
+    "energy_joules",
+    "total_output_tokens",
+)
 """``avg_power_watts`` is the utilization of the reward (power / limit); ``gpu_util_pct`` is NVML's (one sample)."""
 GATED = ("speed_tok_s", "joules_per_token", "accept_length", "avg_power_watts")
 """Speed, J/token, accept length and utilization (the reward's: average power / limit) must agree within ``GOAL``.
@@ -54,10 +63,31 @@ def stop_load(procs: list[subprocess.Popen]) -> None:
 
 def run_sweep(out: Path, args: argparse.Namespace) -> float:
     """One seeded twin sweep into ``out``; returns its wall seconds (raises on a non-zero exit)."""
-    cmd = [sys.executable, "-m", "harness", "sweep", "--engine", "twin", "--configs", args.configs,
-           "--batch-sizes", args.batch_sizes, "--time-scale", str(args.time_scale), "--output-tokens",
-           str(args.output_tokens), "--seed", str(args.seed), "--settle", "0", "--plain", "--out", str(out),
-           "--engine-arg=--twin-launch-scale", f"--engine-arg={args.launch_scale}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "--engine",
+        "twin",
+        "--configs",
+        args.configs,
+        "--batch-sizes",
+        args.batch_sizes,
+        "--time-scale",
+        str(args.time_scale),
+        "--output-tokens",
+        str(args.output_tokens),
+        "--seed",
+        str(args.seed),
+        "--settle",
+        "0",
+        "--plain",
+        "--out",
+        str(out),
+        "--engine-arg=--twin-launch-scale",
+        f"--engine-arg={args.launch_scale}",
+    ]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
@@ -92,8 +122,12 @@ def compare(idle: dict[str, dict], loaded: dict[str, dict]) -> dict[str, dict]:
             d = rel_diff(idle[c].get(m), loaded[c].get(m))
             if d is not None and d >= worst:
                 worst, where = d, c
-        out[m] = {"max_rel_diff": worst, "cell": where, "idle": idle[where].get(m) if where else None,
-                  "loaded": loaded[where].get(m) if where else None}
+        out[m] = {
+            "max_rel_diff": worst,
+            "cell": where,
+            "idle": idle[where].get(m) if where else None,
+            "loaded": loaded[where].get(m) if where else None,
+        }
     return out
 
 
@@ -122,26 +156,48 @@ def main() -> int:
             stop_load(load)
         idle, loaded = rows(tmp / "idle"), rows(tmp / "loaded")
     result = compare(idle, loaded)
-    table = Table(title=f"twin load immunity: {len(idle)} cells, seed {args.seed}, time scale {args.time_scale:g}, "
-                        f"+{args.load} busy loops per core ({len(load)} processes)")
+    table = Table(
+        title=f"twin load immunity: {len(idle)} cells, seed {args.seed}, time scale {args.time_scale:g}, "
+        f"+{args.load} busy loops per core ({len(load)} processes)"
+    )
     for col in ("metric", "max rel diff", "cell", "idle", "loaded", "goal"):
         table.add_column(col)
     for m, r in result.items():
         ok = r["max_rel_diff"] <= GOAL
-        table.add_row(m, f"{r['max_rel_diff'] * 100:.3f} %", str(r["cell"]), f"{r['idle']}", f"{r['loaded']}",
-                      "[green]ok[/]" if ok else "[red]over[/]")
+        table.add_row(
+            m,
+            f"{r['max_rel_diff'] * 100:.3f} %",
+            str(r["cell"]),
+            f"{r['idle']}",
+            f"{r['loaded']}",
+            "[green]ok[/]" if ok else "[red]over[/]",
+        )
     console.print(table)
     ratio = wall_loaded / wall_idle
     console.print(f"sweep wall time: idle {wall_idle:.1f} s, loaded {wall_loaded:.1f} s, ratio {ratio:.2f}")
     worst = max(result[m]["max_rel_diff"] for m in GATED)
-    util_pts = max((abs(idle[c]["gpu_util_pct"] - loaded[c]["gpu_util_pct"]) for c in set(idle) & set(loaded)
-                    if idle[c].get("gpu_util_pct") is not None and loaded[c].get("gpu_util_pct") is not None), default=0)
-    console.print(f"worst of speed, J/token, accept length, utilization (avg power / limit): {worst * 100:.3f} % "
-                  f"(goal <= {GOAL * 100:.0f} %); NVML utilization sample: max {util_pts:g} point(s) apart")
+    util_pts = max(
+        (
+            abs(idle[c]["gpu_util_pct"] - loaded[c]["gpu_util_pct"])
+            for c in set(idle) & set(loaded)
+            if idle[c].get("gpu_util_pct") is not None and loaded[c].get("gpu_util_pct") is not None
+        ),
+        default=0,
+    )
+    console.print(
+        f"worst of speed, J/token, accept length, utilization (avg power / limit): {worst * 100:.3f} % "
+        f"(goal <= {GOAL * 100:.0f} %); NVML utilization sample: max {util_pts:g} point(s) apart"
+    )
     if args.json:
-        out = {"metrics": result, "nvml_util_max_points": util_pts, "wall_idle_s": wall_idle,
-               "wall_loaded_s": wall_loaded, "wall_ratio": ratio, "worst_gated": worst,
-               "args": {k: str(v) for k, v in vars(args).items()}}
+        out = {
+            "metrics": result,
+            "nvml_util_max_points": util_pts,
+            "wall_idle_s": wall_idle,
+            "wall_loaded_s": wall_loaded,
+            "wall_ratio": ratio,
+            "worst_gated": worst,
+            "args": {k: str(v) for k, v in vars(args).items()},
+        }
         args.json.write_text(json.dumps(out, indent=2))
     return 0
 

@@ -49,6 +49,7 @@ def build_app(first_arg: str | None = None) -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+
     @app.callback()
     def _root() -> None:
         """Energy-aware speculative decoding: sweep sglang EAGLE3 configs, measure GPU energy, learn policies."""

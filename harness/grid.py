@@ -80,7 +80,9 @@ def effective(steps: int, topk: int, draft_tokens: int) -> SpecConfig:
     """Validate a raw triple and apply sglang's topk==1 rewrite; raise InvalidConfigError naming the rule."""
     rule = violated_rule(steps, topk, draft_tokens)
     if rule is not None:
-        raise InvalidConfigError(f"invalid speculative config {rule}", fix="pick a triple that satisfies the rule, e.g. 3:4:8")
+        raise InvalidConfigError(
+            f"invalid speculative config {rule}", fix="pick a triple that satisfies the rule, e.g. 3:4:8"
+        )
     if topk == 1:
         draft_tokens = steps + 1
     return SpecConfig(steps, topk, draft_tokens)
@@ -144,7 +146,8 @@ def parse_configs(text: str) -> list[SpecConfig]:
     for item in items:
         if item.count(":") != 2:
             raise InvalidConfigError(
-                f"cannot parse config {item!r} in --configs {text!r}", fix="separate items with commas, e.g. 0:0:0,3:4:8"
+                f"cannot parse config {item!r} in --configs {text!r}",
+                fix="separate items with commas, e.g. 0:0:0,3:4:8",
             )
         out.setdefault(parse_config(item), None)
     if not out:
@@ -157,7 +160,9 @@ def parse_int_list(text: str, name: str) -> list[int]:
     try:
         values = [int(t) for t in text.replace(" ", ",").split(",") if t]
     except ValueError:
-        raise InvalidConfigError(f"{name} must be comma-separated integers, got {text!r}", fix=f"e.g. {name} 1,4,8,16") from None
+        raise InvalidConfigError(
+            f"{name} must be comma-separated integers, got {text!r}", fix=f"e.g. {name} 1,4,8,16"
+        ) from None
     if not values:
         raise InvalidConfigError(f"{name} is empty", fix=f"e.g. {name} 1,4,8,16")
     return values
@@ -170,6 +175,7 @@ MAX_BATCH_SIZE = 4096
 def parse_batch_sizes(text: str) -> list[int]:
     values = parse_int_list(text, "--batch-sizes")
     if any(v < 1 or v > MAX_BATCH_SIZE for v in values):
-        raise InvalidConfigError(f"--batch-sizes must be between 1 and {MAX_BATCH_SIZE}, got {text!r}",
-                                 fix="e.g. --batch-sizes 1,4,8,16")
+        raise InvalidConfigError(
+            f"--batch-sizes must be between 1 and {MAX_BATCH_SIZE}, got {text!r}", fix="e.g. --batch-sizes 1,4,8,16"
+        )
     return sorted(set(values), key=values.index)

@@ -30,9 +30,9 @@ def suite_first(args: Sequence[str], commands: Sequence[str]) -> list[str]:
     out = list(args)
     for i, a in enumerate(out):
         if a == "--suite" and i + 1 < len(out):
-            name, rest = out[i + 1], out[:i] + out[i + 2:]
+            name, rest = out[i + 1], out[:i] + out[i + 2 :]
         elif a.startswith("--suite="):
-            name, rest = a.removeprefix("--suite="), out[:i] + out[i + 1:]
+            name, rest = a.removeprefix("--suite="), out[:i] + out[i + 1 :]
         else:
             continue
         if name in SUITES and not any(r in commands for r in rest):
@@ -55,13 +55,17 @@ class PilotCommand(TyperCommand):
         try:
             return super().parse_args(ctx, args)
         except NoSuchOption as exc:
-            raise UsageError(f"unknown option {exc.option_name} for `harness pilot {self.name}`",
-                             fix=f"see `harness pilot {self.name} --help` for its flags") from None
+            raise UsageError(
+                f"unknown option {exc.option_name} for `harness pilot {self.name}`",
+                fix=f"see `harness pilot {self.name} --help` for its flags",
+            ) from None
 
 
 def _suite_module(suite: str, part: str) -> Any:
     if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}", fix="use `harness pilot swebench` or `harness pilot terminalbench`")
+        raise UsageError(
+            f"unknown suite {suite!r}", fix="use `harness pilot swebench` or `harness pilot terminalbench`"
+        )
     name = f"pilots.{suite}.{part}"
     try:
         return importlib.import_module(name)
@@ -88,11 +92,17 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     group = groups["pilot"]
     command = {"cls": PilotCommand, "context_settings": {"help_option_names": SUITE_HELP}}
 
-    @group.callback(cls=PilotGroup, invoke_without_command=True, no_args_is_help=True,
-                    context_settings={"help_option_names": ["-h", "--help"]})
+    @group.callback(
+        cls=PilotGroup,
+        invoke_without_command=True,
+        no_args_is_help=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     def pilot(
         ctx: typer.Context,
-        suite: Annotated[Optional[str], typer.Option(help="Same as the SUITE subcommand (older command lines).")] = None,
+        suite: Annotated[
+            Optional[str], typer.Option(help="Same as the SUITE subcommand (older command lines).")
+        ] = None,
         **common: Any,
     ) -> None:
         """Run an agentic pilot: `harness pilot swebench|terminalbench [flags]` (common flags may come first)."""
@@ -111,9 +121,13 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     @group.command("setup", cls=PilotCommand, context_settings={"help_option_names": ["-h", "--help"]})
     def setup(
         ctx: typer.Context,
-        suite: Annotated[Optional[str], typer.Option(help="The suite to prepare (terminalbench: the Harbor venv).")] = None,
-        harbor_bin: terminalbench_cli.SetupHarborBin = None, venv: terminalbench_cli.SetupVenv = None,
-        python: terminalbench_cli.SetupPython = None, harbor_version: terminalbench_cli.SetupHarborVersion = None,
+        suite: Annotated[
+            Optional[str], typer.Option(help="The suite to prepare (terminalbench: the Harbor venv).")
+        ] = None,
+        harbor_bin: terminalbench_cli.SetupHarborBin = None,
+        venv: terminalbench_cli.SetupVenv = None,
+        python: terminalbench_cli.SetupPython = None,
+        harbor_version: terminalbench_cli.SetupHarborVersion = None,
         force: terminalbench_cli.SetupForce = None,
         **common: Any,
     ) -> None:

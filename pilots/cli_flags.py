@@ -25,8 +25,12 @@ def opt(model: type[BaseModel], field: str, panel: str, *decls: str) -> Any:
     info = model.model_fields[field]
     default = info.get_default(call_default_factory=True)
     shown = ",".join(map(str, default)) if isinstance(default, list) else default
-    return typer.Option(*decls, help=info.description, rich_help_panel=panel,
-                        show_default=str(shown) if shown not in (None, "") else False)
+    return typer.Option(
+        *decls,
+        help=info.description,
+        rich_help_panel=panel,
+        show_default=str(shown) if shown not in (None, "") else False,
+    )
 
 
 def _common(field: str, *decls: str) -> Any:
@@ -52,10 +56,22 @@ LaunchTimeout = Annotated[Optional[float], _common("launch_timeout")]
 TwinFaults = Annotated[Optional[list[str]], _common("twin_faults", "--twin-fault")]
 
 COMMON: tuple[tuple[str, Any], ...] = (
-    ("engine", Engine), ("time_scale", TimeScale), ("out", Out), ("sampler_url", SamplerUrl), ("twin_gpu_url", TwinGpu),
-    ("configs", Configs), ("fixture", Fixture), ("server_batch_size", ServerBatchSize), ("mem_fraction", MemFraction),
-    ("seed", Seed), ("sglang_version", SglangVersion), ("model_path", ModelPath), ("draft_model_path", DraftModelPath),
-    ("request_timeout", RequestTimeout), ("launch_timeout", LaunchTimeout), ("twin_faults", TwinFaults),
+    ("engine", Engine),
+    ("time_scale", TimeScale),
+    ("out", Out),
+    ("sampler_url", SamplerUrl),
+    ("twin_gpu_url", TwinGpu),
+    ("configs", Configs),
+    ("fixture", Fixture),
+    ("server_batch_size", ServerBatchSize),
+    ("mem_fraction", MemFraction),
+    ("seed", Seed),
+    ("sglang_version", SglangVersion),
+    ("model_path", ModelPath),
+    ("draft_model_path", DraftModelPath),
+    ("request_timeout", RequestTimeout),
+    ("launch_timeout", LaunchTimeout),
+    ("twin_faults", TwinFaults),
 )
 """The common flags, listed once: every pilot command (the group, each suite, ``setup``) takes them."""
 
@@ -64,8 +80,13 @@ def with_common_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """``command`` (its own flags, then ``**common``) presented to typer with the common flags after its own."""
     from harness.core.model_options import with_parameters
 
-    return with_parameters(command, [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-                                     for name, kind in COMMON])
+    return with_parameters(
+        command,
+        [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+            for name, kind in COMMON
+        ],
+    )
 
 
 def values(ctx: typer.Context) -> dict[str, Any]:

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from pilots.runner import PilotResult
 
 
-
-
 def pilot_console(*, stderr: bool = False) -> Any:
     """A rich console; when output is not a terminal it is 160 columns wide (``COLUMNS`` overrides)."""
     stream = sys.stderr if stderr else sys.stdout

@@ -66,22 +66,32 @@ class PilotOptions(BaseModel):
     out: Path | None = Field(None, description="RUN_DIR (default results/<suite>-<utc>).")
     sampler_url: str | None = Field(None, description="Use a running sampler.")
     twin_gpu_url: str | None = Field(None, description="Use a running twin GPU device URL.")
-    configs: list[str] = Field(default_factory=lambda: list(DEFAULT_CONFIGS),
-                               description="Pilot configs: names (no_spec,chosen,chosen_bs16) or s:k:d.")
+    configs: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_CONFIGS),
+        description="Pilot configs: names (no_spec,chosen,chosen_bs16) or s:k:d.",
+    )
     fixture: bool = Field(False, description="Run the project's own offline instances/tasks.")
-    server_batch_size: int = Field(PUBLISHED_SERVER_BATCH_SIZE, ge=1,
-                                   description="Batch size the server is launched for (published 16).")
-    mem_fraction: float = Field(PUBLISHED_PILOT_MEM_FRACTION, gt=0, lt=1,
-                                description="--mem-fraction-static of the server (published pilot 0.55).")
+    server_batch_size: int = Field(
+        PUBLISHED_SERVER_BATCH_SIZE, ge=1, description="Batch size the server is launched for (published 16)."
+    )
+    mem_fraction: float = Field(
+        PUBLISHED_PILOT_MEM_FRACTION,
+        gt=0,
+        lt=1,
+        description="--mem-fraction-static of the server (published pilot 0.55).",
+    )
     seed: int = Field(0, description="Twin seed.")
-    sglang_version: str = Field("auto", description="auto (detected where the server runs) or a version from 0.5.2 "
-                                                    "to 0.5.23 (the twin: 0.5.2|0.5.23).")
+    sglang_version: str = Field(
+        "auto",
+        description="auto (detected where the server runs) or a version from 0.5.2 to 0.5.23 (the twin: 0.5.2|0.5.23).",
+    )
     model_path: str = Field("unsloth/Llama-3.2-1B-Instruct", description="Target model.")
     draft_model_path: str = Field("rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct", description="EAGLE3 draft head.")
     request_timeout: float = Field(1800.0, gt=0, description="Seconds per LLM request.")
     launch_timeout: float = Field(900.0, gt=0, description="Seconds to wait for a server.")
-    twin_faults: list[str] = Field(default_factory=list, description="Twin faults NAME or NAME@BS/s:k:d, "
-                                                                     "comma-separated (e.g. runaway@16/3:2:4).")
+    twin_faults: list[str] = Field(
+        default_factory=list, description="Twin faults NAME or NAME@BS/s:k:d, comma-separated (e.g. runaway@16/3:2:4)."
+    )
     run_id: str = Field(default_factory=_utc_stamp)
 
     @field_validator("configs", "twin_faults", mode="before")
@@ -117,8 +127,10 @@ def options_from_flags(flags: dict[str, Any], suite: str | None = None) -> Pilot
     if suite is not None:
         data["suite"] = suite
     if data.get("suite") not in SUITES:
-        raise UsageError(f"unknown or missing suite {data.get('suite')!r}",
-                         fix="use `harness pilot swebench` or `harness pilot terminalbench`")
+        raise UsageError(
+            f"unknown or missing suite {data.get('suite')!r}",
+            fix="use `harness pilot swebench` or `harness pilot terminalbench`",
+        )
     return validated(PilotOptions, data)
 
 
@@ -130,5 +142,7 @@ def validated(model: type[Any], data: dict[str, Any]) -> Any:
         raise
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise UsageError(f"invalid {'pilot' if model is PilotOptions else 'suite'} options: {problems}",
-                         fix="check the flags with --help") from None
+        raise UsageError(
+            f"invalid {'pilot' if model is PilotOptions else 'suite'} options: {problems}",
+            fix="check the flags with --help",
+        ) from None

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.engine.sglang_argv import EngineSpec
-from harness.engine.launch import RunningServer
-from harness.engine.version import resolve_version
+from harness.core.clocks import WALL_CLOCK, ScaledClock, mono_ns
 from harness.core.errors import HarnessError
-from harness.grid import SpecConfig
 from harness.core.jsonl import JsonlAppender, write_jsonl_atomic
+from harness.engine.launch import RunningServer
+from harness.engine.sglang_argv import EngineSpec
+from harness.engine.version import resolve_version
+from harness.grid import SpecConfig
 from harness.runs.manifest import PilotManifest
 from harness.runs.measurement import finite
 from harness.runs.rows import PILOT_ROWS
 from harness.telemetry.client import TelemetrySource
-from harness.core.clocks import WALL_CLOCK, ScaledClock, mono_ns
 from harness.world.world import World, open_world
 from pilots.options import PilotOptions
 from pilots.telemetry import Measured, measure
@@ -61,8 +61,13 @@ class ConfigRun:
     def trial(self, task_id: str, **kw: Any) -> PilotTrial:
         """A ``PilotTrial`` pre-filled with this config's identity."""
         return PilotTrial(
-            suite=self.options.suite, config_name=self.name, steps=self.config.steps, topk=self.config.topk,
-            num_draft_tokens=self.config.draft_tokens, task_id=task_id, **kw,
+            suite=self.options.suite,
+            config_name=self.name,
+            steps=self.config.steps,
+            topk=self.config.topk,
+            num_draft_tokens=self.config.draft_tokens,
+            task_id=task_id,
+            **kw,
         )
 
 
@@ -95,31 +100,49 @@ def server_stats(server: RunningServer) -> dict[str, Any]:
         info = server.client.server_info()
     except Exception as exc:  # noqa: BLE001 - best effort: the error is recorded in the stats instead
         return {"avg_spec_accept_length": None, "server_info_error": f"{type(exc).__name__}: {exc}"}
-    return {"avg_spec_accept_length": finite(info.avg_spec_accept_length), "server_info": info.model_dump(mode="json"),
-            "attention_backend": info.attention_backend}
+    return {
+        "avg_spec_accept_length": finite(info.avg_spec_accept_length),
+        "server_info": info.model_dump(mode="json"),
+        "attention_backend": info.attention_backend,
+    }
 
 
 def warm_up(server: RunningServer) -> dict[str, Any]:
     """The published pilot warm-up: one short deterministic request."""
     t0 = time.monotonic()
-    res = server.client.generate("Return the single word READY.", max_new_tokens=8, temperature=0.0, ignore_eos=False,
-                                 rid=f"pilot-warmup-{mono_ns()}")
+    res = server.client.generate(
+        "Return the single word READY.",
+        max_new_tokens=8,
+        temperature=0.0,
+        ignore_eos=False,
+        rid=f"pilot-warmup-{mono_ns()}",
+    )
     return {"warmup_s": time.monotonic() - t0, "warmup_completion_tokens": getattr(res, "completion_tokens", None)}
 
 
 def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> EngineSpec:
     return EngineSpec(
-        kind=options.engine, model_path=options.model_path, draft_model_path=options.draft_model_path,
-        sglang_version=options.sglang_version, twin_gpu_url=twin_gpu_url,
-        twin_seed=options.seed if options.engine == "twin" else None, twin_faults=tuple(options.twin_faults),
+        kind=options.engine,
+        model_path=options.model_path,
+        draft_model_path=options.draft_model_path,
+        sglang_version=options.sglang_version,
+        twin_gpu_url=twin_gpu_url,
+        twin_seed=options.seed if options.engine == "twin" else None,
+        twin_faults=tuple(options.twin_faults),
     )
 
 
 def _open_world(options: PilotOptions, run_dir: Path) -> World:
     return open_world(
-        engine=options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
-        time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_engine_spec(options, options.twin_gpu_url),
-        launch_timeout_s=options.launch_timeout, request_timeout_s=options.request_timeout,
+        engine=options.engine,
+        sampler_url=options.sampler_url,
+        twin_gpu_url=options.twin_gpu_url,
+        time_scale=options.time_scale,
+        seed=options.seed,
+        run_dir=run_dir,
+        spec=_engine_spec(options, options.twin_gpu_url),
+        launch_timeout_s=options.launch_timeout,
+        request_timeout_s=options.request_timeout,
     )
 
 
@@ -145,9 +168,15 @@ class PilotRunner:
         rd = self.run_dir
         rd.mkdir(parents=True, exist_ok=True)
         manifest = PilotManifest(
-            suite=o.suite, run_id=o.run_id, options=o.model_dump(mode="json"), sglang_version=version,
-            sglang_version_requested=requested, configs={n: c.as_list() for n, c in self.configs.items()},
-            server_batch_size=o.server_batch_size, effective_concurrency=1, suite_meta=self.suite_meta,
+            suite=o.suite,
+            run_id=o.run_id,
+            options=o.model_dump(mode="json"),
+            sglang_version=version,
+            sglang_version_requested=requested,
+            configs={n: c.as_list() for n, c in self.configs.items()},
+            server_batch_size=o.server_batch_size,
+            effective_concurrency=1,
+            suite_meta=self.suite_meta,
             host=socket.gethostname(),
         )
         manifest.save(rd)
@@ -158,8 +187,9 @@ class PilotRunner:
             manifest.save(rd)
             raise
 
-    def _run(self, per_config: PerConfigFn, finalize: Callable[[PilotResult], None] | None,
-             manifest: PilotManifest) -> PilotResult:
+    def _run(
+        self, per_config: PerConfigFn, finalize: Callable[[PilotResult], None] | None, manifest: PilotManifest
+    ) -> PilotResult:
         o = self.options
         rd = self.run_dir
         outcomes: list[ConfigOutcome] = []
@@ -176,21 +206,37 @@ class PilotRunner:
         rows: list[dict[str, Any]] = []
         for oc in outcomes:
             for t in oc.trials:
-                rows.append(trial_row(
-                    t, hardware=str(manifest.hardware or "unknown_gpu"), index=len(rows), run_id=o.run_id,
-                    pilot_server_batch_size=o.server_batch_size, mem_fraction=o.mem_fraction,
-                    launch_s=finite(oc.summary.get("launch_s")), sglang_version=o.sglang_version,
-                    time_scale=o.time_scale, power_limit_w=finite(manifest.power_limit_w),
-                    engine={"kind": o.engine, "version": o.sglang_version},
-                    attention_backend=oc.summary.get("attention_backend"),
-                ))
+                rows.append(
+                    trial_row(
+                        t,
+                        hardware=str(manifest.hardware or "unknown_gpu"),
+                        index=len(rows),
+                        run_id=o.run_id,
+                        pilot_server_batch_size=o.server_batch_size,
+                        mem_fraction=o.mem_fraction,
+                        launch_s=finite(oc.summary.get("launch_s")),
+                        sglang_version=o.sglang_version,
+                        time_scale=o.time_scale,
+                        power_limit_w=finite(manifest.power_limit_w),
+                        engine={"kind": o.engine, "version": o.sglang_version},
+                        attention_backend=oc.summary.get("attention_backend"),
+                    )
+                )
         result = PilotResult(rd, outcomes, rows, manifest)
         if finalize is not None:
             finalize(result)
         write_jsonl_atomic(
             rd / "reports" / "merged.jsonl",
-            [{"suite": o.suite, "config": t.config_name, "task_id": t.task_id, "record": t.record,
-              "evaluation": t.evaluation} for t in result.trials],
+            [
+                {
+                    "suite": o.suite,
+                    "config": t.config_name,
+                    "task_id": t.task_id,
+                    "record": t.record,
+                    "evaluation": t.evaluation,
+                }
+                for t in result.trials
+            ],
         )
         write_jsonl_atomic(rd / PILOT_ROWS, result.rows)
         manifest.outputs = _listing(rd)
@@ -198,12 +244,19 @@ class PilotRunner:
         manifest.save(rd)
         return result
 
-    def _run_config(self, world: World, clock: ScaledClock, name: str, cfg: SpecConfig, per_config: PerConfigFn) -> ConfigOutcome:
+    def _run_config(
+        self, world: World, clock: ScaledClock, name: str, cfg: SpecConfig, per_config: PerConfigFn
+    ) -> ConfigOutcome:
         o = self.options
         outcome = ConfigOutcome(name, cfg)
         summary: dict[str, Any] = {
-            "config": name, "steps": cfg.steps, "topk": cfg.topk, "num_draft_tokens": cfg.draft_tokens,
-            "server_batch_size": o.server_batch_size, "effective_concurrency": 1, "error": None,
+            "config": name,
+            "steps": cfg.steps,
+            "topk": cfg.topk,
+            "num_draft_tokens": cfg.draft_tokens,
+            "server_batch_size": o.server_batch_size,
+            "effective_concurrency": 1,
+            "error": None,
         }
         log_path = self.run_dir / "logs" / f"server-{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +300,9 @@ class PilotRunner:
         summary.update(_means(outcome.trials))
         with JsonlAppender(self.run_dir / "telemetry" / f"{name}.jsonl") as out:
             for t in outcome.trials:
-                out.append({**t.record, "accept_length": t.accept_length, "accept_length_source": t.accept_length_source})
+                out.append(
+                    {**t.record, "accept_length": t.accept_length, "accept_length_source": t.accept_length_source}
+                )
         outcome.summary = summary
         return outcome
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.core.clocks import ScaledClock, mono_ns, to_iso, wall_ns
 from harness.runs.measurement import finite
 from harness.runs.rows import throttling_flags
 from harness.telemetry.client import TelemetrySource
 from harness.telemetry.windows import GpuSample, WindowStats
-from harness.core.clocks import ScaledClock, mono_ns, to_iso, wall_ns
 
 WINDOW_WAIT_S = 2.0
 """How long a pilot waits for the sampler's first sample after a window's end."""

@@ -6,11 +6,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.core.clocks import wall_ns
 from harness.grid import SpecConfig
 from harness.runs.measurement import measurement
 from harness.runs.rows import make_pilot_cell_id, pilot_row, to_native
 from harness.telemetry.windows import GpuSample, WindowStats
-from harness.core.clocks import wall_ns
 from pilots.telemetry import gpu_metrics
 
 
@@ -91,8 +91,13 @@ def trial_row(trial: PilotTrial, *, hardware: str, index: int, run_id: str, **ex
         f"{trial.suite} {trial.task_id} at {trial.config_name} {trial.config}"
         f" ({trial.status}): {trial.note or 'end-to-end agentic request (prefill, decode and HTTP), not controlled decode throughput'}"
     )
-    m = measurement(trial.window, trial.before, trial.after, window_power_w=trial.avg_power_watts,
-                    gpu_from="window" if trial.telemetry_mode == "window_average" else "after")
+    m = measurement(
+        trial.window,
+        trial.before,
+        trial.after,
+        window_power_w=trial.avg_power_watts,
+        gpu_from="window" if trial.telemetry_mode == "window_average" else "after",
+    )
     fields: dict[str, Any] = dict(
         accept_length=trial.accept_length,
         speed_tok_s=tps,
@@ -119,4 +124,6 @@ def trial_row(trial: PilotTrial, *, hardware: str, index: int, run_id: str, **ex
             fields["extras"].update(v)
         else:
             fields[k] = v
-    return to_native(pilot_row(suite=trial.suite, hardware=hardware, index=index, config=trial.config, note=note, **fields))
+    return to_native(
+        pilot_row(suite=trial.suite, hardware=hardware, index=index, config=trial.config, note=note, **fields)
+    )

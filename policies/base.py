@@ -20,11 +20,20 @@ from pydantic import BaseModel
 
 from harness.core.errors import DataError, HarnessError, MissingFileError, UsageError
 from harness.core.extras import needs
-from harness.grid import SpecConfig
 from harness.core.jsonl import write_json_atomic
+from harness.grid import SpecConfig
 from policies.contract import ACTIONS, PolicyDataset
 
-ALGORITHMS: tuple[str, ...] = ("mlp_bandit", "lookup_table", "linucb", "thompson_sampling", "gbt", "doubly_robust", "cql", "bcq")
+ALGORITHMS: tuple[str, ...] = (
+    "mlp_bandit",
+    "lookup_table",
+    "linucb",
+    "thompson_sampling",
+    "gbt",
+    "doubly_robust",
+    "cql",
+    "bcq",
+)
 """The eight published algorithms, in published order; each lives in ``policies/<name>.py``."""
 VARIANTS: dict[str, str] = {"cql_tuned": "cql", "bcq_tuned": "bcq"}
 """Tuned variants (hyper-parameters chosen on held-out repeats) and the algorithm they use."""
@@ -54,10 +63,15 @@ class Policy(ABC):
         """UsageError for an unknown option or a named option outside its choices."""
         unknown = set(params) - set(cls.defaults)
         if unknown:
-            raise UsageError(f"{cls.name}: unknown hyper-parameters {sorted(unknown)}", fix=f"known: {sorted(cls.defaults)}")
+            raise UsageError(
+                f"{cls.name}: unknown hyper-parameters {sorted(unknown)}", fix=f"known: {sorted(cls.defaults)}"
+            )
         for key, allowed in cls.choices.items():
             if key in params and params[key] not in allowed:
-                raise UsageError(f"{cls.name}: {key} must be one of {', '.join(allowed)}, got {params[key]!r}", fix=f"--param {cls.name}.{key}={allowed[0]}")
+                raise UsageError(
+                    f"{cls.name}: {key} must be one of {', '.join(allowed)}, got {params[key]!r}",
+                    fix=f"--param {cls.name}.{key}={allowed[0]}",
+                )
 
     def deviations(self) -> dict[str, tuple[Any, Any]]:
         """``{option: (value in force, published value)}`` for each option that departs from the published behaviour."""
@@ -113,8 +127,10 @@ class Policy(ABC):
         if not path.is_file():
             raise MissingFileError(f"{cls.name} artifact not found: {path}", fix=fix)
         if not path.resolve().is_relative_to(d.resolve()):
-            raise DataError(f"{path} points outside {d} (to {path.resolve()}); artifacts load only from the folder you name",
-                            fix="copy the artifact into the models folder you trust, or retrain")
+            raise DataError(
+                f"{path} points outside {d} (to {path.resolve()}); artifacts load only from the folder you name",
+                fix="copy the artifact into the models folder you trust, or retrain",
+            )
         try:
             meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
             policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
@@ -122,8 +138,9 @@ class Policy(ABC):
         except HarnessError:
             raise
         except Exception as exc:  # noqa: BLE001 - any library's failure on a damaged file becomes one clear error
-            raise DataError(f"{cls.name} artifact {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:160]})",
-                            fix=fix) from None
+            raise DataError(
+                f"{cls.name} artifact {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:160]})", fix=fix
+            ) from None
         return policy
 
 
@@ -168,7 +185,9 @@ def parse_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
             value = raw
         default = cls.defaults[option]
         if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise UsageError(f"--param {item!r}: {algo}.{option} takes a number", fix=f"e.g. --param {algo}.{option}={default}")
+            raise UsageError(
+                f"--param {item!r}: {algo}.{option} takes a number", fix=f"e.g. --param {algo}.{option}={default}"
+            )
         cls.check_options({option: value})
         out.setdefault(algo, {})[option] = value
     return out
@@ -211,7 +230,9 @@ def picks_json(picks: dict[str, dict[int, SpecConfig]]) -> dict[str, dict[str, l
 def load_picks(models_dir: str | Path) -> dict[str, dict[int, SpecConfig]]:
     path = Path(models_dir) / PICKS_FILE
     if not path.exists():
-        raise MissingFileError(f"no {PICKS_FILE} in {models_dir}", fix="train first: harness train --dataset FILE --out DIR")
+        raise MissingFileError(
+            f"no {PICKS_FILE} in {models_dir}", fix="train first: harness train --dataset FILE --out DIR"
+        )
     try:
         raw = json.loads(path.read_text())
         return {algo: {int(bs): SpecConfig(*map(int, cfg)) for bs, cfg in p.items()} for algo, p in raw.items()}
@@ -244,8 +265,10 @@ def reward_options_of(models: str | Path, meta: dict[str, Any]) -> Any:
     try:
         return RewardOptions(**(meta.get("reward_options") or {}))
     except (TypeError, ValueError) as exc:
-        raise DataError(f"{Path(models) / TRAIN_FILE}: bad reward_options ({str(exc)[:160]})",
-                        fix=f"retrain: harness train --dataset RUN_DIR --out {models}") from None
+        raise DataError(
+            f"{Path(models) / TRAIN_FILE}: bad reward_options ({str(exc)[:160]})",
+            fix=f"retrain: harness train --dataset RUN_DIR --out {models}",
+        ) from None
 
 
 class TrainSummary(BaseModel):
@@ -311,4 +334,3 @@ def train(
     write_json_atomic(out / PICKS_FILE, {**existing, **summary.picks})
     write_json_atomic(out / TRAIN_FILE, summary.model_dump())
     return summary
-

@@ -52,7 +52,13 @@ class BCQ(Policy):
         first, seeds = policies[0], [p.seed for p in policies]
         gens = [torch.Generator().manual_seed(s) for s in seeds]
         with seeded(first.seed):
-            train_batched([p.behavior for p in policies], datasets, CrossEntropy(), epochs=first.params["behavior_epochs"], generators=gens)
+            train_batched(
+                [p.behavior for p in policies],
+                datasets,
+                CrossEntropy(),
+                epochs=first.params["behavior_epochs"],
+                generators=gens,
+            )
             if first.params["q_shuffle"] == "reseed":
                 gens = [torch.Generator().manual_seed(s + 1) for s in seeds]
             q_loss = TD_LOSSES[first.params["q_loss"]]()
@@ -78,7 +84,14 @@ class BCQ(Policy):
         return np.argmax(np.where(keep, predict(self.q, x), -np.inf), axis=1)
 
     def save_artifact(self, path: Path) -> None:
-        torch.save({"behavior_state_dict": self.behavior.state_dict(), "q_state_dict": self.q.state_dict(), "actions": [a.as_list() for a in ACTIONS]}, path)
+        torch.save(
+            {
+                "behavior_state_dict": self.behavior.state_dict(),
+                "q_state_dict": self.q.state_dict(),
+                "actions": [a.as_list() for a in ACTIONS],
+            },
+            path,
+        )
 
     def load_artifact(self, path: Path) -> None:
         blob = torch.load(path, weights_only=True)

@@ -18,28 +18,52 @@ if TYPE_CHECKING:
 
 EVALUATION_FILE = "evaluation.json"
 WINDOWS_HELP = WINDOW_RULE_HELP
-PICKLE_WARNING = ("Warning: the gbt artifact is a joblib pickle and loading a pickle can run code; load models only "
-                  "from folders you trust (artifacts are read only from MODELS/<algo>/).")
+PICKLE_WARNING = (
+    "Warning: the gbt artifact is a joblib pickle and loading a pickle can run code; load models only "
+    "from folders you trust (artifacts are read only from MODELS/<algo>/)."
+)
 
 
-def _reward_options(power_limit: float, band: str, baseline_rule: str, throttle: str, energy_weight: float,
-                    limit_source: str = "row", memory_term: str = "published", memory_total_mb: float | None = None) -> RewardOptions:
+def _reward_options(
+    power_limit: float,
+    band: str,
+    baseline_rule: str,
+    throttle: str,
+    energy_weight: float,
+    limit_source: str = "row",
+    memory_term: str = "published",
+    memory_total_mb: float | None = None,
+) -> RewardOptions:
     from policies.contract import RewardOptions  # at run time, as the module docstring says (fast CLI start)
 
     try:
         lo, hi = (float(x) for x in band.split(","))
-        return RewardOptions(power_limit_w=power_limit, band=(lo, hi), baseline_rule=baseline_rule, throttle=throttle, energy_weight=energy_weight,
-                             limit_source=limit_source, memory_term=memory_term, memory_total_mb=memory_total_mb)
+        return RewardOptions(
+            power_limit_w=power_limit,
+            band=(lo, hi),
+            baseline_rule=baseline_rule,
+            throttle=throttle,
+            energy_weight=energy_weight,
+            limit_source=limit_source,
+            memory_term=memory_term,
+            memory_total_mb=memory_total_mb,
+        )
     except ValueError as exc:
         errors = getattr(exc, "errors", None)
         detail = "; ".join(e["msg"] for e in errors()) if callable(errors) else str(exc)
-        raise UsageError(f"bad reward option: {detail}", fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal, "
-                                                             "--limit-source row|fixed, --memory-term published|total") from None
+        raise UsageError(
+            f"bad reward option: {detail}",
+            fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal, "
+            "--limit-source row|fixed, --memory-term published|total",
+        ) from None
 
 
 def _check_state(state: str) -> str:
     if state not in ("hindsight", "pre"):
-        raise UsageError(f"--state must be hindsight or pre, got {state!r}", fix="--state pre uses the pre-decision snapshot of rows.jsonl")
+        raise UsageError(
+            f"--state must be hindsight or pre, got {state!r}",
+            fix="--state pre uses the pre-decision snapshot of rows.jsonl",
+        )
     return state
 
 
@@ -51,25 +75,49 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         algos: Annotated[str, typer.Option(help="comma-separated algorithms, or 'all'")] = "all",
         seed: Annotated[int, typer.Option(help="seed for every algorithm")] = 0,
         state: Annotated[str, typer.Option(help="hindsight (published) or pre (pre-decision snapshot)")] = "hindsight",
-        tune: Annotated[bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")] = False,
-        power_limit: Annotated[float, typer.Option(help="watts; the cap of rows that record none (published files: 80)")] = 80.0,
-        limit_source: Annotated[str, typer.Option(help="row (each row's enforced cap) or fixed (--power-limit for every row)")] = "row",
-        memory_term: Annotated[str, typer.Option(help="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)")] = "published",
-        memory_total_mb: Annotated[Optional[float], typer.Option(help="GPU total memory for --memory-term total (default: the manifest's)")] = None,
+        tune: Annotated[
+            bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")
+        ] = False,
+        power_limit: Annotated[
+            float, typer.Option(help="watts; the cap of rows that record none (published files: 80)")
+        ] = 80.0,
+        limit_source: Annotated[
+            str, typer.Option(help="row (each row's enforced cap) or fixed (--power-limit for every row)")
+        ] = "row",
+        memory_term: Annotated[
+            str, typer.Option(help="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)")
+        ] = "published",
+        memory_total_mb: Annotated[
+            Optional[float], typer.Option(help="GPU total memory for --memory-term total (default: the manifest's)")
+        ] = None,
         band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
         baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
         throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
         energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
-        param: Annotated[Optional[list[str]], typer.Option(help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md")] = None,
+        param: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md"
+            ),
+        ] = None,
         invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
-        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60")] = None,
-        sm_clock: Annotated[Optional[str], typer.Option("--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks), e.g. 1410 or max")] = None,
+        power_cap: Annotated[
+            Optional[str],
+            typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60"),
+        ] = None,
+        sm_clock: Annotated[
+            Optional[str],
+            typer.Option(
+                "--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks), e.g. 1410 or max"
+            ),
+        ] = None,
     ) -> None:
         """Train the policies on a sweep and write their artifacts and picks.json.
 
         The gbt artifact is a joblib pickle: loading a pickle can run code, so load models only from folders you made.
         """
-        from policies.base import parse_algos, parse_params, train as train_all
+        from policies.base import parse_algos, parse_params
+        from policies.base import train as train_all
         from policies.contract import load_dataset
         from policies.report import print_picks, print_published_picks
 
@@ -77,10 +125,27 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         params = parse_params(param)
         extra = sorted(set(params) - set(names))
         if extra:
-            raise UsageError(f"--param names {', '.join(extra)}, which --algos {algos!r} does not train", fix="add it to --algos or drop the --param")
-        data = load_dataset(dataset, state=_check_state(state), reward=_reward_options(power_limit, band, baseline_rule, throttle, energy_weight,  # type: ignore[arg-type]
-                                                                                           limit_source, memory_term, memory_total_mb),
-                            windows=invalid_windows, power_cap=power_cap, sm_clock=sm_clock)
+            raise UsageError(
+                f"--param names {', '.join(extra)}, which --algos {algos!r} does not train",
+                fix="add it to --algos or drop the --param",
+            )
+        data = load_dataset(
+            dataset,
+            state=_check_state(state),  # type: ignore[arg-type]
+            reward=_reward_options(
+                power_limit,
+                band,
+                baseline_rule,
+                throttle,
+                energy_weight,
+                limit_source,
+                memory_term,
+                memory_total_mb,
+            ),
+            windows=invalid_windows,
+            power_cap=power_cap,
+            sm_clock=sm_clock,
+        )
         if tune:
             from harness.core.jsonl import write_json_atomic
             from policies.tune import tune_variants
@@ -89,10 +154,19 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             params.update({t.variant: t.chosen for t in tunings})
             names += [t.variant for t in tunings]
             write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
-        summary = train_all(data, out, names, seed, params, selection={"invalid_windows": invalid_windows, "power_cap": power_cap, "sm_clock": sm_clock})
+        summary = train_all(
+            data,
+            out,
+            names,
+            seed,
+            params,
+            selection={"invalid_windows": invalid_windows, "power_cap": power_cap, "sm_clock": sm_clock},
+        )
         print_picks(out)
         print_published_picks(summary.model_dump())
-        typer.echo(f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}")
+        typer.echo(
+            f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}"
+        )
 
     @app.command()
     def evaluate(
@@ -104,14 +178,32 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         live: Annotated[bool, typer.Option(help="A/B the picks on a live engine instead")] = False,
         engine: Annotated[str, typer.Option(help="twin or sglang (with --live)")] = "twin",
         trials: Annotated[int, typer.Option(help="trials per config and batch size (with --live)")] = 3,
-        batch_sizes: Annotated[Optional[str], typer.Option(help="subset of batch sizes (with --live), e.g. 1,16")] = None,
+        batch_sizes: Annotated[
+            Optional[str], typer.Option(help="subset of batch sizes (with --live), e.g. 1,16")
+        ] = None,
         time_scale: Annotated[float, typer.Option(help="twin time scale (with --live --engine twin)")] = 20.0,
         sampler_url: Annotated[Optional[str], typer.Option(help="existing sampler (with --live)")] = None,
-        output_tokens: Annotated[Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")] = None,
+        output_tokens: Annotated[
+            Optional[int], typer.Option(help="max new tokens per request (with --live; default 512)")
+        ] = None,
         state: Annotated[str, typer.Option()] = "hindsight",
-        invalid_windows: Annotated[Optional[str], typer.Option("--invalid-windows", help=WINDOWS_HELP + "; default: as train chose")] = None,
-        power_cap: Annotated[Optional[str], typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps); default: the one train used")] = None,
-        sm_clock: Annotated[Optional[str], typer.Option("--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks); default: the one train used")] = None,
+        invalid_windows: Annotated[
+            Optional[str], typer.Option("--invalid-windows", help=WINDOWS_HELP + "; default: as train chose")
+        ] = None,
+        power_cap: Annotated[
+            Optional[str],
+            typer.Option(
+                "--power-cap",
+                help="the cap pass to use when the sweep ran several (--power-caps); default: the one train used",
+            ),
+        ] = None,
+        sm_clock: Annotated[
+            Optional[str],
+            typer.Option(
+                "--sm-clock",
+                help="the SM clock pass to use when the sweep ran several (--sm-clocks); default: the one train used",
+            ),
+        ] = None,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.core.jsonl import write_json_atomic
@@ -120,12 +212,23 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             from policies.live import run_live
             from policies.report import print_live
 
-            result = run_live(models, engine=engine, trials=trials, seed=seed, batch_sizes=batch_sizes, time_scale=time_scale, sampler_url=sampler_url,
-                              output_tokens=output_tokens, progress=lambda line: typer.echo(line, err=True))
+            result = run_live(
+                models,
+                engine=engine,
+                trials=trials,
+                seed=seed,
+                batch_sizes=batch_sizes,
+                time_scale=time_scale,
+                sampler_url=sampler_url,
+                output_tokens=output_tokens,
+                progress=lambda line: typer.echo(line, err=True),
+            )
             typer.echo(result.model_dump_json(indent=2)) if as_json else print_live(result)
             return
         if dataset is None:
-            raise UsageError("offline evaluation needs --dataset", fix="pass the sweep the models were trained on, or --live")
+            raise UsageError(
+                "offline evaluation needs --dataset", fix="pass the sweep the models were trained on, or --live"
+            )
         from policies.base import read_train_meta, reward_options_of
         from policies.contract import load_dataset
         from policies.evaluate import evaluate as run_eval
@@ -134,10 +237,14 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         train_meta = read_train_meta(models)
         reward = reward_options_of(models, train_meta)
         chosen = train_meta.get("selection") or {}  # the rows train used, unless told otherwise
-        data = load_dataset(dataset, state=_check_state(train_meta.get("state", state)), reward=reward,  # type: ignore[arg-type]
-                            windows=invalid_windows or chosen.get("invalid_windows") or "exclude",
-                            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"),
-                            sm_clock=sm_clock if sm_clock is not None else chosen.get("sm_clock"))
+        data = load_dataset(
+            dataset,
+            state=_check_state(train_meta.get("state", state)),  # type: ignore[arg-type]
+            reward=reward,
+            windows=invalid_windows or chosen.get("invalid_windows") or "exclude",
+            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"),
+            sm_clock=sm_clock if sm_clock is not None else chosen.get("sm_clock"),
+        )
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())
@@ -157,7 +264,9 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
     @groups["report"].command("policies")
     def report_policies(
-        models: Annotated[Path, typer.Argument(help="models folder (train.json, picks.json, evaluation.json, live.json)")],
+        models: Annotated[
+            Path, typer.Argument(help="models folder (train.json, picks.json, evaluation.json, live.json)")
+        ],
         figures: Annotated[bool, typer.Option(help="write PNG figures into MODELS/figures")] = True,
     ) -> None:
         """Rich tables and PNG figures for trained policies."""

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.core.errors import DataError, InvalidConfigError
-from harness.grid import ACTIONS, N_ACTIONS, REFERENCE, BASELINE, action_index, effective
+from harness.grid import ACTIONS, BASELINE, N_ACTIONS, REFERENCE, action_index, effective
 from harness.runs.rows import SweepRow, throttling_flags
 
 __all__ = [
@@ -41,8 +41,12 @@ class RewardOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    power_limit_w: float = Field(80.0, gt=0, description="the cap for rows that record none (published files: 80 W); "
-                                 "with limit_source fixed, the cap for every row")
+    power_limit_w: float = Field(
+        80.0,
+        gt=0,
+        description="the cap for rows that record none (published files: 80 W); "
+        "with limit_source fixed, the cap for every row",
+    )
     limit_source: Literal["row", "fixed"] = "row"
     """``row``: utilization = avg power / the row's enforced cap (``power_limit_w`` of native rows), else the fallback
     above; ``fixed``: always the fallback (the published constant)."""
@@ -67,8 +71,10 @@ class RewardOptions(BaseModel):
         """The divisor of the memory feature: 8192 (published) or the GPU's total."""
         if self.memory_term == "total":
             if self.memory_total_mb is None:
-                raise DataError("--memory-term total needs the GPU's total memory, which the run does not record",
-                                fix="pass --memory-total-mb MB, or train on a run folder whose manifest.json records memory_total_mb")
+                raise DataError(
+                    "--memory-term total needs the GPU's total memory, which the run does not record",
+                    fix="pass --memory-total-mb MB, or train on a run folder whose manifest.json records memory_total_mb",
+                )
             return float(self.memory_total_mb)
         return MEM_NORMALISER_MB
 
@@ -79,7 +85,9 @@ class RewardOptions(BaseModel):
         return self.power_limit_w
 
 
-def state_vector(row: SweepRow | dict, kind: StateKind = "hindsight", mem_normaliser_mb: float = MEM_NORMALISER_MB) -> list[float]:
+def state_vector(
+    row: SweepRow | dict, kind: StateKind = "hindsight", mem_normaliser_mb: float = MEM_NORMALISER_MB
+) -> list[float]:
     """``[bs/8, (temp or 40)/100, (mem or 0)/mem_normaliser_mb, (util or 0)/100]`` from the published or the
     pre-decision fields; the normaliser is 8192 as published, or the GPU's total (``RewardOptions.memory_term``)."""
     get: Callable[[str], Any] = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
@@ -126,7 +134,9 @@ def row_reward(row: SweepRow, baseline_speed: float, options: RewardOptions = Re
     errored row scores 0."""
     if row.error:
         return 0.0
-    assert row.avg_power_watts is not None and row.speed_tok_s is not None  # a successful row has both (the loader checks)
+    assert (
+        row.avg_power_watts is not None and row.speed_tok_s is not None
+    )  # a successful row has both (the loader checks)
     u = row.avg_power_watts / options.limit_of(row)
     w = options.energy_weight
     combined = band_score(u, options.band) ** w * throughput_score(row.speed_tok_s, baseline_speed) ** (1.0 - w)
@@ -165,7 +175,10 @@ class PolicyDataset:
 
     def subset(self, mask: np.ndarray) -> "PolicyDataset":
         idx = np.flatnonzero(mask)
-        arrays = {k: getattr(self, k)[idx] for k in ("states", "actions", "rewards", "batch_sizes", "repeats", "speeds", "utilization")}
+        arrays = {
+            k: getattr(self, k)[idx]
+            for k in ("states", "actions", "rewards", "batch_sizes", "repeats", "speeds", "utilization")
+        }
         return replace(self, rows=tuple(self.rows[i] for i in idx), **arrays)
 
     def legal_mask(self, batch_size: int) -> np.ndarray:
@@ -203,7 +216,10 @@ def _action_of(row: SweepRow, where: str) -> int:
     try:
         return action_index(effective(row.steps, row.topk, row.num_draft_tokens))
     except InvalidConfigError as exc:
-        raise DataError(f"{where}: unknown config ({exc.message})", fix="policies learn only the 19 published actions (harness.grid.ACTIONS)") from None
+        raise DataError(
+            f"{where}: unknown config ({exc.message})",
+            fix="policies learn only the 19 published actions (harness.grid.ACTIONS)",
+        ) from None
 
 
 def _baselines(rows: Sequence[SweepRow], rule: str) -> dict[tuple[int, int | None], float]:
@@ -225,12 +241,20 @@ def dataset_from_rows(
     """Build the training arrays; raises DataError for datasets policies cannot learn from."""
     usable = [r for r in rows if not r.error]
     if not usable:
-        raise DataError(f"{source}: no usable rows (every row has an error)", fix="train on a sweep with successful cells")
+        raise DataError(
+            f"{source}: no usable rows (every row has an error)", fix="train on a sweep with successful cells"
+        )
     baselines = _baselines(usable, reward.baseline_rule)
     if not baselines:
-        raise DataError(f"{source}: no baseline rows (is_baseline true with a speed)", fix="include the (0,0,0) config in the sweep")
+        raise DataError(
+            f"{source}: no baseline rows (is_baseline true with a speed)", fix="include the (0,0,0) config in the sweep"
+        )
     if state == "pre":
-        missing = [r.index for r in usable if r.pre_gpu_temp_c is None and r.pre_gpu_mem_used_mb is None and r.pre_gpu_util_pct is None]
+        missing = [
+            r.index
+            for r in usable
+            if r.pre_gpu_temp_c is None and r.pre_gpu_mem_used_mb is None and r.pre_gpu_util_pct is None
+        ]
         if len(missing) == len(usable):
             raise DataError(
                 f"{source}: --state pre needs the pre-decision fields (pre_gpu_temp_c ...), which no row carries",
@@ -242,11 +266,19 @@ def dataset_from_rows(
     for row in usable:
         where = f"{source}: row index {row.index}"
         if row.speed_tok_s is None or row.avg_power_watts is None:
-            raise DataError(f"{where} has no speed_tok_s or avg_power_watts but no error either", fix="mark failed cells with an error")
+            raise DataError(
+                f"{where} has no speed_tok_s or avg_power_watts but no error either",
+                fix="mark failed cells with an error",
+            )
         key = (row.batch_size, row.repeat if reward.baseline_rule == "per_repeat" else None)
         if key not in baselines:
-            what = f"batch size {row.batch_size}" + (f", repeat {row.repeat}" if reward.baseline_rule == "per_repeat" else "")
-            raise DataError(f"{source}: no baseline row for {what}", fix="every batch size (and repeat, with per_repeat) needs a (0,0,0) row")
+            what = f"batch size {row.batch_size}" + (
+                f", repeat {row.repeat}" if reward.baseline_rule == "per_repeat" else ""
+            )
+            raise DataError(
+                f"{source}: no baseline row for {what}",
+                fix="every batch size (and repeat, with per_repeat) needs a (0,0,0) row",
+            )
         cols["actions"].append(_action_of(row, where))
         cols["states"].append(state_vector(row, state, mem_norm))
         cols["rewards"].append(row_reward(row, baselines[key], reward))
@@ -272,8 +304,15 @@ def dataset_from_rows(
     )
 
 
-def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: RewardOptions = RewardOptions(),
-                 windows: str = "exclude", power_cap: str | None = None, sm_clock: str | None = None) -> PolicyDataset:
+def load_dataset(
+    path: str | Path,
+    *,
+    state: StateKind = "hindsight",
+    reward: RewardOptions = RewardOptions(),
+    windows: str = "exclude",
+    power_cap: str | None = None,
+    sm_clock: str | None = None,
+) -> PolicyDataset:
     """Load a run folder, a native rows.jsonl or a published dataset.jsonl into a PolicyDataset.
 
     Rows come from the one loader (``harness.dataset.load``, validate's checks): a torn line, NaN/inf or duplicate
@@ -288,26 +327,35 @@ def load_dataset(path: str | Path, *, state: StateKind = "hindsight", reward: Re
             reward = reward.model_copy(update={"memory_total_mb": total})
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
-    return dataset_from_rows(rows_of_one_cap(loaded.rows, power_cap, path, sm_clock), state=state, reward=reward, source=str(path))
+    return dataset_from_rows(
+        rows_of_one_cap(loaded.rows, power_cap, path, sm_clock), state=state, reward=reward, source=str(path)
+    )
 
 
-def rows_of_one_cap(rows: list[SweepRow], power_cap: str | None, path: str | Path,
-                    sm_clock: str | None = None) -> list[SweepRow]:
+def rows_of_one_cap(
+    rows: list[SweepRow], power_cap: str | None, path: str | Path, sm_clock: str | None = None
+) -> list[SweepRow]:
     """The rows of one sweep pass: one power cap (``harness sweep --power-caps``) and one locked SM clock
     (``--sm-clocks``). A policy's state has neither and baselines are per batch size, so rows of several passes are
     never pooled: naming none of several caps (or clocks) is a DataError."""
     from harness.runs.rows import pass_of
 
-    for i, (want, what, flag) in enumerate(((power_cap, "power cap", "--power-cap"), (sm_clock, "SM clock", "--sm-clock"))):
+    for i, (want, what, flag) in enumerate(
+        ((power_cap, "power cap", "--power-cap"), (sm_clock, "SM clock", "--sm-clock"))
+    ):
         labels = sorted({p for p in (pass_of(r)[i] for r in rows) if p is not None})
         if want is None:
             if len(labels) > 1:
-                raise DataError(f"{path}: rows from {len(labels)} {what}s ({', '.join(labels)}); a policy's state has no "
-                                f"{what} and its baselines are per batch size, so they are never pooled",
-                                fix=f"train and evaluate one {what} at a time: {flag} {labels[0]}")
+                raise DataError(
+                    f"{path}: rows from {len(labels)} {what}s ({', '.join(labels)}); a policy's state has no "
+                    f"{what} and its baselines are per batch size, so they are never pooled",
+                    fix=f"train and evaluate one {what} at a time: {flag} {labels[0]}",
+                )
             continue
         if want not in labels:
-            raise DataError(f"{path}: no rows at {what} {want!r}", fix=f"one of: {', '.join(labels) or f'(no rows with a {what})'}")
+            raise DataError(
+                f"{path}: no rows at {what} {want!r}", fix=f"one of: {', '.join(labels) or f'(no rows with a {what})'}"
+            )
         rows = [r for r in rows if pass_of(r)[i] == want]
     return rows
 

@@ -145,7 +145,9 @@ def ope_estimates(train: PolicyDataset, held: PolicyDataset, target: np.ndarray)
     }
 
 
-def _fold(name: str, policy: Policy, train: PolicyDataset, held: PolicyDataset, fold: int) -> tuple[list[FoldScore], dict[str, float]]:
+def _fold(
+    name: str, policy: Policy, train: PolicyDataset, held: PolicyDataset, fold: int
+) -> tuple[list[FoldScore], dict[str, float]]:
     picks = pick(policy, train)
     scores = []
     for bs in held.batch_size_list:
@@ -155,7 +157,12 @@ def _fold(name: str, policy: Policy, train: PolicyDataset, held: PolicyDataset, 
         scores.append(FoldScore(algo=name, fold=fold, batch_size=bs, config=ACTIONS[a].as_list(), value=v, reference=value_at(held, bs, REF),
                                 oracle=ov, oracle_config=ACTIONS[oa].as_list(), regret=ov - v, hit=a == oa))  # fmt: skip
     recipe = np.array([action_index(picks.get(int(b), REFERENCE)) for b in held.batch_sizes])
-    legal = np.stack([train.legal_mask(int(b)) if int(b) in train.batch_size_list else np.ones(N_ACTIONS, bool) for b in held.batch_sizes])
+    legal = np.stack(
+        [
+            train.legal_mask(int(b)) if int(b) in train.batch_size_list else np.ones(N_ACTIONS, bool)
+            for b in held.batch_sizes
+        ]
+    )
     contextual = policy.act(held.states, legal)
     est = {f"recipe_{k}": v for k, v in ope_estimates(train, held, recipe).items()}
     est.update({f"contextual_{k}": v for k, v in ope_estimates(train, held, contextual).items()})
@@ -168,10 +175,15 @@ def fold_datasets(data: PolicyDataset, repeat: int) -> tuple[PolicyDataset, Poli
     Under the ``last`` baseline rule the full file's baseline per batch size is the last repeat's, so slicing the
     full-file rewards would let the held-out repeat set the training rewards (a leak). Raises DataError when a side
     lacks a baseline row at some batch size."""
-    def build(rows: list, what: str) -> PolicyDataset:
-        return dataset_from_rows(rows, state=data.state_kind, reward=data.reward_options, source=f"{data.source} ({what})")
 
-    train = build([r for r in data.rows if r.repeat != repeat], f"training rows of the fold holding out repeat {repeat}")
+    def build(rows: list, what: str) -> PolicyDataset:
+        return dataset_from_rows(
+            rows, state=data.state_kind, reward=data.reward_options, source=f"{data.source} ({what})"
+        )
+
+    train = build(
+        [r for r in data.rows if r.repeat != repeat], f"training rows of the fold holding out repeat {repeat}"
+    )
     held = build([r for r in data.rows if r.repeat == repeat], f"held-out repeat {repeat}")
     return train, held
 
@@ -180,11 +192,15 @@ def loro_repeats(data: PolicyDataset, what: str = "leave-one-repeat-out") -> lis
     """The repeats to hold out in turn; DataError with fewer than 2."""
     folds = [r for r in data.repeat_list if r >= 0]
     if len(folds) < 2:
-        raise DataError(f"{data.source}: {what} needs at least 2 repeats, found {folds}", fix="run the grid with --repeats 3")
+        raise DataError(
+            f"{data.source}: {what} needs at least 2 repeats, found {folds}", fix="run the grid with --repeats 3"
+        )
     return folds
 
 
-def loro(data: PolicyDataset, algos: list[str], params: dict[str, dict], seed: int = 0) -> tuple[list[FoldScore], dict[str, dict[str, float]]]:
+def loro(
+    data: PolicyDataset, algos: list[str], params: dict[str, dict], seed: int = 0
+) -> tuple[list[FoldScore], dict[str, dict[str, float]]]:
     """Leave-one-repeat-out over every repeat; returns the per-(algo, fold, bs) scores and mean OPE estimates per algo."""
     folds = loro_repeats(data)
     splits = [fold_datasets(data, r) for r in folds]
@@ -205,7 +221,9 @@ def _ci(values: list[float], seed: int) -> tuple[float, float]:
     return ope.bootstrap_ci(np.array(values), seed=seed)
 
 
-def summarise(name: str, ins: list[PickScore], folds: list[FoldScore], est: dict[str, float] | None, seed: int) -> AlgoSummary:
+def summarise(
+    name: str, ins: list[PickScore], folds: list[FoldScore], est: dict[str, float] | None, seed: int
+) -> AlgoSummary:
     s = AlgoSummary(algo=name, in_sample_avg=float(np.mean([p.reward for p in ins])),
                     delta_reference_in_sample=float(np.mean([p.reward - p.reference for p in ins])))  # fmt: skip
     mine = [f for f in folds if f.algo == name]
@@ -245,7 +263,9 @@ def evaluate(
     policies: dict[str, Policy] = {}
     for n in algos:
         policy_class(n)
-        policies[n] = load_policy(models_dir, n, data) if models_dir is not None else fit_policy(n, data, seed, **params[n])
+        policies[n] = (
+            load_policy(models_dir, n, data) if models_dir is not None else fit_policy(n, data, seed, **params[n])
+        )
     ins = {n: in_sample(data, pick(p, data)) for n, p in policies.items()}
     folds, est = loro(data, algos, params, seed) if with_loro else ([], {})
     bss = data.batch_size_list

@@ -14,4 +14,6 @@ class GBT(RegressionPolicy):
     defaults = {"n_estimators": 100, "max_depth": 3}
 
     def make_model(self) -> GradientBoostingRegressor:
-        return GradientBoostingRegressor(n_estimators=self.params["n_estimators"], max_depth=self.params["max_depth"], random_state=self.seed)
+        return GradientBoostingRegressor(
+            n_estimators=self.params["n_estimators"], max_depth=self.params["max_depth"], random_state=self.seed
+        )

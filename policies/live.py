@@ -19,8 +19,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.core.errors import HarnessError, UsageError
-from harness.grid import BASELINE, REFERENCE, SpecConfig, parse_batch_sizes
 from harness.core.jsonl import write_json_atomic
+from harness.grid import BASELINE, REFERENCE, SpecConfig, parse_batch_sizes
 from harness.runs.rows import SweepRow, throttling_flags
 from policies.base import load_picks, read_train_meta, reward_options_of
 from policies.contract import RewardOptions, row_reward
@@ -104,7 +104,11 @@ def schedule(per_bs: dict[int, list[SpecConfig]], trials: int, seed: int) -> lis
 
 def score_cells(cells: list[LiveCell], options: RewardOptions) -> None:
     """Fill each cell's reward with the baseline of the same trial and batch size."""
-    base = {(c.trial, c.batch_size): c.speed_tok_s for c in cells if c.config == BASELINE.as_list() and c.error is None and c.speed_tok_s}
+    base = {
+        (c.trial, c.batch_size): c.speed_tok_s
+        for c in cells
+        if c.config == BASELINE.as_list() and c.error is None and c.speed_tok_s
+    }
     for c in cells:
         c.baseline_speed = base.get((c.trial, c.batch_size))
         if c.error is not None or c.baseline_speed is None or c.speed_tok_s is None or c.avg_power_watts is None:
@@ -116,9 +120,15 @@ def score_cells(cells: list[LiveCell], options: RewardOptions) -> None:
         c.reward = row_reward(row, c.baseline_speed, options)
 
 
-def summarise(cells: list[LiveCell], picks: dict[str, dict[int, SpecConfig]], batch_sizes: list[int], trials: int) -> tuple[list[LiveArm], dict[str, LiveAlgo]]:
+def summarise(
+    cells: list[LiveCell], picks: dict[str, dict[int, SpecConfig]], batch_sizes: list[int], trials: int
+) -> tuple[list[LiveArm], dict[str, LiveAlgo]]:
     reward = {(c.trial, c.batch_size, tuple(c.config)): float(c.reward or 0.0) for c in cells}
-    named = {"baseline": {bs: BASELINE for bs in batch_sizes}, "reference": {bs: REFERENCE for bs in batch_sizes}, **picks}
+    named = {
+        "baseline": {bs: BASELINE for bs in batch_sizes},
+        "reference": {bs: REFERENCE for bs in batch_sizes},
+        **picks,
+    }
     per_bs: list[LiveArm] = []
     per_algo: dict[str, LiveAlgo] = {}
     for algo, p in named.items():
@@ -135,7 +145,13 @@ def summarise(cells: list[LiveCell], picks: dict[str, dict[int, SpecConfig]], ba
                                   delta_reference=float(np.mean(d)), delta_ci=t_ci(d)))  # fmt: skip
         avg = list(np.nanmean(by_trial, axis=1))
         delta = list(np.nanmean(by_trial - ref_trial, axis=1))
-        per_algo[algo] = LiveAlgo(algo=algo, avg_reward=float(np.mean(avg)), avg_ci=t_ci(avg), delta_reference=float(np.mean(delta)), delta_ci=t_ci(delta))
+        per_algo[algo] = LiveAlgo(
+            algo=algo,
+            avg_reward=float(np.mean(avg)),
+            avg_ci=t_ci(avg),
+            delta_reference=float(np.mean(delta)),
+            delta_ci=t_ci(delta),
+        )
     return per_bs, per_algo
 
 
@@ -190,8 +206,12 @@ def run_live(
     t0 = time.perf_counter()
     cells: list[LiveCell] = []
     run_dir = models / "live"
-    with open_world(engine, sampler_url=sampler_url, time_scale=time_scale if engine == "twin" else 1.0, seed=seed, run_dir=run_dir) as world:
-        if world.power_limit_w and options.limit_source == "row":  # "fixed": the --power-limit the policies trained with
+    with open_world(
+        engine, sampler_url=sampler_url, time_scale=time_scale if engine == "twin" else 1.0, seed=seed, run_dir=run_dir
+    ) as world:
+        if (
+            world.power_limit_w and options.limit_source == "row"
+        ):  # "fixed": the --power-limit the policies trained with
             options = options.model_copy(update={"power_limit_w": float(world.power_limit_w)})
         for order, (trial, bs, cfg) in enumerate(plan):
             m = _measure(world, bs, cfg, settings, run_dir / "logs" / f"t{trial}-bs{bs}-{cfg.label.replace(':', '-')}")
@@ -221,7 +241,9 @@ def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 3
     if algo not in picks:
         raise UsageError(f"no picks for algorithm {algo!r} in {models}", fix="trained: " + ", ".join(picks))
     if batch_size not in picks[algo]:
-        raise UsageError(f"{algo} has no pick at batch size {batch_size}", fix=f"picks exist for batch sizes {sorted(picks[algo])}")
+        raise UsageError(
+            f"{algo} has no pick at batch size {batch_size}", fix=f"picks exist for batch sizes {sorted(picks[algo])}"
+        )
     cfg = picks[algo][batch_size]
     from policies.base import load_policy
 

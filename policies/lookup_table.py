@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.core.jsonl import write_json_atomic
-from policies.base import Policy, register
 from harness.grid import action_index
+from policies.base import Policy, register
 from policies.contract import ACTIONS, N_ACTIONS, PolicyDataset, batch_sizes_of, nearest
 
 
@@ -30,7 +30,10 @@ class LookupTable(Policy):
         return np.stack([self.means[nearest(int(b), list(self.means))] for b in batch_sizes_of(states)])
 
     def table(self) -> dict[str, dict]:
-        return {str(bs): {"config": ACTIONS[int(np.argmax(m))].as_list(), "mean_reward": float(np.max(m))} for bs, m in self.means.items()}
+        return {
+            str(bs): {"config": ACTIONS[int(np.argmax(m))].as_list(), "mean_reward": float(np.max(m))}
+            for bs, m in self.means.items()
+        }
 
     def save_artifact(self, path: Path) -> None:
         write_json_atomic(path, self.table())

@@ -70,7 +70,9 @@ class CQL(Loss):
         self.td = TD_LOSSES[td]()
 
     def value(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        return self.td.value(out, onehot, r) + self.alpha * (torch.logsumexp(out, -1) - _data_values(out, onehot)).mean()
+        return (
+            self.td.value(out, onehot, r) + self.alpha * (torch.logsumexp(out, -1) - _data_values(out, onehot)).mean()
+        )
 
     def grad(self, out: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return self.td.grad(out, onehot, r) + self.alpha * (torch.softmax(out, -1) - onehot) / out.shape[-2]

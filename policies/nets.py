@@ -18,13 +18,14 @@ from policies.contract import N_ACTIONS, STATE_DIM, PolicyDataset
 from policies.losses import Loss
 
 
-
 class QNetwork(nn.Module):
     """Action values Q(s, .) for the 19 actions."""
 
     def __init__(self, state_dim: int = STATE_DIM, n_actions: int = N_ACTIONS, hidden: int = 128) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_actions))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_actions)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -62,7 +63,9 @@ def tensors(data: PolicyDataset) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     )
 
 
-def train(net: nn.Module, data: PolicyDataset, loss: Loss, *, epochs: int, seed: int, batch_size: int = 8, lr: float = 1e-3) -> None:
+def train(
+    net: nn.Module, data: PolicyDataset, loss: Loss, *, epochs: int, seed: int, batch_size: int = 8, lr: float = 1e-3
+) -> None:
     """Minibatch AdamW over ``data`` for ``epochs`` (seeded shuffle per epoch); deterministic for a seed."""
     train_batched([net], [data], loss, epochs=epochs, seeds=[seed], batch_size=batch_size, lr=lr)
 
@@ -136,7 +139,9 @@ GRADIENTS = "hand"
 
 def _func_step(loss: Loss) -> Callable[..., None]:
     """A step that sets each stacked parameter's ``grad`` by torch.func: vmap over members of grad of the member's loss."""
-    per_member = torch.func.vmap(torch.func.grad(lambda ws, bs, x, oh, r: loss.value(_mlp(ws, bs, x), oh, r), argnums=(0, 1)))
+    per_member = torch.func.vmap(
+        torch.func.grad(lambda ws, bs, x, oh, r: loss.value(_mlp(ws, bs, x), oh, r), argnums=(0, 1))
+    )
 
     def step(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor], x: torch.Tensor, onehot: torch.Tensor, r: torch.Tensor,
              loss: Loss) -> None:  # fmt: skip
@@ -185,7 +190,9 @@ def train_batched(nets: list[nn.Module], datasets: list[PolicyDataset], loss: Lo
         raise ValueError("train_batched needs datasets of equal size")
     layers = [_linear_layers(net) for net in nets]
     weights = [nn.Parameter(torch.stack([ls[j][1].weight.detach().T for ls in layers])) for j in range(len(layers[0]))]
-    biases = [nn.Parameter(torch.stack([ls[j][1].bias.detach() for ls in layers])[:, None, :]) for j in range(len(layers[0]))]
+    biases = [
+        nn.Parameter(torch.stack([ls[j][1].bias.detach() for ls in layers])[:, None, :]) for j in range(len(layers[0]))
+    ]
     opt = torch.optim.AdamW([*weights, *biases], lr=lr, fused=True)
     xs, acts, rs = (torch.stack(t) for t in zip(*(tensors(d) for d in datasets)))
     gens = generators if generators is not None else [torch.Generator().manual_seed(s) for s in seeds or []]

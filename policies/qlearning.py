@@ -45,7 +45,13 @@ class QRegressionPolicy(Policy):
                 p.net = QNetwork()
         first = policies[0]
         with seeded(first.seed):
-            train_batched([p.net for p in policies], datasets, first.make_loss(), epochs=first.params["epochs"], seeds=[p.seed for p in policies])
+            train_batched(
+                [p.net for p in policies],
+                datasets,
+                first.make_loss(),
+                epochs=first.params["epochs"],
+                seeds=[p.seed for p in policies],
+            )
         return list(policies)
 
     def scores(self, states: np.ndarray) -> np.ndarray:

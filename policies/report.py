@@ -54,9 +54,15 @@ def print_published_picks(train_meta: dict) -> None:
     """Per algorithm, the picks under the published scripts' options: the trained picks where every option is the
     published one, else those of the refit with the published options that ``train`` recorded (train.json)."""
     if "deviations" not in train_meta:
-        console.print("train.json predates the recorded policy options (issue 15): retrain to see the picks under the published scripts' options")
+        console.print(
+            "train.json predates the recorded policy options (issue 15): retrain to see the picks under the published scripts' options"
+        )
         return
-    picks, published, deviations = train_meta.get("picks", {}), train_meta.get("published_picks", {}), train_meta["deviations"]
+    picks, published, deviations = (
+        train_meta.get("picks", {}),
+        train_meta.get("published_picks", {}),
+        train_meta["deviations"],
+    )
     bss = sorted({int(bs) for p in picks.values() for bs in p})
     t = Table(title="picks with the published scripts' options (policy semantics: docs/policies.md)")
     t.add_column("algorithm")
@@ -66,14 +72,20 @@ def print_published_picks(train_meta: dict) -> None:
     for algo, p in picks.items():
         shown = published.get(algo, p)
         dev = deviations.get(algo)
-        note = "published options" if not dev else "; ".join(f"{k}={v[0]} (published {v[1]}; refit shown)" for k, v in dev.items())
+        note = (
+            "published options"
+            if not dev
+            else "; ".join(f"{k}={v[0]} (published {v[1]}; refit shown)" for k, v in dev.items())
+        )
         t.add_row(algo, *[_cfg(shown[str(bs)]) if str(bs) in shown else "-" for bs in bss], note)
     console.print(t)
 
 
 def print_evaluation(ev: "Evaluation") -> None:
     bss = sorted({p.batch_size for ps in ev.in_sample.values() for p in ps})
-    t = Table(title=f"in-sample reward of each pick ({ev.rows} rows, state {ev.state}); reference (3,4,8) avg {ev.reference_in_sample_avg:.4f}, oracle avg {ev.oracle_in_sample_avg:.4f}")
+    t = Table(
+        title=f"in-sample reward of each pick ({ev.rows} rows, state {ev.state}); reference (3,4,8) avg {ev.reference_in_sample_avg:.4f}, oracle avg {ev.oracle_in_sample_avg:.4f}"
+    )
     t.add_column("algorithm")
     for bs in bss:
         t.add_column(f"bs {bs}", justify="right")
@@ -87,7 +99,9 @@ def print_evaluation(ev: "Evaluation") -> None:
     console.print(t)
     if not ev.fold_scores:
         return
-    h = Table(title=f"held-out repeats (leave-one-repeat-out, folds {ev.folds}): mean over (fold, bs) with 95% bootstrap CI")
+    h = Table(
+        title=f"held-out repeats (leave-one-repeat-out, folds {ev.folds}): mean over (fold, bs) with 95% bootstrap CI"
+    )
     for col in ("algorithm", "value [CI]", "regret [CI]", "delta ref [CI]", "hit", "SNIPS", "DR", "IPS", "ctx DR"):
         h.add_column(col, justify="left" if col == "algorithm" else "right")
     for algo, s in ev.summary.items():
@@ -101,7 +115,9 @@ def print_evaluation(ev: "Evaluation") -> None:
 
 def print_live(result: "LiveResult") -> None:
     bss = result.batch_sizes
-    t = Table(title=f"live A/B on {result.engine} ({result.hardware}), {result.trials} trials per config, mean reward [95% CI]")
+    t = Table(
+        title=f"live A/B on {result.engine} ({result.hardware}), {result.trials} trials per config, mean reward [95% CI]"
+    )
     t.add_column("arm")
     for bs in bss:
         t.add_column(f"bs {bs}", justify="right")
@@ -112,7 +128,9 @@ def print_live(result: "LiveResult") -> None:
         for bs in bss:
             a = next((x for x in result.per_bs if x.algo == name and x.batch_size == bs), None)
             cells.append("-" if a is None else f"{a.mean_reward:.3f} {_cfg(a.config)}")
-        t.add_row(name, *cells, f"{arm.avg_reward:.4f}", _ci(arm.avg_ci), f"{arm.delta_reference:+.4f}", _ci(arm.delta_ci))
+        t.add_row(
+            name, *cells, f"{arm.avg_reward:.4f}", _ci(arm.avg_ci), f"{arm.delta_reference:+.4f}", _ci(arm.delta_ci)
+        )
     console.print(t)
 
 
@@ -138,7 +156,9 @@ def report(models: Path, *, figures: bool = True) -> list[Path]:
     from policies.live import LiveResult
 
     if not models.is_dir():
-        raise MissingFileError(f"models folder not found: {models}", fix="train first: harness train --dataset FILE --out DIR")
+        raise MissingFileError(
+            f"models folder not found: {models}", fix="train first: harness train --dataset FILE --out DIR"
+        )
     print_picks(models)
     train_meta = _load(models, "train.json")
     if train_meta:
@@ -190,7 +210,14 @@ def write_figures(out: Path, ev: "Evaluation | None", live: "LiveResult | None")
             by = {p.batch_size: p for p in ev.in_sample[algo]}
             ax.bar(x + i * width, [by[b].reward if b in by else 0 for b in bss], width, label=algo)
         ref = {p.batch_size: p.reference for p in next(iter(ev.in_sample.values()))}
-        ax.scatter(x + 0.4 - width / 2, [ref.get(b, 0) for b in bss], marker="_", s=900, color="black", label="reference (3,4,8)")
+        ax.scatter(
+            x + 0.4 - width / 2,
+            [ref.get(b, 0) for b in bss],
+            marker="_",
+            s=900,
+            color="black",
+            label="reference (3,4,8)",
+        )
         ax.set_xticks(x + 0.4 - width / 2, [f"bs {b}" for b in bss])
         ax.set_ylabel("mean reward (in-sample)")
         ax.set_title("reward of each algorithm's pick per batch size")
@@ -215,7 +242,9 @@ def write_figures(out: Path, ev: "Evaluation | None", live: "LiveResult | None")
         save(fig, "throughput_of_picks.png")
 
         fig, ax = plt.subplots(figsize=(11, 4.5))
-        configs = sorted({tuple(c.config) for c in ev.cells}, key=lambda c: [tuple(x.config) for x in ev.cells].index(c))
+        configs = sorted(
+            {tuple(c.config) for c in ev.cells}, key=lambda c: [tuple(x.config) for x in ev.cells].index(c)
+        )
         for b in bss:
             ys = [cells[(b, c)].utilization if (b, c) in cells else np.nan for c in configs]
             ax.plot(range(len(configs)), ys, marker="o", label=f"bs {b}")

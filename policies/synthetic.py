@@ -14,7 +14,12 @@ import numpy as np
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig, action_index
 from harness.runs.rows import PUBLISHED_KEYS, SweepRow, from_native
 
-RECIPE: dict[int, SpecConfig] = {1: SpecConfig(3, 4, 8), 4: SpecConfig(3, 4, 8), 8: SpecConfig(3, 4, 8), 16: SpecConfig(3, 2, 4)}
+RECIPE: dict[int, SpecConfig] = {
+    1: SpecConfig(3, 4, 8),
+    4: SpecConfig(3, 4, 8),
+    8: SpecConfig(3, 4, 8),
+    16: SpecConfig(3, 2, 4),
+}
 FAILING_CELL = (16, SpecConfig(5, 4, 16))  # fails to launch in every repeat, as in the published sweep
 
 
@@ -35,7 +40,21 @@ def synthetic_records(seed: int = 0, *, errors: bool = True, power_limit_w: floa
             for a, cfg in enumerate(ACTIONS):
                 index = len(records)
                 failed = errors and (bs, cfg) == FAILING_CELL
-                records.append(_record(index, repeat, bs, cfg, failed, ratio[bs][a], util[bs][a], base_speed[bs], temp, rng, power_limit_w))
+                records.append(
+                    _record(
+                        index,
+                        repeat,
+                        bs,
+                        cfg,
+                        failed,
+                        ratio[bs][a],
+                        util[bs][a],
+                        base_speed[bs],
+                        temp,
+                        rng,
+                        power_limit_w,
+                    )
+                )
                 temp = min(78.0, temp + 0.15) if not failed else temp
     return records
 

@@ -59,7 +59,11 @@ class ThompsonSampling(LinearArmsPolicy):
             z = np.stack([np.random.default_rng([self.seed, *np.frombuffer(row.astype(np.float64).tobytes(), np.uint32)]).standard_normal((N_ACTIONS, STATE_DIM))
                           for row in x])  # fmt: skip
         else:
-            mask = np.ones((len(x), N_ACTIONS), dtype=bool) if legal_mask is None else np.broadcast_to(legal_mask, (len(x), N_ACTIONS))
+            mask = (
+                np.ones((len(x), N_ACTIONS), dtype=bool)
+                if legal_mask is None
+                else np.broadcast_to(legal_mask, (len(x), N_ACTIONS))
+            )
             z = np.full((len(x), N_ACTIONS, STATE_DIM), np.nan)
             z[mask] = self._rng.standard_normal((int(mask.sum()), STATE_DIM))  # state-major, then action index order
         return self.theta[None] + np.einsum("nkj,kji->nki", z, factor)

@@ -50,7 +50,12 @@ def tune_cql(data: PolicyDataset, seed: int = 0) -> Tuning:
     cands = []
     for params in CQL_GRID:
         fitted = policy_class("cql").fit_many([t for t, _ in folds], seed, **params)
-        cands.append(Candidate(params=params, heldout_value=float(np.mean([_heldout_value(p, t, h) for p, (t, h) in zip(fitted, folds)]))))
+        cands.append(
+            Candidate(
+                params=params,
+                heldout_value=float(np.mean([_heldout_value(p, t, h) for p, (t, h) in zip(fitted, folds)])),
+            )
+        )
     best = max(cands, key=lambda c: c.heldout_value)  # first best wins ties (grid order)
     return Tuning(variant="cql_tuned", algorithm="cql", chosen=best.params, candidates=cands)
 

@@ -18,7 +18,7 @@ def cell_truth(bs: int, cfg: SpecConfig) -> tuple[float, float, float]:
     if cfg.is_baseline:
         accept = 1.0
     else:
-        accept = 1.0 + 1.5 * (1 - 0.6 ** cfg.steps) * (1 - 0.5 ** cfg.topk) * min(1.0, cfg.draft_tokens / 6)
+        accept = 1.0 + 1.5 * (1 - 0.6**cfg.steps) * (1 - 0.5**cfg.topk) * min(1.0, cfg.draft_tokens / 6)
     cost = 1.0 + 0.04 * cfg.steps * max(cfg.topk, 1) + 0.01 * cfg.draft_tokens * bs / 4
     speed = 100.0 * accept / cost * (1.0 - 0.01 * bs)
     power = min(79.0, 60.0 + 1.2 * cfg.steps * max(cfg.topk, 1) / 2 + 0.5 * bs + 0.2 * cfg.draft_tokens)
@@ -45,8 +45,18 @@ def grid_rows(
                 idx = grid_index(rep, bs, cfg, batch_sizes, configs)
                 cid = make_cell_id(rep, bs, cfg)
                 if (rep, bs, cfg) in fail:
-                    rows.append(error_row(hardware=HW, index=idx, repeat=rep, batch_size=bs, config=cfg,
-                                          error="EngineLaunchError: out of memory at mem_fraction 0.65", cell_id=cid, mem_fraction=0.65))
+                    rows.append(
+                        error_row(
+                            hardware=HW,
+                            index=idx,
+                            repeat=rep,
+                            batch_size=bs,
+                            config=cfg,
+                            error="EngineLaunchError: out of memory at mem_fraction 0.65",
+                            cell_id=cid,
+                            mem_fraction=0.65,
+                        )
+                    )
                     continue
                 accept, speed, power = cell_truth(bs, cfg)
                 speed *= scale * (1 + rng.gauss(0, noise))
@@ -54,15 +64,38 @@ def grid_rows(
                 tokens = max(16, bs) * 512
                 wall = tokens / (speed * bs)
                 energy = power * wall
-                rows.append(SweepRow(
-                    hardware=HW, index=idx, repeat=rep, batch_size=bs, steps=cfg.steps, topk=cfg.topk,
-                    num_draft_tokens=cfg.draft_tokens, is_baseline=cfg.is_baseline, accept_length=round(accept, 3),
-                    speed_tok_s=round(speed, 3), speed_source="step_time", step_time_s=round(accept / speed, 6),
-                    wall_clock_s=round(wall, 3), wall_clock_tok_s=round(tokens / wall, 3), total_output_tokens=tokens,
-                    energy_joules=round(energy, 2), avg_power_watts=round(power, 2), joules_per_token=round(energy / tokens, 5),
-                    gpu_temp_c_before=55, gpu_temp_c=70, gpu_power_w=round(power, 1), gpu_util_pct=95, gpu_mem_used_mb=5300,
-                    gpu_throttling=False, cell_id=cid, run_id="test", power_limit_w=80.0, mem_fraction=0.65,
-                ))
+                rows.append(
+                    SweepRow(
+                        hardware=HW,
+                        index=idx,
+                        repeat=rep,
+                        batch_size=bs,
+                        steps=cfg.steps,
+                        topk=cfg.topk,
+                        num_draft_tokens=cfg.draft_tokens,
+                        is_baseline=cfg.is_baseline,
+                        accept_length=round(accept, 3),
+                        speed_tok_s=round(speed, 3),
+                        speed_source="step_time",
+                        step_time_s=round(accept / speed, 6),
+                        wall_clock_s=round(wall, 3),
+                        wall_clock_tok_s=round(tokens / wall, 3),
+                        total_output_tokens=tokens,
+                        energy_joules=round(energy, 2),
+                        avg_power_watts=round(power, 2),
+                        joules_per_token=round(energy / tokens, 5),
+                        gpu_temp_c_before=55,
+                        gpu_temp_c=70,
+                        gpu_power_w=round(power, 1),
+                        gpu_util_pct=95,
+                        gpu_mem_used_mb=5300,
+                        gpu_throttling=False,
+                        cell_id=cid,
+                        run_id="test",
+                        power_limit_w=80.0,
+                        mem_fraction=0.65,
+                    )
+                )
     return rows
 
 
@@ -71,9 +104,22 @@ def pilots(n_tb: int = 2, n_sb: int = 2, start: int = 0) -> list[SweepRow]:
     for i in range(n_tb + n_sb):
         suite = "terminalbench" if i < n_tb else "swebench"
         cfg = [SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4)][i % 3]
-        out.append(pilot_row(suite=suite, hardware=HW, index=start + i, config=cfg, speed_tok_s=50.0 + i,
-                             wall_clock_s=900.0, total_output_tokens=40000, avg_power_watts=70.0, gpu_temp_c=70.0,
-                             accept_length=1.17, pilot_server_batch_size=16, pilot_task=f"task{i}"))
+        out.append(
+            pilot_row(
+                suite=suite,
+                hardware=HW,
+                index=start + i,
+                config=cfg,
+                speed_tok_s=50.0 + i,
+                wall_clock_s=900.0,
+                total_output_tokens=40000,
+                avg_power_watts=70.0,
+                gpu_temp_c=70.0,
+                accept_length=1.17,
+                pilot_server_batch_size=16,
+                pilot_task=f"task{i}",
+            )
+        )
     return out
 
 

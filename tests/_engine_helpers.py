@@ -11,8 +11,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = ["--time-scale", "50", "--output-tokens", "128", "--settle", "0", "--plain", "--engine-arg=--twin-launch-scale",
-        "--engine-arg=0.2"]
+FAST = [
+    "--time-scale",
+    "50",
+    "--output-tokens",
+    "128",
+    "--settle",
+    "0",
+    "--plain",
+    "--engine-arg=--twin-launch-scale",
+    "--engine-arg=0.2",
+]
 """Sweep flags that keep a twin sweep short: the twin world 50x faster, 128 tokens per request, no settling, and
 twin launches 5x shorter than a real server's."""
 

@@ -54,11 +54,29 @@ def core_wheelhouse() -> Path:
     if stamp.exists() and stamp.read_text().split() == wanted:
         return CACHE
     CACHE.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                           "--only-binary=:all:", "-d", str(CACHE), *wanted], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(CACHE),
+            *wanted,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"could not fill {CACHE} with the core wheels ({' '.join(wanted)}); pip's index is needed "
-                           f"once (or put those wheels there by hand):\n{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"could not fill {CACHE} with the core wheels ({' '.join(wanted)}); pip's index is needed "
+            f"once (or put those wheels there by hand):\n{proc.stderr[-2000:]}"
+        )
     stamp.write_text("\n".join(wanted) + "\n")
     return CACHE
 
@@ -69,6 +87,7 @@ def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str], s
     path = out_dir / f"{dist}-py3-none-any.whl"
     records: list[str] = []
     with zipfile.ZipFile(path, "w") as z:
+
         def add(arcname: str, text: str) -> None:
             data = text.encode()
             z.writestr(arcname, data)
@@ -77,9 +96,14 @@ def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str], s
 
         for arcname, text in files.items():
             add(arcname, text)
-        add(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n")
-        add(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: eagle-energy-harness tests\n"
-                                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        add(
+            f"{dist}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n",
+        )
+        add(
+            f"{dist}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: eagle-energy-harness tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         records.append(f"{dist}.dist-info/RECORD,,")
         z.writestr(f"{dist}.dist-info/RECORD", "\n".join(records) + "\n")
     return path
@@ -91,10 +115,17 @@ STANDIN_TORCH_VERSION = "2.8.0+standin"  # a torch other than the suite's 2.13.0
 def standin_torch_wheel(out_dir: Path) -> Path:
     """A STAND-IN named ``torch`` (a few bytes, not PyTorch) at a version other than the one the suite uses: what pip
     sees of an sglang environment's own torch, without downloading a multi-GB CUDA wheel."""
-    init = (f'"""Stand-in distribution named torch for the install tests; not PyTorch."""\n'
-            f'__version__ = "{STANDIN_TORCH_VERSION}"\n')
-    return write_wheel(out_dir, "torch", STANDIN_TORCH_VERSION, {"torch/__init__.py": init},
-                       "stand-in for an environment's own torch (install tests only)")
+    init = (
+        f'"""Stand-in distribution named torch for the install tests; not PyTorch."""\n'
+        f'__version__ = "{STANDIN_TORCH_VERSION}"\n'
+    )
+    return write_wheel(
+        out_dir,
+        "torch",
+        STANDIN_TORCH_VERSION,
+        {"torch/__init__.py": init},
+        "stand-in for an environment's own torch (install tests only)",
+    )
 
 
 def copy_sources(dest: Path) -> Path:
@@ -112,14 +143,34 @@ def copy_sources(dest: Path) -> Path:
 
 def new_venv(path: Path) -> Path:
     """A fresh venv without pip of its own (``pip()`` drives it from outside with ``--python``); returns its bin."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, capture_output=True, timeout=120
+    )
     return path / "bin"
 
 
 def pip(bin_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """pip acting on that venv, offline: only wheels and folders named on the command line or via --find-links (no
     config files, so neither this machine's index nor its local torch wheels)."""
-    return subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "--disable-pip-version-check",
-                           "--no-input", *args], capture_output=True, text=True, timeout=timeout,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": "/dev/null",
-                               "PIP_NO_COMPILE": "1", "HOME": str(bin_dir.parent)})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bin_dir / "python"),
+            "--disable-pip-version-check",
+            "--no-input",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "PIP_NO_INDEX": "1",
+            "PIP_CONFIG_FILE": "/dev/null",
+            "PIP_NO_COMPILE": "1",
+            "HOME": str(bin_dir.parent),
+        },
+    )

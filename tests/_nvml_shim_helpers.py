@@ -105,7 +105,9 @@ def load_in_process(lib_dir: Path) -> ctypes.CDLL:
     pynvml._LoadNvmlLibrary()  # the binding's own (private) loader, as nvmlInit runs it
     ours, theirs = (ctypes.cast(x.nvmlInitWithFlags, ctypes.c_void_p).value for x in (lib, pynvml.nvmlLib))
     if ours != theirs:
-        raise RuntimeError(f"nvidia-ml-py already loaded another NVML library ({pynvml.nvmlLib}); run the shim tests in a fresh process")
+        raise RuntimeError(
+            f"nvidia-ml-py already loaded another NVML library ({pynvml.nvmlLib}); run the shim tests in a fresh process"
+        )
     return lib
 
 
@@ -124,4 +126,7 @@ def assert_measured(w: Any, power_w: float, method: str) -> None:
     """The window's energy is ``power_w`` x its duration by ``method``, and nothing but machine load flagged it."""
     assert set(w.reasons) <= LOAD_ONLY_REASONS, w.reasons
     assert w.energy_method == method and w.energy_j is not None
-    assert abs(w.energy_j - power_w * w.duration_s) <= 0.01 * power_w * w.duration_s, (w.energy_j, power_w * w.duration_s)
+    assert abs(w.energy_j - power_w * w.duration_s) <= 0.01 * power_w * w.duration_s, (
+        w.energy_j,
+        power_w * w.duration_s,
+    )

@@ -21,9 +21,17 @@ PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku ab
 
 def serve_session(tmp_path: Path, table: dict[int, SpecConfig], **options: Any) -> ServeSession:
     """A twin serve session at 20x with a quick controller and quick twin launches; ``options`` go to ServeOptions."""
-    return open_session(ServeOptions(picks=table, run_dir=tmp_path, time_scale=20, tick_s=0.05,
-                                     controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
-                                     engine_args=("--twin-launch-scale", "0.1"), **options))
+    return open_session(
+        ServeOptions(
+            picks=table,
+            run_dir=tmp_path,
+            time_scale=20,
+            tick_s=0.05,
+            controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
+            engine_args=("--twin-launch-scale", "0.1"),
+            **options,
+        )
+    )
 
 
 def log_lines(s: ServeSession) -> list[dict]:

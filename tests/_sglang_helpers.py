@@ -20,13 +20,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("SGLANG_CONFORMANCE_CACHE")
-             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle-energy-harness" / "sglang-conformance")
+CACHE = Path(
+    os.environ.get("SGLANG_CONFORMANCE_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle-energy-harness" / "sglang-conformance"
+)
 """Where the venvs live; ``SGLANG_CONFORMANCE_CACHE`` moves them (e.g. to share one cache between checkouts)."""
 HERE = Path(__file__).resolve().parent / "sglang_conformance"
 PROBE = HERE / "probe.py"
-NETWORK_ERRORS = ("Failed to establish a new connection", "Temporary failure in name resolution", "Network is unreachable",
-                  "ConnectionError", "Max retries exceeded")
+NETWORK_ERRORS = (
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectionError",
+    "Max retries exceeded",
+)
 
 
 def _pip(venv: Path, *args: str, log: Path) -> None:
@@ -76,7 +83,14 @@ def real_parse(version: str, argvs: list[list[str]], tmp: Path) -> dict:
     python = conformance_python(version)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home(tmp)), TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([str(python), str(PROBE)], input=json.dumps(argvs), capture_output=True, text=True,
-                          timeout=900, env=env, cwd=tmp)
+    done = subprocess.run(
+        [str(python), str(PROBE)],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp,
+    )
     assert done.returncode == 0, f"probe failed in the sglang {version} venv:\n{done.stderr[-3000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])  # the probe's one JSON line comes last

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from harness.telemetry.windows import STATE_FIELDS, GpuSample
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -35,7 +36,12 @@ class ScriptedProbe:
 
     kind = "scripted"
 
-    def __init__(self, power: Callable[[float], float] = wave_power, energy: Callable[[float], float] = wave_energy, scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        power: Callable[[float], float] = wave_power,
+        energy: Callable[[float], float] = wave_energy,
+        scale: float = 1.0,
+    ) -> None:
         self.power = power
         self.energy_j = energy
         self.scale = scale

@@ -29,8 +29,14 @@ def harbor_bin_or_skip() -> Path:
 
 
 def terminus_reply(keystrokes: str = "ls\n", complete: bool = False) -> str:
-    return json.dumps({"analysis": "scripted", "plan": "scripted",
-                       "commands": [{"keystrokes": keystrokes, "duration": 0.1}], "task_complete": complete})
+    return json.dumps(
+        {
+            "analysis": "scripted",
+            "plan": "scripted",
+            "commands": [{"keystrokes": keystrokes, "duration": 0.1}],
+            "task_complete": complete,
+        }
+    )
 
 
 class ScriptedChatServer:
@@ -47,7 +53,9 @@ class ScriptedChatServer:
                 pass
 
             def do_GET(self) -> None:  # /v1/models
-                self._send({"object": "list", "data": [{"id": "scripted-model", "object": "model", "max_model_len": 8192}]})
+                self._send(
+                    {"object": "list", "data": [{"id": "scripted-model", "object": "model", "max_model_len": 8192}]}
+                )
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -57,11 +65,18 @@ class ScriptedChatServer:
                 if reply is None:
                     server._stop.wait(120)
                     return
-                self._send({"id": f"c{idx}", "object": "chat.completion", "created": int(time.time()),
-                            "model": body.get("model", "scripted-model"),
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
-                                         "finish_reason": "stop"}],
-                            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+                self._send(
+                    {
+                        "id": f"c{idx}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", "scripted-model"),
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                    }
+                )
 
             def _send(self, obj: dict) -> None:
                 data = json.dumps(obj).encode()

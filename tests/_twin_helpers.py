@@ -78,13 +78,31 @@ def _wait_ready_line(proc: subprocess.Popen, log: Path, timeout: float) -> dict:
 
 
 @contextlib.contextmanager
-def twin_gpu(time_scale: float = 50.0, seed: int = 0, profile: str = "rtx4060-laptop", log_dir: str | None = None) -> Iterator[TwinProc]:
+def twin_gpu(
+    time_scale: float = 50.0, seed: int = 0, profile: str = "rtx4060-laptop", log_dir: str | None = None
+) -> Iterator[TwinProc]:
     """A twin GPU device on a free port (the device binds port 0 and announces the one it got)."""
     log = Path(log_dir or tempfile.mkdtemp(prefix="twin-gpu-")) / "gpu.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
-            [PY, "-m", "harness", "twin", "gpu", "--port", "0", "--time-scale", str(time_scale), "--seed", str(seed), "--profile", profile],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                PY,
+                "-m",
+                "harness",
+                "twin",
+                "gpu",
+                "--port",
+                "0",
+                "--time-scale",
+                str(time_scale),
+                "--seed",
+                str(seed),
+                "--profile",
+                profile,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         ready = _wait_ready_line(proc, log, 20.0)
@@ -93,16 +111,39 @@ def twin_gpu(time_scale: float = 50.0, seed: int = 0, profile: str = "rtx4060-la
         stop_process(proc)
 
 
-def start_engine(gpu_url: str, args: list[str], *, env: dict | None = None, log_dir: str | None = None,
-                 wait_healthy: bool = True, timeout: float = 30.0) -> TwinProc:
+def start_engine(
+    gpu_url: str,
+    args: list[str],
+    *,
+    env: dict | None = None,
+    log_dir: str | None = None,
+    wait_healthy: bool = True,
+    timeout: float = 30.0,
+) -> TwinProc:
     """Start ``harness twin engine`` with sglang-style ``args`` (port chosen here) and wait for /health 200."""
     port = free_port()
     log = Path(log_dir or tempfile.mkdtemp(prefix="twin-engine-")) / f"engine-{port}.log"
     full_env = {**os.environ, "SGLANG_RECORD_STEP_TIME": "1", **(env or {})}
     with open(log, "w") as fh:
         proc = subprocess.Popen(
-            [PY, "-m", "harness", "twin", "engine", *args, "--host", "127.0.0.1", "--port", str(port), "--twin-gpu", gpu_url],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+            [
+                PY,
+                "-m",
+                "harness",
+                "twin",
+                "engine",
+                *args,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--twin-gpu",
+                gpu_url,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
         )
     tp = TwinProc(proc, f"http://127.0.0.1:{port}", log)
     if wait_healthy:

@@ -6,13 +6,20 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from _dataset_helpers import grid_rows
-from harness.sweep.active.spread import CellSpread, cell_spreads, gap_in_se
-from harness.grid import SpecConfig
 
-CONFIGS = [SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(1, 4, 2), SpecConfig(3, 1, 4),
-           SpecConfig(5, 4, 8), SpecConfig(1, 1, 2)]
+from harness.grid import SpecConfig
+from harness.sweep.active.spread import CellSpread, cell_spreads, gap_in_se
+
+CONFIGS = [
+    SpecConfig(0, 0, 0),
+    SpecConfig(3, 4, 8),
+    SpecConfig(3, 2, 4),
+    SpecConfig(1, 4, 2),
+    SpecConfig(3, 1, 4),
+    SpecConfig(5, 4, 8),
+    SpecConfig(1, 1, 2),
+]
 
 
 def test_a_config_at_the_cap_carries_its_flag_variance_even_when_both_repeats_read_the_same_flag():
@@ -40,6 +47,6 @@ def test_a_config_at_the_cap_carries_its_flag_variance_even_when_both_repeats_re
 
 def test_a_gap_is_judged_by_the_s_e_of_the_difference():
     best, other = CellSpread(0.30, 0.01, 2, 0.0), CellSpread(0.29, 0.01, 2, 0.0)
-    assert gap_in_se(best, other) == pytest.approx(0.01 / math.sqrt(2 * 0.01 ** 2))
+    assert gap_in_se(best, other) == pytest.approx(0.01 / math.sqrt(2 * 0.01**2))
     assert gap_in_se(other, best) == 0.0
     assert gap_in_se(best, CellSpread(0.25, 0.0, 2, 0.0)) == pytest.approx(5.0)

@@ -10,32 +10,49 @@ import time
 from collections import Counter
 
 import pytest
-
 from _engine_helpers import ROOT, harness_cmd, read_lines, run_harness
+
+from harness.grid import SpecConfig
+from harness.runs.options import SweepOptions
+from harness.runs.rows import PUBLISHED_KEYS
 from harness.sweep.active.calibset import calibration_cells
 from harness.sweep.active.cost import CellCost, CostModel, fit_line
 from harness.sweep.active.decide import next_actions, picks
 from harness.sweep.active.estimate import CellEstimate, Prediction
 from harness.sweep.active.options import budget_of
-from harness.grid import SpecConfig
-from harness.runs.rows import PUBLISHED_KEYS
-from harness.runs.options import SweepOptions
 from harness.twin.profile import TwinProfile
 
 GRID = ["--configs", "0:0:0,3:4:8,3:2:4,1:4:2,3:1:4,5:4:16", "--batch-sizes", "1,16", "--repeats", "3"]
-TWIN = ["--time-scale", "50", "--output-tokens", "128", "--settle", "0", "--plain", "--engine-arg=--twin-launch-scale",
-        "--engine-arg=0.2"]
+TWIN = [
+    "--time-scale",
+    "50",
+    "--output-tokens",
+    "128",
+    "--settle",
+    "0",
+    "--plain",
+    "--engine-arg=--twin-launch-scale",
+    "--engine-arg=0.2",
+]
 
 
 @pytest.mark.slow
 def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
     run = tmp_path / "run"
-    proc = subprocess.Popen(harness_cmd("sweep", "--engine", "twin", "--strategy", "active", "--budget", "0.35", *GRID,
-                                        "--out", str(run), *TWIN), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        harness_cmd(
+            "sweep", "--engine", "twin", "--strategy", "active", "--budget", "0.35", *GRID, "--out", str(run), *TWIN
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and (not (run / "rows.jsonl").exists() or len(read_lines(run / "rows.jsonl")) < 3):
+        while time.monotonic() < deadline and (
+            not (run / "rows.jsonl").exists() or len(read_lines(run / "rows.jsonl")) < 3
+        ):
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
@@ -57,21 +74,29 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     active = manifest["active"]
     assert manifest["status"] == "complete" and len(manifest["sessions"]) == 2
-    calib = {f"r0-bs{bs}-s{c.steps}k{c.topk}d{c.draft_tokens}"
-             for bs, c in calibration_cells([SpecConfig(*t) for t in manifest["options"]["configs"]], [1, 16])}
+    calib = {
+        f"r0-bs{bs}-s{c.steps}k{c.topk}d{c.draft_tokens}"
+        for bs, c in calibration_cells([SpecConfig(*t) for t in manifest["options"]["configs"]], [1, 16])
+    }
     assert set(active["calibration_cells"]) == calib and calib <= set(counts)
     # every measured cell is an ordinary planned row in the published layout; repeats are the cell's repeat index
     assert all(list(rec) == list(PUBLISHED_KEYS) for rec in read_lines(run / "dataset.jsonl"))
     assert len(rows) < manifest["cells_planned"] == 36
     for c in {(row["batch_size"], row["steps"], row["topk"], row["num_draft_tokens"]) for row in rows}:
-        reps = sorted(row["repeat"] for row in rows if (row["batch_size"], row["steps"], row["topk"], row["num_draft_tokens"]) == c)
+        reps = sorted(
+            row["repeat"]
+            for row in rows
+            if (row["batch_size"], row["steps"], row["topk"], row["num_draft_tokens"]) == c
+        )
         assert reps == list(range(len(reps)))
     # budget: GPU-seconds spent (launch + measure) within the fraction of the predicted full grid
     spent = active["gpu_seconds"]
     assert spent["total"] == pytest.approx(spent["launch"] + spent["measure"], abs=0.05) and spent["launch"] > 0
     assert 0.03 <= active["budget_headroom"] <= 0.15  # the cost model's error, within its bounds
     assert 0 < active["flag_model"]["rows"] <= len(rows) and 0.5 <= active["flag_model"]["ceiling"] <= 1.0
-    assert active["budget_s"] == pytest.approx(0.35 * active["budget_from_full_grid_predicted_s"] / (1 + active["budget_headroom"]), rel=1e-3)
+    assert active["budget_s"] == pytest.approx(
+        0.35 * active["budget_from_full_grid_predicted_s"] / (1 + active["budget_headroom"]), rel=1e-3
+    )
     assert spent["total"] <= active["budget_s"]
     assert active["fraction_of_full_grid"] == pytest.approx(spent["total"] / active["full_grid_predicted_s"], abs=1e-3)
     assert active["stop_reason"] in ("settled", "budget") and active["rounds"]
@@ -102,7 +127,11 @@ def _cell(bs: int, cfg: tuple[int, int, int], reward: float, sigma: float, rows:
 
 
 def test_near_tie_gets_repeats_clear_winner_settles():
-    tie = [_cell(1, (0, 0, 0), 0.0, 0.003, 1), _cell(1, (3, 4, 8), 0.530, 0.01, 1), _cell(1, (5, 4, 16), 0.526, 0.01, 1)]
+    tie = [
+        _cell(1, (0, 0, 0), 0.0, 0.003, 1),
+        _cell(1, (3, 4, 8), 0.530, 0.01, 1),
+        _cell(1, (5, 4, 16), 0.526, 0.01, 1),
+    ]
     actions = next_actions(tie, repeats=3)  # equal rows: the leader (the recipe's own rows) is repeated first
     assert [(a.config, a.repeat) for a in actions] == [((3, 4, 8), 1)] and "near tie" in actions[0].reason
     # after the leader's repeat the rival has fewer rows: it is repeated next
@@ -115,8 +144,12 @@ def test_near_tie_gets_repeats_clear_winner_settles():
 
 
 def test_unmeasured_leader_first_then_open_rivals():
-    cells = [_cell(16, (0, 0, 0), 0.0, 0.003, 1), _cell(16, (3, 2, 4), 0.40, 0.02, 0), _cell(16, (1, 4, 4), 0.39, 0.02, 0),
-             _cell(16, (5, 4, 8), 0.10, 0.02, 0)]
+    cells = [
+        _cell(16, (0, 0, 0), 0.0, 0.003, 1),
+        _cell(16, (3, 2, 4), 0.40, 0.02, 0),
+        _cell(16, (1, 4, 4), 0.39, 0.02, 0),
+        _cell(16, (5, 4, 8), 0.10, 0.02, 0),
+    ]
     actions = next_actions(cells, repeats=2)
     assert [a.config for a in actions] == [(3, 2, 4), (1, 4, 4)] and all(a.repeat == 0 for a in actions)
 
@@ -132,7 +165,9 @@ def test_budget_fraction_keeps_headroom_for_the_cost_model_error():
     against the real grid, which the prediction misses by about that much; ``--budget-s`` is taken as given."""
     exact = CostModel.fit([(10.0, 5.0 * k, CellCost(20.0, 10.0 * k)) for k in (1, 2, 3, 4)])
     assert exact.rel_error == pytest.approx(0.0, abs=1e-9)
-    noisy = CostModel.fit([(10.0, 5.0 * k, CellCost(20.0, 10.0 * k * f)) for k, f in ((1, 1.2), (2, 0.8), (3, 1.1), (4, 0.9))])
+    noisy = CostModel.fit(
+        [(10.0, 5.0 * k, CellCost(20.0, 10.0 * k * f)) for k, f in ((1, 1.2), (2, 0.8), (3, 1.1), (4, 0.9))]
+    )
     assert 0.03 < noisy.rel_error < 0.2
     fraction, seconds = SweepOptions(strategy="active", budget=0.2), SweepOptions(strategy="active", budget_s=500.0)
     assert budget_of(fraction, 1000.0, exact.rel_error) == pytest.approx((200.0 / 1.03, 0.03))  # never less than 3 %
@@ -141,14 +176,17 @@ def test_budget_fraction_keeps_headroom_for_the_cost_model_error():
     assert budget_of(seconds, 1000.0, 0.08) == (500.0, None)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--budget", "0.2"], "only apply to --strategy active"),
-    (["--strategy", "active", "--budget", "1.5"], "--budget"),
-    (["--strategy", "active", "--budget", "0.2", "--budget-s", "100"], "pass one of them"),
-    (["--strategy", "active", "--launch-per", "config"], "--launch-per config"),
-    (["--strategy", "active", "--configs", "3:4:8,3:2:4"], "baseline"),
-    (["--strategy", "sometimes"], "unknown --strategy"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--budget", "0.2"], "only apply to --strategy active"),
+        (["--strategy", "active", "--budget", "1.5"], "--budget"),
+        (["--strategy", "active", "--budget", "0.2", "--budget-s", "100"], "pass one of them"),
+        (["--strategy", "active", "--launch-per", "config"], "--launch-per config"),
+        (["--strategy", "active", "--configs", "3:4:8,3:2:4"], "baseline"),
+        (["--strategy", "sometimes"], "unknown --strategy"),
+    ],
+)
 def test_bad_active_options_are_refused_before_anything_is_written(tmp_path, args, needle):
     run = tmp_path / "run"
     r = run_harness("sweep", "--engine", "twin", *args, "--out", str(run), "--plain")
@@ -209,9 +247,16 @@ def test_weak_draft_head_opens_the_low_step_corner():
     weak.perf.accept_first = 0.42
     slow = start.model_copy(deep=True)
     slow.perf.draft_step_ms = 1.5
-    cells = [_cell(1, (0, 0, 0), 0.0, 0.003, 1), _cell(1, (3, 4, 8), 0.35, 0.01, 1), _cell(1, (1, 4, 4), 0.30, 0.01, 0),
-             _cell(1, (1, 4, 2), 0.20, 0.01, 0), _cell(1, (3, 2, 4), 0.34, 0.01, 0),
-             _cell(16, (0, 0, 0), 0.0, 0.003, 1), _cell(16, (1, 4, 2), 0.15, 0.01, 1), _cell(16, (1, 4, 4), 0.18, 0.01, 0)]
+    cells = [
+        _cell(1, (0, 0, 0), 0.0, 0.003, 1),
+        _cell(1, (3, 4, 8), 0.35, 0.01, 1),
+        _cell(1, (1, 4, 4), 0.30, 0.01, 0),
+        _cell(1, (1, 4, 2), 0.20, 0.01, 0),
+        _cell(1, (3, 2, 4), 0.34, 0.01, 0),
+        _cell(16, (0, 0, 0), 0.0, 0.003, 1),
+        _cell(16, (1, 4, 2), 0.15, 0.01, 1),
+        _cell(16, (1, 4, 4), 0.18, 0.01, 0),
+    ]
     assert low_step_corner(start, start, cells).cells == ()
     corner = low_step_corner(weak, start, cells)
     assert [(c.batch_size, c.config) for c in corner.cells] == [(1, (1, 4, 4))]  # bs 16 has (1,4,2) measured

@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _dataset_helpers import grid_rows, write_native
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
 from _policies_helpers import harness
+
 from harness.cli import main
 from harness.grid import SpecConfig
-from harness.runs.rows import RowStore, make_cell_id
 from harness.runs.options import SweepOptions
+from harness.runs.rows import RowStore, make_cell_id
 
 BS = (1, 16)
 CONFIGS = (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 2, 4), SpecConfig(1, 1, 2))
@@ -105,9 +105,16 @@ def _with_invalid_window(small: list) -> list:
     out = []
     for r in small:
         if r.batch_size == 16 and r.config == SpecConfig(3, 2, 4):
-            r = r.model_copy(update={"window_valid": False, "window_reasons": ["probe_errors", "coverage_below_95pct"],
-                                     "speed_tok_s": r.speed_tok_s * 5, "avg_power_watts": 77.5,
-                                     "energy_joules": r.energy_joules / 5, "joules_per_token": r.joules_per_token / 5})
+            r = r.model_copy(
+                update={
+                    "window_valid": False,
+                    "window_reasons": ["probe_errors", "coverage_below_95pct"],
+                    "speed_tok_s": r.speed_tok_s * 5,
+                    "avg_power_watts": 77.5,
+                    "energy_joules": r.energy_joules / 5,
+                    "joules_per_token": r.joules_per_token / 5,
+                }
+            )
         out.append(r)
     return out
 
@@ -126,7 +133,9 @@ def test_invalid_window_rows_are_excluded_kept_or_refused_by_an_explicit_option(
     code, out = _run(["report", "sweep", str(src), "--out", str(tmp_path / "ex")], capsys)
     assert code == 0 and "2 rows with an invalid measurement window excluded" in out, out
     assert "probe_errors" in out
-    code, out = _run(["report", "sweep", str(src), "--out", str(tmp_path / "keep"), "--invalid-windows", "keep"], capsys)
+    code, out = _run(
+        ["report", "sweep", str(src), "--out", str(tmp_path / "keep"), "--invalid-windows", "keep"], capsys
+    )
     assert code == 0 and "2 rows with an invalid measurement window kept" in out, out
     excluded = json.loads((tmp_path / "ex" / "summary.json").read_text())
     kept = json.loads((tmp_path / "keep" / "summary.json").read_text())
@@ -142,14 +151,25 @@ def test_invalid_window_rows_are_excluded_kept_or_refused_by_an_explicit_option(
     assert code == 3 and "--invalid-windows" in out
     code, out = _run(["dataset", "merge", str(src), "--out", str(tmp_path / "m.jsonl")], capsys)
     assert code == 3 and "invalid measurement window" in out and not (tmp_path / "m.jsonl").exists()
-    code, out = _run(["dataset", "merge", str(src), "--out", str(tmp_path / "m.jsonl"), "--invalid-windows", "keep"], capsys)
+    code, out = _run(
+        ["dataset", "merge", str(src), "--out", str(tmp_path / "m.jsonl"), "--invalid-windows", "keep"], capsys
+    )
     assert code == 0 and len((tmp_path / "m.jsonl").read_text().splitlines()) == 16
 
     # train: the untrustworthy rows flip the bs-16 pick only when the user keeps them explicitly
     picks = {}
     for rule in ("exclude", "keep"):
-        r = harness("train", "--dataset", str(src), "--out", str(tmp_path / rule), "--algos", "lookup_table",
-                    "--invalid-windows", rule)
+        r = harness(
+            "train",
+            "--dataset",
+            str(src),
+            "--out",
+            str(tmp_path / rule),
+            "--algos",
+            "lookup_table",
+            "--invalid-windows",
+            rule,
+        )
         assert r.returncode == 0, r.stderr
         assert "invalid measurement window" in r.stderr
         train = json.loads((tmp_path / rule / "train.json").read_text())
@@ -174,9 +194,18 @@ def test_merge_never_overwrites_without_force_nor_a_runs_own_rows(tmp_path, smal
     with RowStore(run) as store:
         for r in small:
             store.append(r)
-    (run / "manifest.json").write_text(json.dumps({"schema": 1, "run_id": "t", "status": "complete",
-                                                   "options": SweepOptions(configs=[c.as_tuple() for c in CONFIGS],
-                                                                           batch_sizes=list(BS), repeats=2).model_dump()}))
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "run_id": "t",
+                "status": "complete",
+                "options": SweepOptions(
+                    configs=[c.as_tuple() for c in CONFIGS], batch_sizes=list(BS), repeats=2
+                ).model_dump(),
+            }
+        )
+    )
     before = (run / "rows.jsonl").read_bytes()
     for force in ([], ["--force"]):
         code, out = _run(["dataset", "merge", str(run), "--out", str(run / "rows.jsonl"), *force], capsys)
@@ -202,8 +231,9 @@ def test_validate_run_dir_checks_against_the_planned_grid(tmp_path, small, capsy
         with RowStore(run) as store:
             for r in rows:
                 store.append(r)
-        (run / "manifest.json").write_text(json.dumps({"schema": 1, "run_id": "t", "status": "complete",
-                                                       "options": opts.model_dump()}))
+        (run / "manifest.json").write_text(
+            json.dumps({"schema": 1, "run_id": "t", "status": "complete", "options": opts.model_dump()})
+        )
 
     make(small)  # a 4-config subset sweep: valid without --subset, because the manifest says what was planned
     code, out = _run(["dataset", "validate", str(run)], capsys)
@@ -239,12 +269,17 @@ def test_error_text_with_rich_markup_is_printed_verbatim(tmp_path, small, capsys
     assert code == 0 and "m[/b].jsonl" in out, out
 
 
-@pytest.mark.parametrize("manifest, message", [
-    ({"schema": 1, "run_id": "t", "status": "complete"}, "has no 'options'"),
-    ({"schema": 99, "run_id": "t", "status": "complete", "options": {}}, "schema 99, newer than"),
-    ({"schema": 1, "run_id": "t", "options": {"repeats": "many"}}, "options.repeats"),
-])
-def test_a_broken_manifest_is_a_clear_error_for_status_resume_and_validate(tmp_path, small, capsys, manifest, message) -> None:
+@pytest.mark.parametrize(
+    "manifest, message",
+    [
+        ({"schema": 1, "run_id": "t", "status": "complete"}, "has no 'options'"),
+        ({"schema": 99, "run_id": "t", "status": "complete", "options": {}}, "schema 99, newer than"),
+        ({"schema": 1, "run_id": "t", "options": {"repeats": "many"}}, "options.repeats"),
+    ],
+)
+def test_a_broken_manifest_is_a_clear_error_for_status_resume_and_validate(
+    tmp_path, small, capsys, manifest, message
+) -> None:
     run = tmp_path / "run"
     with RowStore(run) as store:
         for r in small:
@@ -258,19 +293,22 @@ def test_a_broken_manifest_is_a_clear_error_for_status_resume_and_validate(tmp_p
     assert code == 3 and any(e["code"] == "manifest" and message in e["message"] for e in report["errors"]), report
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--configs", ""], "--configs"),
-    (["--twin-fault", "crash@abc"], "--twin-fault"),
-    (["--twin-fault", "melt"], "--twin-fault"),
-    (["--batch-sizes", "1,100000"], "--batch-sizes"),
-    (["--batch-sizes", "0"], "--batch-sizes"),
-    (["--settle", "-5"], "--settle"),
-    (["--settle", "cool:-3"], "--settle"),
-    (["--time-scale", "-1"], "--time-scale"),
-    (["--request-timeout", "0"], "--request-timeout"),
-    (["--mem-fractions", "1.5"], "--mem-fractions"),
-    (["--sampler-url", "localhost"], "--sampler-url"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--configs", ""], "--configs"),
+        (["--twin-fault", "crash@abc"], "--twin-fault"),
+        (["--twin-fault", "melt"], "--twin-fault"),
+        (["--batch-sizes", "1,100000"], "--batch-sizes"),
+        (["--batch-sizes", "0"], "--batch-sizes"),
+        (["--settle", "-5"], "--settle"),
+        (["--settle", "cool:-3"], "--settle"),
+        (["--time-scale", "-1"], "--time-scale"),
+        (["--request-timeout", "0"], "--request-timeout"),
+        (["--mem-fractions", "1.5"], "--mem-fractions"),
+        (["--sampler-url", "localhost"], "--sampler-url"),
+    ],
+)
 def test_sweep_usage_errors_name_the_option_and_leave_no_run_folder(tmp_path, capsys, args, flag) -> None:
     out_dir = tmp_path / "run"
     code, out = _run(["sweep", "--quick", "--out", str(out_dir), *args], capsys)
@@ -330,9 +368,26 @@ def test_a_full_disk_stops_the_sweep_cleanly_and_resume_finishes_it(tmp_path) ->
         pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); needs root")
     try:
         run = disk / "run"
-        sweep = ["sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8,3:2:4", "--batch-sizes", "1,4", "--out", str(run), *FAST]
-        proc = subprocess.Popen(harness_cmd(*sweep), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "COLUMNS": "200"})
+        sweep = [
+            "sweep",
+            "--engine",
+            "twin",
+            "--configs",
+            "0:0:0,3:4:8,3:2:4",
+            "--batch-sizes",
+            "1,4",
+            "--out",
+            str(run),
+            *FAST,
+        ]
+        proc = subprocess.Popen(
+            harness_cmd(*sweep),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None:
             rows = run / "rows.jsonl"
@@ -340,7 +395,7 @@ def test_a_full_disk_stops_the_sweep_cleanly_and_resume_finishes_it(tmp_path) ->
                 break
             time.sleep(0.2)
         with open(disk / "filler", "wb", buffering=0) as f:  # fill the disk to the last byte (unbuffered: nothing
-            try:                                              # is left to flush when the file closes)
+            try:  # is left to flush when the file closes)
                 while f.write(b"\0" * 65536):
                     pass
             except OSError:

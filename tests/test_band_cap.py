@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from _policies_helpers import harness
 
 from harness.core.errors import DataError
 from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.runs.rows import from_native, to_published
 from policies.contract import RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, throughput_score
 from policies.synthetic import synthetic_records
-from _policies_helpers import harness
 
 
 def _row(**kw):
@@ -28,8 +28,13 @@ def test_reward_uses_the_rows_enforced_cap():
     assert row_reward(capped, 100.0) == pytest.approx(1.0 * tp)
     assert row_reward(uncapped, 100.0) == pytest.approx(band_score(0.72) ** 0.5 * tp)
     assert row_reward(capped, 100.0, RewardOptions(limit_source="fixed")) == row_reward(uncapped, 100.0)
-    d = dataset_from_rows([_row(is_baseline=True, steps=0, topk=0, num_draft_tokens=0, speed_tok_s=100.0, power_limit_w=60.0),
-                           capped, _row(index=2, power_limit_w=80.0)])
+    d = dataset_from_rows(
+        [
+            _row(is_baseline=True, steps=0, topk=0, num_draft_tokens=0, speed_tok_s=100.0, power_limit_w=60.0),
+            capped,
+            _row(index=2, power_limit_w=80.0),
+        ]
+    )
     assert list(d.utilization) == pytest.approx([57.6 / 60, 0.96, 0.72])
 
 
@@ -51,12 +56,25 @@ def test_train_records_the_cap_source_and_memory_term_in_its_artifacts(tmp_path)
     recs = synthetic_records(seed=0, power_limit_w=60.0)
     write_jsonl_atomic(tmp_path / "rows.jsonl", recs)
     write_jsonl_atomic(tmp_path / "dataset.jsonl", [to_published(from_native(r)) for r in recs])
-    r = harness("train", "--dataset", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "m"), "--algos", "lookup_table",
-                "--memory-term", "total", "--memory-total-mb", "16384")
+    r = harness(
+        "train",
+        "--dataset",
+        str(tmp_path / "rows.jsonl"),
+        "--out",
+        str(tmp_path / "m"),
+        "--algos",
+        "lookup_table",
+        "--memory-term",
+        "total",
+        "--memory-total-mb",
+        "16384",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     meta = json.loads((tmp_path / "m" / "train.json").read_text())["reward_options"]
     assert meta["limit_source"] == "row" and meta["memory_term"] == "total" and meta["memory_total_mb"] == 16384
-    bad = harness("train", "--dataset", str(tmp_path / "dataset.jsonl"), "--out", str(tmp_path / "m2"), "--memory-term", "total")
+    bad = harness(
+        "train", "--dataset", str(tmp_path / "dataset.jsonl"), "--out", str(tmp_path / "m2"), "--memory-term", "total"
+    )
     assert bad.returncode == 3 and "--memory-total-mb" in bad.stderr + bad.stdout
 
 
@@ -65,8 +83,14 @@ def _two_cap_rows(tmp_path):
     out = []
     for k, (label, watts) in enumerate((("60", 60.0), ("80", 80.0))):
         recs = synthetic_records(seed=0, power_limit_w=watts)
-        out += [{**r, "index": r["index"] + k * len(recs), "extras": {**(r.get("extras") or {}), "power_cap": {"label": label}}}
-                for r in recs]
+        out += [
+            {
+                **r,
+                "index": r["index"] + k * len(recs),
+                "extras": {**(r.get("extras") or {}), "power_cap": {"label": label}},
+            }
+            for r in recs
+        ]
     write_jsonl_atomic(tmp_path / "rows.jsonl", out)
     return tmp_path / "rows.jsonl", len(out) // 2
 
@@ -81,9 +105,15 @@ def test_policies_never_pool_power_caps(tmp_path):
     assert len(d80.rows) + d80.skipped_errors == per_cap and {r.power_limit_w for r in d80.rows} == {80.0}
     with pytest.raises(DataError, match="no rows at power cap '70'"):
         load_dataset(path, power_cap="70")
-    r = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m"), "--algos", "lookup_table", "--power-cap", "60")
+    r = harness(
+        "train", "--dataset", str(path), "--out", str(tmp_path / "m"), "--algos", "lookup_table", "--power-cap", "60"
+    )
     assert r.returncode == 0, r.stderr + r.stdout
-    assert json.loads((tmp_path / "m" / "train.json").read_text())["selection"] == {"invalid_windows": "exclude", "power_cap": "60", "sm_clock": None}
+    assert json.loads((tmp_path / "m" / "train.json").read_text())["selection"] == {
+        "invalid_windows": "exclude",
+        "power_cap": "60",
+        "sm_clock": None,
+    }
     ev = harness("evaluate", "--models", str(tmp_path / "m"), "--dataset", str(path), "--no-loro", "--json")
     assert ev.returncode == 0, ev.stderr + ev.stdout  # evaluate scores the cap pass train used
     pooled = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m2"), "--algos", "lookup_table")

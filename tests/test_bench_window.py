@@ -6,20 +6,23 @@ from __future__ import annotations
 import time
 
 from _telemetry_helpers import ScriptedProbe
-from harness.world.bench import SERVER_EDGE_TOLERANCE_NS, server_window
+
+from harness.core.clocks import ScaledClock
 from harness.engine.sglang_client import GenerateResult, parse_meta_info
 from harness.telemetry.client import TelemetryClient, TelemetrySource
 from harness.telemetry.sampler import InProcessSampler, SamplerCore
 from harness.telemetry.server import start_server
 from harness.telemetry.windows import GpuSample, sample_near
-from harness.core.clocks import ScaledClock
+from harness.world.bench import SERVER_EDGE_TOLERANCE_NS, server_window
 
 ANCHOR = 1_700_000_000_000_000_000
 CLOCK = ScaledClock(scale=20.0, anchor_wall_ns=ANCHOR, anchor_mono_ns=5_000)
 
 
 def _twin(recv_dev: int, fin_dev: int) -> GenerateResult:
-    return GenerateResult(**parse_meta_info({"completion_tokens": 8, "twin_received_ns": recv_dev, "twin_finish_ns": fin_dev}))
+    return GenerateResult(
+        **parse_meta_info({"completion_tokens": 8, "twin_received_ns": recv_dev, "twin_finish_ns": fin_dev})
+    )
 
 
 def test_meta_info_stamps_twin_and_sglang():
@@ -51,7 +54,9 @@ def test_server_window_falls_back_when_any_stamp_is_missing_or_implausible():
 
 
 def _sample(seq: int, t: int, mask: int) -> GpuSample:
-    return GpuSample(run_id="r", seq=seq, t_wall_ns=t, t_mono_ns=t, energy_mj=1.0 * seq, power_w=50.0, clock_event_reasons=mask)
+    return GpuSample(
+        run_id="r", seq=seq, t_wall_ns=t, t_mono_ns=t, energy_mj=1.0 * seq, power_w=50.0, clock_event_reasons=mask
+    )
 
 
 def test_sample_at_picks_the_sample_atest_the_window_end_not_the_newest():

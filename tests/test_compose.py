@@ -32,8 +32,9 @@ def _compose_cmd() -> list[str] | None:
         candidates.append(["docker-compose"])
     for cmd in candidates:
         try:
-            out = subprocess.run([*cmd, "version", "--short"], capture_output=True, text=True, timeout=20,
-                                 env=_env(), check=False)
+            out = subprocess.run(
+                [*cmd, "version", "--short"], capture_output=True, text=True, timeout=20, env=_env(), check=False
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if out.returncode == 0 and re.match(r"v?2\.", out.stdout.strip()):
@@ -42,21 +43,32 @@ def _compose_cmd() -> list[str] | None:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "VLLM_TAG", "PIP_INSTALL"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HARNESS_", "COMPOSE_", "SGLANG_TAG", "VLLM_TAG", "PIP_INSTALL"))
+    }
     env.update(DOCKER_HOST="unix:///nonexistent/docker.sock", DOCKER_CONFIG=str(ROOT / ".e2e" / "no-docker-config"))
     env.update(extra)
     return env
 
 
 COMPOSE = _compose_cmd()
-needs_compose = pytest.mark.skipif(COMPOSE is None,
-                                   reason="Compose v2 CLI absent: run `bash .ci/e2e.sh --install-only` first")
+needs_compose = pytest.mark.skipif(
+    COMPOSE is None, reason="Compose v2 CLI absent: run `bash .ci/e2e.sh --install-only` first"
+)
 
 
 def compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     assert COMPOSE is not None
-    return subprocess.run([*COMPOSE, "-f", str(COMPOSE_FILE), *args], capture_output=True, text=True, timeout=60,
-                          env=_env(**env), check=False)
+    return subprocess.run(
+        [*COMPOSE, "-f", str(COMPOSE_FILE), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(**env),
+        check=False,
+    )
 
 
 def config(world: str, *profiles: str, **env: str) -> dict:
@@ -161,9 +173,15 @@ def test_config_quiet_passes_for_both_stacks(world: str) -> None:
 def test_a_broken_compose_file_is_rejected(tmp_path: Path) -> None:
     """The linter is real: the same file with ports given as a string fails validation."""
     bad = tmp_path / "compose.yaml"
-    bad.write_text(COMPOSE_FILE.read_text().replace("  sampler-twin:\n", "  sampler-twin:\n    ports: \"1:1\"\n", 1))
-    out = subprocess.run([*COMPOSE, "-f", str(bad), "config", "-q"], capture_output=True, text=True, timeout=60,
-                         env=_env(HARNESS_WORLD="twin"), check=False)
+    bad.write_text(COMPOSE_FILE.read_text().replace("  sampler-twin:\n", '  sampler-twin:\n    ports: "1:1"\n', 1))
+    out = subprocess.run(
+        [*COMPOSE, "-f", str(bad), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(HARNESS_WORLD="twin"),
+        check=False,
+    )
     assert out.returncode != 0 and "ports" in out.stderr
 
 
@@ -249,7 +267,9 @@ def test_gpu_stack_builds_from_the_pinned_sglang_tag() -> None:
         assert cfg["services"][name]["image"] == f"eagle-harness:gpu-{tag}"
         assert external_images("gpu", build["args"], DOCKERFILE.read_text()) == [f"{SGLANG_ENGINE}:{tag}"]
     other = config("gpu", "jobs", SGLANG_TAG="v0.5.23-cu129")["services"]["sweep"]
-    assert other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu129" and other["image"] == "eagle-harness:gpu-v0.5.23-cu129"
+    assert (
+        other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu129" and other["image"] == "eagle-harness:gpu-v0.5.23-cu129"
+    )
     assert other["build"]["args"]["ENGINE_IMAGE"] == f"{SGLANG_ENGINE}:v0.5.23-cu129"
 
 
@@ -285,7 +305,9 @@ def test_vllm_profile_sweeps_vllm_from_the_official_image_with_the_same_sampler(
 def test_images_carry_no_secrets_and_the_context_is_an_allow_list() -> None:
     text = DOCKERFILE.read_text()
     assert not re.search(r"^\s*(ARG|ENV)\s+[^\n]*(TOKEN|SECRET|PASSWORD|API_KEY)", text, re.M | re.I)
-    ignore = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    ignore = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert ignore[0] == "*", ".dockerignore must exclude everything by default"
     admitted = {ln[1:].rstrip("/") for ln in ignore if ln.startswith("!")}
     assert admitted <= {"pyproject.toml", "README.md", "harness", "pilots", "policies", ".e2e/wheels"}
@@ -312,7 +334,15 @@ def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str,
     args = [a for a in argv[1:] if a != "--help"]
     if name == "pilot":  # what `docker compose run pilot --suite terminalbench` runs
         args += ["--suite", "terminalbench"]
-    out = subprocess.run([sys.executable, "-m", "harness", *args, "--help"], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT, check=False)
-    assert out.returncode == 0, f"{world}/{name}: harness {' '.join(args)} --help -> {out.stdout[-600:]}{out.stderr[-600:]}"
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, (
+        f"{world}/{name}: harness {' '.join(args)} --help -> {out.stdout[-600:]}{out.stderr[-600:]}"
+    )
     assert "Usage" in out.stdout

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _dataset_helpers import HW, grid_rows, pilots, write_native, write_published
+
 from harness.cli import main
-from harness.dataset import compare, load, merge, validate_file
 from harness.core.errors import UsageError
+from harness.dataset import compare, load, merge, validate_file
 from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, make_cell_id, to_published
 
@@ -56,9 +56,24 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
     with RowStore(tmp_path) as store:
         for r in grid228:
             store.append(r)
-        fixed = grid228[75].model_copy(update={"error": None, "retry_mem_fraction": 0.55, **{
-            k: getattr(grid228[74], k) for k in ("accept_length", "speed_tok_s", "speed_source", "step_time_s",
-                                                  "wall_clock_s", "total_output_tokens", "energy_joules")}})
+        fixed = grid228[75].model_copy(
+            update={
+                "error": None,
+                "retry_mem_fraction": 0.55,
+                **{
+                    k: getattr(grid228[74], k)
+                    for k in (
+                        "accept_length",
+                        "speed_tok_s",
+                        "speed_source",
+                        "step_time_s",
+                        "wall_clock_s",
+                        "total_output_tokens",
+                        "energy_joules",
+                    )
+                },
+            }
+        )
         store.append(fixed)
     rep = validate_file(tmp_path)
     assert rep.ok and rep.n_rows == 228 and rep.n_superseded == 1 and rep.n_error_rows == 0
@@ -78,8 +93,12 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
         (lambda recs: recs[3].update(steps=3, topk=4, num_draft_tokens=16), "invalid_config"),
         (lambda recs: recs[3].update(steps=3, topk=1, num_draft_tokens=2), "invalid_config"),
         (lambda recs: recs[0].update(is_baseline=False), "is_baseline"),
-        (lambda recs: [r.update(error="boom", speed_tok_s=None) for r in recs if r["steps"] == 0 and r["batch_size"] == 4],
-         "baseline_failed"),
+        (
+            lambda recs: [
+                r.update(error="boom", speed_tok_s=None) for r in recs if r["steps"] == 0 and r["batch_size"] == 4
+            ],
+            "baseline_failed",
+        ),
         (lambda recs: recs[10].update(index=11), "index_duplicate"),
         (lambda recs: recs[10].update(speed_source="terminal"), "schema"),
         (lambda recs: recs[10].update(speed_tok_s=None), "measurement_missing"),
@@ -89,8 +108,22 @@ def test_validate_a_run_folder_resolves_replacements(tmp_path: Path, grid228) ->
         (lambda recs: recs[7].update(extra_field=1), "key_order"),
         (lambda recs: recs[7].update(repeat=None), "repeat_missing"),
     ],
-    ids=["missing-config", "unknown-config", "rule-breaking-config", "unrewritten-topk1", "is-baseline", "baseline-failed", "dup-index",
-         "bad-speed-source", "missing-measurement", "step-time", "key-order", "missing-key", "unknown-key", "no-repeat"],
+    ids=[
+        "missing-config",
+        "unknown-config",
+        "rule-breaking-config",
+        "unrewritten-topk1",
+        "is-baseline",
+        "baseline-failed",
+        "dup-index",
+        "bad-speed-source",
+        "missing-measurement",
+        "step-time",
+        "key-order",
+        "missing-key",
+        "unknown-key",
+        "no-repeat",
+    ],
 )
 def test_validate_flags_broken_grids(tmp_path: Path, grid228, mutate, code: str) -> None:
     recs = [to_published(r) for r in grid228]
@@ -149,13 +182,21 @@ def test_unreadable_input_is_a_clear_error(tmp_path: Path, grid228, kind: str, c
     elif kind == "not-object":
         f.write_text("[1, 2]\n")
     out = tmp_path / "out.jsonl"
-    for argv in (["dataset", "validate", str(f)], ["dataset", "merge", str(f), "--out", str(out)],
-                 ["dataset", "export", str(f), "--format", "jsonl", "--out", str(tmp_path / "exp")]):
+    for argv in (
+        ["dataset", "validate", str(f)],
+        ["dataset", "merge", str(f), "--out", str(out)],
+        ["dataset", "export", str(f), "--format", "jsonl", "--out", str(tmp_path / "exp")],
+    ):
         assert main(argv) == 3
         err = capsys.readouterr().err
         assert "error:" in err and ("d.jsonl" in err), err
-        assert {"malformed": ":3: malformed", "truncated": ":5: torn last line", "empty": "holds no rows",
-                "missing": "file not found", "not-object": "expected a JSON object"}[kind] in err
+        assert {
+            "malformed": ":3: malformed",
+            "truncated": ":5: torn last line",
+            "empty": "holds no rows",
+            "missing": "file not found",
+            "not-object": "expected a JSON object",
+        }[kind] in err
     assert not out.exists() and not (tmp_path / "exp").exists()
 
 
@@ -163,8 +204,13 @@ def test_cli_exit_codes_in_a_real_process(tmp_path: Path, grid228) -> None:
     recs = [to_published(r) for r in grid228]
     recs.pop(40)
     f = _dump(tmp_path / "d.jsonl", recs)
-    proc = subprocess.run([sys.executable, "-m", "harness", "dataset", "validate", str(f)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "dataset", "validate", str(f)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "INVALID" in proc.stdout and "config_missing" in proc.stdout and "not a valid dataset" in proc.stderr
 
@@ -175,8 +221,16 @@ def test_cli_exit_codes_in_a_real_process(tmp_path: Path, grid228) -> None:
 def _retry_for(row, *, ok: bool = True, mem: float = 0.55):
     upd = {"mem_fraction": mem, "retry_mem_fraction": None, "attempt": 2}
     if ok:
-        upd |= {"error": None, "accept_length": 2.0, "speed_tok_s": 80.0, "speed_source": "step_time",
-                "step_time_s": 0.025, "wall_clock_s": 60.0, "total_output_tokens": 8192, "energy_joules": 4000.0}
+        upd |= {
+            "error": None,
+            "accept_length": 2.0,
+            "speed_tok_s": 80.0,
+            "speed_source": "step_time",
+            "step_time_s": 0.025,
+            "wall_clock_s": 60.0,
+            "total_output_tokens": 8192,
+            "energy_joules": 4000.0,
+        }
     else:
         upd |= {"error": "EngineLaunchError: out of memory at mem_fraction 0.55"}
     return row.model_copy(update=upd)
@@ -191,8 +245,24 @@ def test_merge_applies_retries_and_appends_pilots(tmp_path: Path, grid228, capsy
     tb = write_native(tmp_path / "tb_run" / "dataset_rows.jsonl", pilots(n_tb=3, n_sb=0, start=900)).parent
     sb = write_published(tmp_path / "sb.jsonl", pilots(n_tb=0, n_sb=3, start=5))
     out = tmp_path / "merged.jsonl"
-    assert main(["dataset", "merge", str(grid), "--retries", str(retries), "--pilots", str(tb), "--pilots", str(sb),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "dataset",
+                "merge",
+                str(grid),
+                "--retries",
+                str(retries),
+                "--pilots",
+                str(tb),
+                "--pilots",
+                str(sb),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "1 replaced by retries, 1 retries ignored, 6 pilot rows" in capsys.readouterr().out
     recs = _lines(out)
     assert [r["index"] for r in recs] == list(range(234)) and all(list(r) == list(PUBLISHED_KEYS) for r in recs)
@@ -266,8 +336,13 @@ def test_compare_detects_a_shift_beyond_noise(tmp_path: Path) -> None:
     speed = [c for c in res.cells if c.metric == "speed_tok_s"]
     assert not res.agrees and all(not c.within and 0.1 < c.rel_diff < 0.2 for c in speed)
     assert all(r.agrees for r in res.ranks)  # a uniform shift keeps the ranking
-    proc = subprocess.run([sys.executable, "-m", "harness", "dataset", "compare", str(a), str(b)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "dataset", "compare", str(a), str(b)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "DISAGREE" in proc.stdout and "disagree beyond repeat noise" in proc.stderr
 
 
@@ -287,7 +362,9 @@ def test_compare_detects_reordered_configs(grid228) -> None:
 
 def test_compare_without_repeats_uses_the_floor(grid228) -> None:
     one = [r for r in grid228 if r.repeat == 0]
-    res = compare(one, [r.model_copy(update={"speed_tok_s": r.speed_tok_s * 1.01}) if r.speed_tok_s else r for r in one])
+    res = compare(
+        one, [r.model_copy(update={"speed_tok_s": r.speed_tok_s * 1.01}) if r.speed_tok_s else r for r in one]
+    )
     assert "min band only" in res.noise_source["speed_tok_s"] and all(c.band == 0.02 for c in res.cells)
     assert res.agrees
     assert main(["dataset", "compare", "/nonexistent/a.jsonl", "/nonexistent/b.jsonl"]) == 3

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from harness.core.errors import UsageError
 from harness.engine.sglang_argv import EngineSpec, build_argv, cuda_graph_flag, engine_env, faults_for
 from harness.engine.sglang_client import parse_meta_info, parse_server_info, server_info_path
-from harness.core.errors import UsageError
 from harness.grid import SpecConfig
 
 
@@ -39,7 +39,9 @@ def test_sglang_0523_renamed_cuda_graph_flag_and_topk1_pins_the_same_backend():
     argv = build_argv(EngineSpec(kind="sglang", sglang_version="0.5.23"), SpecConfig(3, 1, 4), 4, 0.55, 30002)
     assert flag(argv, "--cuda-graph-max-bs-decode") == "4" and "--cuda-graph-max-bs" not in argv
     assert flag(argv, "--attention-backend") == "flashinfer"  # topk == 1 too: sglang would pick fa3 on Hopper
-    assert cuda_graph_flag("0.5.18") == "--cuda-graph-max-bs" and cuda_graph_flag("0.5.20") == "--cuda-graph-max-bs-decode"
+    assert (
+        cuda_graph_flag("0.5.18") == "--cuda-graph-max-bs" and cuda_graph_flag("0.5.20") == "--cuda-graph-max-bs-decode"
+    )
     assert cuda_graph_flag("0.5.20.post1") == "--cuda-graph-max-bs-decode"
 
 
@@ -51,8 +53,12 @@ def test_baseline_has_no_spec_flags_but_the_pinned_backend():
 
 def test_backend_override_and_unpinned():
     spec = EngineSpec(kind="sglang", attention_backend="triton")
-    assert {flag(build_argv(spec, c, 4, 0.65, 1), "--attention-backend") for c in (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8))} == {"triton"}
-    assert "--attention-backend" not in build_argv(EngineSpec(kind="sglang", attention_backend=None), SpecConfig(3, 4, 8), 4, 0.65, 1)
+    assert {
+        flag(build_argv(spec, c, 4, 0.65, 1), "--attention-backend") for c in (SpecConfig(0, 0, 0), SpecConfig(3, 4, 8))
+    } == {"triton"}
+    assert "--attention-backend" not in build_argv(
+        EngineSpec(kind="sglang", attention_backend=None), SpecConfig(3, 4, 8), 4, 0.65, 1
+    )
 
 
 def test_spec_rejects_versions_outside_the_supported_range():
@@ -63,8 +69,13 @@ def test_spec_rejects_versions_outside_the_supported_range():
 
 
 def test_twin_argv_same_flags_plus_twin_options():
-    spec = EngineSpec(kind="twin", twin_gpu_url="http://127.0.0.1:18100", sglang_version="0.5.23", twin_seed=7,
-                      twin_faults=("oom@16/5:4:16", "http500@4"))
+    spec = EngineSpec(
+        kind="twin",
+        twin_gpu_url="http://127.0.0.1:18100",
+        sglang_version="0.5.23",
+        twin_seed=7,
+        twin_faults=("oom@16/5:4:16", "http500@4"),
+    )
     real = build_argv(EngineSpec(kind="sglang", sglang_version="0.5.23"), SpecConfig(5, 4, 16), 16, 0.65, 30004)
     twin = build_argv(spec, SpecConfig(5, 4, 16), 16, 0.65, 30004)
     assert twin[:5] == [sys.executable, "-m", "harness", "twin", "engine"]
@@ -89,15 +100,26 @@ def test_env_and_bad_inputs():
 
 
 def test_meta_info_052_accept_length_from_verify_count():
-    meta = {"id": "r1", "prompt_tokens": 20, "completion_tokens": 512, "spec_verify_ct": 200,
-            "finish_reason": {"type": "length", "length": 512}, "e2e_latency": 3.5}
+    meta = {
+        "id": "r1",
+        "prompt_tokens": 20,
+        "completion_tokens": 512,
+        "spec_verify_ct": 200,
+        "finish_reason": {"type": "length", "length": 512},
+        "e2e_latency": 3.5,
+    }
     out = parse_meta_info(meta)
     assert out["accept_length"] == pytest.approx(2.56)
     assert out["finish_reason"] == "length" and out["e2e_latency_s"] == 3.5 and out["rid"] == "r1"
 
 
 def test_meta_info_0523_accept_length_field_and_absent_without_verify():
-    meta = {"completion_tokens": 100, "spec_verify_ct": 50, "spec_accept_length": 2.0, "finish_reason": {"type": "length"}}
+    meta = {
+        "completion_tokens": 100,
+        "spec_verify_ct": 50,
+        "spec_accept_length": 2.0,
+        "finish_reason": {"type": "length"},
+    }
     assert parse_meta_info(meta)["accept_length"] == 2.0
     baseline = parse_meta_info({"completion_tokens": 100, "finish_reason": {"type": "stop", "matched": 2}})
     assert baseline["accept_length"] is None and baseline["finish_reason"] == "stop"
@@ -105,8 +127,12 @@ def test_meta_info_0523_accept_length_field_and_absent_without_verify():
 
 def test_server_info_both_versions():
     assert server_info_path("0.5.2") == "/get_server_info" and server_info_path("0.5.23") == "/server_info"
-    info = parse_server_info({"internal_states": [{"avg_spec_accept_length": 2.4, "step_time_dict": {"16": [0.02, 0.021]}}],
-                              "version": "0.5.2"})
+    info = parse_server_info(
+        {
+            "internal_states": [{"avg_spec_accept_length": 2.4, "step_time_dict": {"16": [0.02, 0.021]}}],
+            "version": "0.5.2",
+        }
+    )
     assert info.avg_spec_accept_length == 2.4 and info.step_time_dict == {"16": [0.02, 0.021]}
     empty = parse_server_info({"internal_states": [{}]})
     assert empty.avg_spec_accept_length is None and empty.step_time_dict == {}

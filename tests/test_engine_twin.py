@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.world.bench import BenchSettings, run_cell
+from harness.engine.launch import EngineLauncher, LadderExhausted, ServerLaunchError
 from harness.engine.sglang_argv import EngineSpec
 from harness.engine.sglang_client import EngineRequestError
-from harness.engine.launch import EngineLauncher, LadderExhausted, ServerLaunchError
 from harness.grid import SpecConfig
+from harness.world.bench import BenchSettings, run_cell
 from harness.world.world import open_world
 
 
@@ -16,8 +16,9 @@ from harness.world.world import open_world
 def world(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("engine-world")
     spec = EngineSpec(extra_args=("--twin-launch-scale", "0.2"))  # twin launches 5x shorter than a real server's
-    with open_world("twin", time_scale=50, seed=3, run_dir=run_dir, launch_timeout_s=60, request_timeout_s=30,
-                    spec=spec) as w:
+    with open_world(
+        "twin", time_scale=50, seed=3, run_dir=run_dir, launch_timeout_s=60, request_timeout_s=30, spec=spec
+    ) as w:
         yield w
 
 
@@ -81,8 +82,12 @@ def test_fault_oom_flag_and_launch_timeout(world, tmp_path):
     with pytest.raises(ServerLaunchError) as info:
         launcher(world, tmp_path, twin_faults=("oom",)).launch(SpecConfig(0, 0, 0), 1, 0.65)
     assert info.value.oom and info.value.returncode is not None  # exited during launch
-    slow = EngineLauncher(world.spec.model_copy(update={"twin_faults": ("slow-health",)}), tmp_path,
-                          launch_timeout_s=1.0, stop_timeout_s=5)
+    slow = EngineLauncher(
+        world.spec.model_copy(update={"twin_faults": ("slow-health",)}),
+        tmp_path,
+        launch_timeout_s=1.0,
+        stop_timeout_s=5,
+    )
     with pytest.raises(ServerLaunchError, match="not ready within --launch-timeout 1 s"):
         slow.launch(SpecConfig(0, 0, 0), 1, 0.65)
 

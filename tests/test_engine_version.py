@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.version import check_supported, detect_installed, resolve_version, version_tuple
 from harness.core.errors import UsageError
+from harness.engine.version import check_supported, detect_installed, resolve_version, version_tuple
 from harness.grid import SpecConfig
 from harness.twin.engine import sglang_args as ea
 
@@ -23,7 +23,7 @@ def interpreter_with_sglang(tmp: Path, version: str | None) -> str:
         dist.mkdir()
         (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
     exe = tmp / "python"
-    exe.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S "$@"\n')
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return str(exe)
 
@@ -66,8 +66,14 @@ def test_twin_resolves_the_backend_real_sglang_would():
     base, chain, tree = SpecConfig(0, 0, 0), SpecConfig(3, 1, 4), SpecConfig(3, 4, 8)
     for v in ("0.5.2", "0.5.23"):
         assert {ea.resolved_attention_backend(None, c, ada, v) for c in (base, chain, tree)} == {"flashinfer"}
-        assert [ea.resolved_attention_backend(None, c, hopper, v) for c in (base, chain, tree)] == ["fa3", "fa3", "flashinfer"]
-        assert {ea.resolved_attention_backend("flashinfer", c, hopper, v) for c in (base, chain, tree)} == {"flashinfer"}
+        assert [ea.resolved_attention_backend(None, c, hopper, v) for c in (base, chain, tree)] == [
+            "fa3",
+            "fa3",
+            "flashinfer",
+        ]
+        assert {ea.resolved_attention_backend("flashinfer", c, hopper, v) for c in (base, chain, tree)} == {
+            "flashinfer"
+        }
     assert ea.resolved_attention_backend(None, chain, blackwell, "0.5.23") == "trtllm_mha"
     assert ea.resolved_attention_backend(None, chain, blackwell, "0.5.2") == "flashinfer"
     with pytest.raises(ea.SpecRejected, match="only supported on Blackwell"):

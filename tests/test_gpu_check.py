@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from _nvml_shim_helpers import ShimScript, call_count, load_in_process, session_shim
 
 from harness.gpu.nvml_control import SET_CALLS
-from harness.gpucheck.record import trapezoid_j, window
 from harness.gpucheck.judge import cap_binds_verdict, verdicts
-from _nvml_shim_helpers import ShimScript, call_count, load_in_process, session_shim
+from harness.gpucheck.record import trapezoid_j, window
 
 REPO = Path(__file__).resolve().parents[1]
 SMI_STAND_IN = REPO / "tests" / "nvml_shim" / "nvidia_smi.py"
@@ -79,7 +79,13 @@ def env(tmp_path: Path, shim_dir: Path) -> tuple[ShimScript, dict[str, str]]:
     smi = bindir / "nvidia-smi"
     smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SMI_STAND_IN}" "$@"\n')
     smi.chmod(0o755)
-    e = {**os.environ, **script.env(shim_dir), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1", "PYTHON": sys.executable}
+    e = {
+        **os.environ,
+        **script.env(shim_dir),
+        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHON": sys.executable,
+    }
     e.pop("OUT", None)
     return script, e
 
@@ -103,15 +109,26 @@ def test_window_energy_by_three_routes():
     # 100 W for 2 s, then 300 W: counter exact; samples every 0.5 s
     recs = [{"t_wall_ns": k * s // 2, "energy_mj": 1000.0 * (100 * min(k / 2, 2) + 300 * max(0, k / 2 - 2)),
              "power_w": 100.0 if k <= 4 else 300.0, "utilization_pct": 50.0, "clock_event_reasons": 0x4 if k > 4 else 0x1} for k in range(13)]  # fmt: skip
-    smi = [{"t_wall_ns": r["t_wall_ns"], "power.draw": r["power_w"] * 1.1, "power.draw.instant": r["power_w"]} for r in recs]
+    smi = [
+        {"t_wall_ns": r["t_wall_ns"], "power.draw": r["power_w"] * 1.1, "power.draw.instant": r["power_w"]}
+        for r in recs
+    ]
     w = window(recs, smi, s // 4, 5 * s + s // 4)
     assert w["energy_counter_j"] == pytest.approx(100 * 1.75 + 300 * 3.25)
     # the trapezoid smears the step at 2.0 s over the 2.0 -> 2.5 s interval: 50 J short of the counter, exactly
     assert w["energy_power_integral_j"] == pytest.approx(w["energy_counter_j"] - 50.0)
     assert w["err_integral_vs_counter"] == pytest.approx(-50.0 / w["energy_counter_j"], abs=1e-5)
-    assert w["err_smi_power_draw_vs_counter"] == pytest.approx((1.1 * (w["energy_counter_j"] - 50.0) - w["energy_counter_j"]) / w["energy_counter_j"], abs=1e-4)
-    assert w["clock_event_reasons_or"] == 0x5 and w["samples"] == 10 and w["avg_power_w"] == pytest.approx(w["energy_counter_j"] / 5.0)
-    assert trapezoid_j([(0, 1.0)], 0, s) is None and window([], [], 0, s)["energy_counter_j"] is None  # no bracket: None, never 0
+    assert w["err_smi_power_draw_vs_counter"] == pytest.approx(
+        (1.1 * (w["energy_counter_j"] - 50.0) - w["energy_counter_j"]) / w["energy_counter_j"], abs=1e-4
+    )
+    assert (
+        w["clock_event_reasons_or"] == 0x5
+        and w["samples"] == 10
+        and w["avg_power_w"] == pytest.approx(w["energy_counter_j"] / 5.0)
+    )
+    assert (
+        trapezoid_j([(0, 1.0)], 0, s) is None and window([], [], 0, s)["energy_counter_j"] is None
+    )  # no bracket: None, never 0
 
 
 def test_cap_binding_verdict():
@@ -119,8 +136,13 @@ def test_cap_binding_verdict():
     v = lambda p: cap_binds_verdict({"limits": lim, "windows": {"decode_b1": {"avg_power_w": p}}})  # noqa: E731
     assert v(150.0)["verdict"] == "never_binds" and v(150.0)["needs_sm_clocks"]
     assert v(150.0)["next"] == "harness sweep --sm-clocks max,1410,990 (docs/smclocks.md)" and "next" not in v(650.0)
-    picked = cap_binds_verdict({"limits": lim, "windows": {"decode_b1": {"avg_power_w": 150.0}},
-                                "phases": {"sm_clocks": {"picked_mhz": [1980, 1410]}}})
+    picked = cap_binds_verdict(
+        {
+            "limits": lim,
+            "windows": {"decode_b1": {"avg_power_w": 150.0}},
+            "phases": {"sm_clocks": {"picked_mhz": [1980, 1410]}},
+        }
+    )
     assert picked["next"].startswith("harness sweep --sm-clocks max,1410 ")
     assert v(300.0)["verdict"] == "binds_only_far_below_default" and v(300.0)["needs_sm_clocks"]
     assert v(650.0)["verdict"] == "binds" and not v(650.0)["needs_sm_clocks"]
@@ -145,8 +167,26 @@ def test_end_to_end_on_the_shim(tmp_path: Path, env: tuple[ShimScript, dict[str,
     proc = start(e, out, "--full", "--budget-s", "12", "--phase-hook", f"{sys.executable} {hook}")
     text = run_to_end(proc, Lines(proc))
     data = json.loads((out / "gpu_check.json").read_text())
-    assert set(data) >= {"schema", "identity", "phases", "windows", "findings", "restores", "period", "smi", "limits", "clocks",
-                         "uuid_map", "twin", "launch_argv", "cap_binds_decode", "verdicts", "samples", "smi_samples", "wall_s"}
+    assert set(data) >= {
+        "schema",
+        "identity",
+        "phases",
+        "windows",
+        "findings",
+        "restores",
+        "period",
+        "smi",
+        "limits",
+        "clocks",
+        "uuid_map",
+        "twin",
+        "launch_argv",
+        "cap_binds_decode",
+        "verdicts",
+        "samples",
+        "smi_samples",
+        "wall_s",
+    }
     assert data["findings"] == [] and all(p["status"] == "done" for p in data["phases"].values()), data["phases"]
     status = {r["check"]: r["status"] for r in data["verdicts"]}
     assert status["load"] == "WARN" and "STAND-IN" in text  # the stand-in says so in the table
@@ -162,8 +202,12 @@ def test_end_to_end_on_the_shim(tmp_path: Path, env: tuple[ShimScript, dict[str,
     assert data["phases"]["sm_clocks"]["picked_mhz"] == [1980, 1410] and not clocks_locked(script)
     hi, lo = data["windows"]["clock1980_matmul"], data["windows"]["clock1410_matmul"]
     assert lo["avg_sm_clock_mhz"] == 1410 and lo["avg_power_w"] < hi["avg_power_w"]
-    assert data["cap_binds_decode"]["verdict"] == "binds_only_far_below_default" and status["cap_binds_decode"] == "WARN"
-    assert {r["name"] for r in data["restores"]} == {"power_limit", "sm_clocks"} and all(r["ok"] == "true" for r in data["restores"])
+    assert (
+        data["cap_binds_decode"]["verdict"] == "binds_only_far_below_default" and status["cap_binds_decode"] == "WARN"
+    )
+    assert {r["name"] for r in data["restores"]} == {"power_limit", "sm_clocks"} and all(
+        r["ok"] == "true" for r in data["restores"]
+    )
     tw = data["twin"]
     assert tw["profile_device_params"]["idle_power_w"] == pytest.approx(80, rel=0.05) and tw["replay"]["rms_w"] >= 0
     assert tw["dvfs_exponent_fit"] == pytest.approx(2.0, rel=0.05)  # the shim scales dynamic power by (f/fmax)^2
@@ -175,10 +219,14 @@ def test_end_to_end_on_the_shim(tmp_path: Path, env: tuple[ShimScript, dict[str,
     (signal.SIGTERM, "power_cap", "power limit set to", 143),
     (signal.SIGINT, "sm_clocks", "SM clocks locked at", 130),
 ])  # fmt: skip
-def test_signal_mid_run_restores(tmp_path: Path, env: tuple[ShimScript, dict[str, str]], sig: int, phase: str, ready: str, code: int):
+def test_signal_mid_run_restores(
+    tmp_path: Path, env: tuple[ShimScript, dict[str, str]], sig: int, phase: str, ready: str, code: int
+):
     script, e = env
     out = tmp_path / "out"
-    proc = start(e, out, "--full", "--budget-s", "120", "--only", phase)  # a 10 s load phase: the signal lands inside it
+    proc = start(
+        e, out, "--full", "--budget-s", "120", "--only", phase
+    )  # a 10 s load phase: the signal lands inside it
     lines = Lines(proc)
     lines.wait(lambda line: ready in line)
     assert limit_file(script) == 420000 if phase == "power_cap" else clocks_locked(script)  # the change is in force
@@ -201,7 +249,9 @@ def test_refused_permission_is_a_finding(tmp_path: Path, env: tuple[ShimScript, 
     assert any("nvmlDeviceSetPowerManagementLimit: Insufficient Permissions" in m for m in msgs), msgs
     assert any("nvmlDeviceSetGpuLockedClocks: Insufficient Permissions" in m for m in msgs), msgs
     status = {r["check"]: r for r in verdicts(data)}
-    assert status["power_cap_set"]["status"] == "WARN" and "Insufficient Permissions" in status["power_cap_set"]["detail"]
+    assert (
+        status["power_cap_set"]["status"] == "WARN" and "Insufficient Permissions" in status["power_cap_set"]["detail"]
+    )
     assert status["sm_clock_lock"]["status"] == "WARN" and limit_file(script) is None and data["restores"] == []
 
 
@@ -212,20 +262,34 @@ def test_the_default_changes_nothing_and_only_full_sets(tmp_path: Path, env: tup
     proc = start(e, tmp_path / "default", "--budget-s", "12", "--only", "power_cap,sm_clocks")
     text = run_to_end(proc, Lines(proc))
     status = {r["check"]: r for r in json.loads((tmp_path / "default" / "gpu_check.json").read_text())["verdicts"]}
-    assert "READ-ONLY" in text and status["power_cap_set"]["status"] == "SKIP" and status["sm_clock_lock"]["status"] == "SKIP"
+    assert (
+        "READ-ONLY" in text
+        and status["power_cap_set"]["status"] == "SKIP"
+        and status["sm_clock_lock"]["status"] == "SKIP"
+    )
     assert limit_file(script) is None and not clocks_locked(script)
-    proc = start({**e, "GPU_CHECK_READ_ONLY": "1"}, tmp_path / "env", "--full", "--budget-s", "12", "--only", "power_cap")
+    proc = start(
+        {**e, "GPU_CHECK_READ_ONLY": "1"}, tmp_path / "env", "--full", "--budget-s", "12", "--only", "power_cap"
+    )
     assert "READ-ONLY" in run_to_end(proc, Lines(proc)) and limit_file(script) is None
-    both = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--full", str(tmp_path / "x"), "--read-only"],
-                          env=e, capture_output=True, text=True, timeout=60, cwd=REPO)
+    both = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--full", str(tmp_path / "x"), "--read-only"],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def test_check_imports_without_pydantic():
     """The machine with the GPU has no pydantic: the check's import path must not need it (blocked here)."""
-    code = ("import sys; sys.modules['pydantic'] = None; sys.path.insert(0, '.'); import harness.gpucheck.phases, "
-            "harness.gpucheck.twin_replay, harness.gpucheck.judge, harness.telemetry.probes; "
-            "from harness.gpucheck.argv_check import launch_lines; print(launch_lines()['error'])")
+    code = (
+        "import sys; sys.modules['pydantic'] = None; sys.path.insert(0, '.'); import harness.gpucheck.phases, "
+        "harness.gpucheck.twin_replay, harness.gpucheck.judge, harness.telemetry.probes; "
+        "from harness.gpucheck.argv_check import launch_lines; print(launch_lines()['error'])"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "not importable here" in r.stdout, r.stderr
 
@@ -263,4 +327,6 @@ def test_read_only_makes_no_set_call(tmp_path: Path, env: tuple[ShimScript, dict
     else:
         assert status["cap_binds_decode"]["figure"] == "binds_only_far_below_default"  # from decode power vs the limits
         assert all(n >= 1 for n in sets.values()), sets
-        assert status["power_cap_set"]["status"] == "PASS" and limit_file(script) == 700000 and not clocks_locked(script)
+        assert (
+            status["power_cap_set"]["status"] == "PASS" and limit_file(script) == 700000 and not clocks_locked(script)
+        )

@@ -6,8 +6,25 @@ from harness.core.errors import InvalidConfigError
 from harness.grid import ACTIONS, SpecConfig, action_index, build_actions, effective, parse_batch_sizes, parse_configs
 
 PUBLISHED = [
-    (0, 0, 0), (1, 1, 2), (1, 2, 2), (1, 4, 2), (1, 4, 4), (3, 1, 4), (3, 2, 2), (3, 2, 4), (3, 4, 2), (3, 4, 4),
-    (3, 4, 8), (5, 1, 6), (5, 2, 2), (5, 2, 4), (5, 2, 8), (5, 4, 2), (5, 4, 4), (5, 4, 8), (5, 4, 16),
+    (0, 0, 0),
+    (1, 1, 2),
+    (1, 2, 2),
+    (1, 4, 2),
+    (1, 4, 4),
+    (3, 1, 4),
+    (3, 2, 2),
+    (3, 2, 4),
+    (3, 4, 2),
+    (3, 4, 4),
+    (3, 4, 8),
+    (5, 1, 6),
+    (5, 2, 2),
+    (5, 2, 4),
+    (5, 2, 8),
+    (5, 4, 2),
+    (5, 4, 4),
+    (5, 4, 8),
+    (5, 4, 16),
 ]
 
 
@@ -22,7 +39,12 @@ def test_topk1_rewrite_and_dedup():
 
 @pytest.mark.parametrize(
     "triple, words",
-    [((3, 4, 16), "steps * topk + 1"), ((0, 4, 8), "only (0,0,0)"), ((3, 0, 0), "only (0,0,0)"), ((-1, 1, 1), "non-negative")],
+    [
+        ((3, 4, 16), "steps * topk + 1"),
+        ((0, 4, 8), "only (0,0,0)"),
+        ((3, 0, 0), "only (0,0,0)"),
+        ((-1, 1, 1), "non-negative"),
+    ],
 )
 def test_invalid_triples_name_the_rule(triple, words):
     with pytest.raises(InvalidConfigError) as info:

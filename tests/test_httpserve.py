@@ -21,8 +21,13 @@ def served() -> Iterator[tuple[str, dict]]:
     r = Router()
 
     def echo(req: Request) -> dict:
-        return {"method": req.method, "eid": req.params["eid"], "q": req.query, "body": req.json(),
-                "hdr": req.headers.get("X-Test")}
+        return {
+            "method": req.method,
+            "eid": req.params["eid"],
+            "q": req.query,
+            "body": req.json(),
+            "hdr": req.headers.get("X-Test"),
+        }
 
     def numbers(req: Request) -> dict:
         return {"n": req.int_param("n"), "x": req.float_param("x", 0.5)}
@@ -58,7 +63,9 @@ def served() -> Iterator[tuple[str, dict]]:
 def test_routes_json_and_params(served):
     url, _ = served
     r = httpx.post(f"{url}/v1/echo/abc?k=1&k=2", json={"a": [1, 2]}, headers={"X-Test": "yes"})
-    assert r.status_code == 200 and r.headers["content-type"] == "application/json" and r.headers["server"] == "test-svc"
+    assert (
+        r.status_code == 200 and r.headers["content-type"] == "application/json" and r.headers["server"] == "test-svc"
+    )
     assert r.json() == {"method": "POST", "eid": "abc", "q": {"k": "2"}, "body": {"a": [1, 2]}, "hdr": "yes"}
     assert httpx.get(f"{url}/numbers", params={"n": "7"}).json() == {"n": 7, "x": 0.5}
     assert httpx.get(f"{url}/text").text == "plain"
@@ -66,15 +73,18 @@ def test_routes_json_and_params(served):
     assert head.status_code == 200 and head.content == b"" and head.headers["content-length"] == "5"
 
 
-@pytest.mark.parametrize(("method", "path", "status", "needle"), [
-    ("GET", "/nope", 404, "GET /nope: not found"),
-    ("DELETE", "/v1/echo/x", 405, "method not allowed"),
-    ("GET", "/numbers", 400, "missing query parameter n"),
-    ("GET", "/numbers?n=seven", 400, "n must be an integer, got 'seven'"),
-    ("GET", "/numbers?n=1&x=big", 400, "x must be a number, got 'big'"),
-    ("GET", "/boom", 500, "internal error: ZeroDivisionError"),
-    ("GET", "/teapot", 418, "short and stout"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status", "needle"),
+    [
+        ("GET", "/nope", 404, "GET /nope: not found"),
+        ("DELETE", "/v1/echo/x", 405, "method not allowed"),
+        ("GET", "/numbers", 400, "missing query parameter n"),
+        ("GET", "/numbers?n=seven", 400, "n must be an integer, got 'seven'"),
+        ("GET", "/numbers?n=1&x=big", 400, "x must be a number, got 'big'"),
+        ("GET", "/boom", 500, "internal error: ZeroDivisionError"),
+        ("GET", "/teapot", 418, "short and stout"),
+    ],
+)
 def test_every_failure_has_the_one_error_shape(served, method, path, status, needle):
     url, _ = served
     r = httpx.request(method, url + path)
@@ -111,4 +121,3 @@ def test_bind_failure_is_an_oserror():
         s.listen()
         with pytest.raises(OSError):
             make_server("127.0.0.1", s.getsockname()[1], Router())
-

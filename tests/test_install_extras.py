@@ -15,13 +15,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _install_helpers import (
+    STANDIN_TORCH_VERSION,
+    copy_sources,
+    core_wheelhouse,
+    new_venv,
+    pip,
+    pyproject,
+    standin_torch_wheel,
+)
 from packaging.requirements import Requirement
 
 import harness
 from harness.core.errors import MissingDependencyError
 from harness.core.extras import EXTRA_OF, needs
-
-from _install_helpers import STANDIN_TORCH_VERSION, copy_sources, core_wheelhouse, new_venv, pip, pyproject, standin_torch_wheel
 
 OPTIONAL = ("torch", "sklearn", "joblib", "matplotlib", "pyarrow", "datasets", "ray")
 
@@ -33,10 +40,21 @@ class CoreVenv:
         self.install_log = ""
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "COLUMNS": "200", "VIRTUAL_ENV": str(self.bin.parent)}
+        env = {
+            **os.environ,
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "COLUMNS": "200",
+            "VIRTUAL_ENV": str(self.bin.parent),
+        }
         env.pop("PYTHONPATH", None)
-        return subprocess.run([str(self.bin / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout,
-                              cwd=self.root, env=env)
+        return subprocess.run(
+            [str(self.bin / args[0]), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+            env=env,
+        )
 
     def py(self, code: str) -> str:
         out = self.run("python", "-c", code)
@@ -63,12 +81,19 @@ def test_core_install_keeps_the_environments_torch(core_venv: CoreVenv) -> None:
     # the harness came in, torch was neither replaced nor touched, and no optional dependency was pulled
     assert "Successfully installed" in core_venv.install_log and "eagle-energy-harness" in core_venv.install_log
     assert not re.search(r"(?im)^.*(collecting|uninstall\w*|downloading)\s+torch\b", core_venv.install_log)
-    found = json.loads(core_venv.py(
-        "import importlib.metadata as m, importlib.util as u, json, torch;"
-        f"print(json.dumps({{'torch': torch.__version__, 'dist': m.version('torch'), 'harness': m.version('eagle-energy-harness'),"
-        f"'present': [n for n in {list(OPTIONAL[1:])!r} if u.find_spec(n)]}}))"))
-    assert found == {"torch": STANDIN_TORCH_VERSION, "dist": STANDIN_TORCH_VERSION, "harness": harness.__version__,
-                     "present": []}
+    found = json.loads(
+        core_venv.py(
+            "import importlib.metadata as m, importlib.util as u, json, torch;"
+            f"print(json.dumps({{'torch': torch.__version__, 'dist': m.version('torch'), 'harness': m.version('eagle-energy-harness'),"
+            f"'present': [n for n in {list(OPTIONAL[1:])!r} if u.find_spec(n)]}}))"
+        )
+    )
+    assert found == {
+        "torch": STANDIN_TORCH_VERSION,
+        "dist": STANDIN_TORCH_VERSION,
+        "harness": harness.__version__,
+        "present": [],
+    }
     check = pip(core_venv.bin, "check")
     assert check.returncode == 0, check.stdout
 
@@ -78,8 +103,25 @@ def test_core_install_runs_a_twin_sweep_and_names_missing_extras(core_venv: Core
     assert core_venv.run("harness", "sweep", "--help").returncode == 0
     assert core_venv.run("harness", "version").stdout.strip() == harness.__version__
     run = core_venv.root / "run"
-    sweep = core_venv.run("harness", "sweep", "--engine", "twin", "--quick", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1",
-                          "--output-tokens", "64", "--time-scale", "50", "--plain", "--out", str(run), timeout=300)
+    sweep = core_venv.run(
+        "harness",
+        "sweep",
+        "--engine",
+        "twin",
+        "--quick",
+        "--configs",
+        "0:0:0,3:4:8",
+        "--batch-sizes",
+        "1",
+        "--output-tokens",
+        "64",
+        "--time-scale",
+        "50",
+        "--plain",
+        "--out",
+        str(run),
+        timeout=300,
+    )
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == 2 and all(r["error"] is None and r["window_valid"] for r in rows)
@@ -90,10 +132,14 @@ def test_core_install_runs_a_twin_sweep_and_names_missing_extras(core_venv: Core
     assert figures.returncode == 7 and "needs matplotlib" in figures.stderr
     assert "pip install 'eagle-energy-harness[report]'" in figures.stderr and "--no-figures" in figures.stderr
     # parquet needs [export]: refused before anything is written
-    export = core_venv.run("harness", "dataset", "export", str(run), "--format", "parquet", "--out", str(core_venv.root / "exp"))
+    export = core_venv.run(
+        "harness", "dataset", "export", str(run), "--format", "parquet", "--out", str(core_venv.root / "exp")
+    )
     assert export.returncode == 7 and "eagle-energy-harness[export]" in export.stderr, export.stderr
     assert not (core_venv.root / "exp").exists()
-    jsonl = core_venv.run("harness", "dataset", "export", str(run), "--format", "jsonl", "--out", str(core_venv.root / "exp"))
+    jsonl = core_venv.run(
+        "harness", "dataset", "export", str(run), "--format", "jsonl", "--out", str(core_venv.root / "exp")
+    )
     assert jsonl.returncode == 0, jsonl.stderr
 
 
@@ -105,12 +151,22 @@ def test_training_without_the_policies_extra_names_it(core_venv: CoreVenv) -> No
     train = core_venv.run("harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"))
     assert train.returncode == 7, train.stdout + train.stderr
     assert "needs torch" in train.stderr and "pip install 'eagle-energy-harness[policies]'" in train.stderr
-    gbt = core_venv.run("harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"), "--algos", "gbt")
+    gbt = core_venv.run(
+        "harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"), "--algos", "gbt"
+    )
     assert gbt.returncode == 7 and "needs sklearn" in gbt.stderr and "[policies]" in gbt.stderr
     assert not (core_venv.root / "models").exists()  # refused before training anything
     # the numpy-only policies need no extra
-    numpy_only = core_venv.run("harness", "train", "--dataset", str(run), "--out", str(core_venv.root / "models"),
-                               "--algos", "lookup_table,linucb,thompson_sampling")
+    numpy_only = core_venv.run(
+        "harness",
+        "train",
+        "--dataset",
+        str(run),
+        "--out",
+        str(core_venv.root / "models"),
+        "--algos",
+        "lookup_table,linucb,thompson_sampling",
+    )
     assert numpy_only.returncode == 0, numpy_only.stdout[-2000:] + numpy_only.stderr[-2000:]
     assert (core_venv.root / "models" / "picks.json").exists()
 
@@ -130,11 +186,32 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     assert _dist_names(extras["ray"]) == {"ray"}  # added with --executor ray (issue 16), not a former dependency
     everything -= {"ray"}
     # the dependency list before the split, plus prometheus_client (/metrics) and pyyaml (--config)
-    assert everything == {"typer", "rich", "pydantic", "httpx", "numpy", "scikit-learn", "joblib", "matplotlib",
-                          "pyarrow", "datasets", "nvidia-ml-py", "torch", "prometheus_client", "pyyaml"}
+    assert everything == {
+        "typer",
+        "rich",
+        "pydantic",
+        "httpx",
+        "numpy",
+        "scikit-learn",
+        "joblib",
+        "matplotlib",
+        "pyarrow",
+        "datasets",
+        "nvidia-ml-py",
+        "torch",
+        "prometheus_client",
+        "pyyaml",
+    }
     # each optional module maps to the extra that installs its distribution
-    dist_of = {"torch": "torch", "sklearn": "scikit-learn", "joblib": "joblib", "matplotlib": "matplotlib",
-               "pyarrow": "pyarrow", "datasets": "datasets", "ray": "ray"}
+    dist_of = {
+        "torch": "torch",
+        "sklearn": "scikit-learn",
+        "joblib": "joblib",
+        "matplotlib": "matplotlib",
+        "pyarrow": "pyarrow",
+        "datasets": "datasets",
+        "ray": "ray",
+    }
     assert set(EXTRA_OF) == set(OPTIONAL)
     assert all(dist_of[m] in _dist_names(extras[e]) for m, e in EXTRA_OF.items())
     # [policies] accepts another torch; the suite pins the one it is verified with

@@ -14,14 +14,31 @@ import ast
 import subprocess
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "pilots", "policies")
-MAX_LINES = 450
+MAX_LINES = 600
+"""Lines as ``ruff format`` writes them. The limit was 450 hand-packed lines; formatting spread the same code over
+1.16x the lines on average and up to 1.29x in the densest files (measured on the format commit), so 600 keeps the
+same files under it."""
 EXCEPTED = {"harness/twin/model.py"}  # the twin physics model: one set of equations, kept together
 
-WINGS = ("core", "grid", "gpu", "telemetry", "engine", "runs", "dataset", "world", "twin", "sweep", "report",
-         "policies", "serve", "gpucheck", "pilots")
+WINGS = (
+    "core",
+    "grid",
+    "gpu",
+    "telemetry",
+    "engine",
+    "runs",
+    "dataset",
+    "world",
+    "twin",
+    "sweep",
+    "report",
+    "policies",
+    "serve",
+    "gpucheck",
+    "pilots",
+)
 """Lowest first: ``harness.<wing>`` (``harness.grid`` is the action space, one module), then the top-level
 ``policies`` and ``pilots`` packages, which build on the harness."""
 ROOT_MODULES = {"harness", "harness.__main__", "harness.cli", "harness.grid"}
@@ -33,7 +50,9 @@ def _tracked_python(root: Path = ROOT) -> list[str]:
     git = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True)
     if git.returncode == 0 and git.stdout.strip():
         return [p for p in git.stdout.split() if (root / p).is_file()]
-    return [str(p.relative_to(root)) for d in (*PACKAGES, "tests", "benchmarks") for p in sorted((root / d).rglob("*.py"))]
+    return [
+        str(p.relative_to(root)) for d in (*PACKAGES, "tests", "benchmarks") for p in sorted((root / d).rglob("*.py"))
+    ]
 
 
 def _module_name(rel: str) -> str:

@@ -18,16 +18,40 @@ from pilots.telemetry import energy_from_window, gpu_metrics, throttling
 from pilots.trial import PilotTrial, trial_row
 
 PUBLISHED_KEYS = [
-    "hardware", "index", "repeat", "batch_size", "steps", "topk", "num_draft_tokens", "is_baseline", "error",
-    "accept_length", "speed_tok_s", "speed_source", "step_time_s", "wall_clock_s", "wall_clock_tok_s",
-    "total_output_tokens", "energy_joules", "avg_power_watts", "joules_per_token", "gpu_temp_c_before", "gpu_temp_c",
-    "gpu_power_w", "gpu_util_pct", "gpu_mem_used_mb", "gpu_throttling", "retry_mem_fraction",
+    "hardware",
+    "index",
+    "repeat",
+    "batch_size",
+    "steps",
+    "topk",
+    "num_draft_tokens",
+    "is_baseline",
+    "error",
+    "accept_length",
+    "speed_tok_s",
+    "speed_source",
+    "step_time_s",
+    "wall_clock_s",
+    "wall_clock_tok_s",
+    "total_output_tokens",
+    "energy_joules",
+    "avg_power_watts",
+    "joules_per_token",
+    "gpu_temp_c_before",
+    "gpu_temp_c",
+    "gpu_power_w",
+    "gpu_util_pct",
+    "gpu_mem_used_mb",
+    "gpu_throttling",
+    "retry_mem_fraction",
 ]
 
 
 def test_pilot_configs_are_the_published_ones() -> None:
     assert PILOT_CONFIGS == {
-        "no_spec": SpecConfig(0, 0, 0), "chosen": SpecConfig(3, 4, 8), "chosen_bs16": SpecConfig(3, 2, 4),
+        "no_spec": SpecConfig(0, 0, 0),
+        "chosen": SpecConfig(3, 4, 8),
+        "chosen_bs16": SpecConfig(3, 2, 4),
     }
     assert list(select_configs("no_spec,chosen")) == ["no_spec", "chosen"]
     assert select_configs("chosen_bs16, 5:1:2") == {"chosen_bs16": SpecConfig(3, 2, 4), "5:1:6": SpecConfig(5, 1, 6)}
@@ -51,7 +75,9 @@ def test_options_defaults_and_validation(tmp_path: Path) -> None:
         options_from_flags({"suite": "swebench", "configs": "bogus"})
 
 
-def test_suite_flags_parse_into_the_suite_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_suite_flags_parse_into_the_suite_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The real `harness pilot swebench` command parses its suite flags into ``SwebenchOptions`` (the runner is
     replaced: the flags are under test, not the pilot)."""
     import pilots.swebench.runner as sw
@@ -80,10 +106,20 @@ def test_each_suite_subcommand_lists_its_own_flags() -> None:
     from pilots.terminalbench.runner import TerminalBenchOptions
 
     flag = {"twin_gpu_url": "--twin-gpu", "twin_faults": "--twin-fault"}
-    common = [flag.get(n, "--" + n.replace("_", "-")) for n in PilotOptions.model_fields if n not in ("suite", "run_id")]
-    for suite, model, other in (("swebench", SwebenchOptions, "--harbor-bin"), ("terminalbench", TerminalBenchOptions, "--repos-dir")):
-        out = subprocess.run([sys.executable, "-m", "harness", "pilot", suite, "--help"], capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "COLUMNS": "200"})
+    common = [
+        flag.get(n, "--" + n.replace("_", "-")) for n in PilotOptions.model_fields if n not in ("suite", "run_id")
+    ]
+    for suite, model, other in (
+        ("swebench", SwebenchOptions, "--harbor-bin"),
+        ("terminalbench", TerminalBenchOptions, "--repos-dir"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "harness", "pilot", suite, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         assert out.returncode == 0, out.stderr
         own = ["--" + n.replace("_", "-") for n in model.model_fields]
         missing = [x for x in [*common, *own] if x not in out.stdout]
@@ -116,18 +152,30 @@ def test_energy_from_window_uses_device_duration_and_refuses_invalid() -> None:
 
 def _trial(mode: str, **kw: object) -> PilotTrial:
     return PilotTrial(
-        suite="swebench" if mode == "snapshots" else "terminalbench", config_name="no_spec", steps=0, topk=0,
-        num_draft_tokens=0, task_id="t1", elapsed_s=10.0, completion_tokens=500, energy_joules=600.0,
-        avg_power_watts=60.0, telemetry_mode=mode,  # type: ignore[arg-type]
+        suite="swebench" if mode == "snapshots" else "terminalbench",
+        config_name="no_spec",
+        steps=0,
+        topk=0,
+        num_draft_tokens=0,
+        task_id="t1",
+        elapsed_s=10.0,
+        completion_tokens=500,
+        energy_joules=600.0,
+        avg_power_watts=60.0,
+        telemetry_mode=mode,  # type: ignore[arg-type]
         window=_window(valid=True, avg_temp_c=70.0, avg_util_pct=90.0, clock_event_reasons_or=4, reasons=[]),
         before=_gpu(temperature_c=55.0),
-        after=_gpu(temperature_c=66.0, power_w=71.0, utilization_pct=93.0, memory_used_mb=5000.0, clock_event_reasons=1),
+        after=_gpu(
+            temperature_c=66.0, power_w=71.0, utilization_pct=93.0, memory_used_mb=5000.0, clock_event_reasons=1
+        ),
         **kw,
     )
 
 
 def test_rows_have_the_published_pilot_semantics() -> None:
-    row = trial_row(_trial("snapshots"), hardware="twin:rtx4060-laptop", index=0, run_id="r", pilot_server_batch_size=16)
+    row = trial_row(
+        _trial("snapshots"), hardware="twin:rtx4060-laptop", index=0, run_id="r", pilot_server_batch_size=16
+    )
     assert list(row)[:26] == PUBLISHED_KEYS
     assert row["is_baseline"] is False and row["batch_size"] == 1 and row["repeat"] is None
     assert row["error"].startswith(ERROR_PREFIX) and row["speed_source"] == "swebench_pilot"
@@ -167,14 +215,21 @@ def test_cli_suite_help_and_flag_order() -> None:
     assert bad_suite_flag.returncode == 2 and "unknown option --bogus" in bad_suite_flag.stderr
 
 
-def test_setup_subcommand_inherits_group_flags(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_setup_subcommand_inherits_group_flags(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`docker compose run pilot setup --suite terminalbench` puts --engine/--sampler-url before `setup`."""
     import pilots.terminalbench.setup as tb_setup
     from harness.cli import main
 
     seen: list[tuple[PilotOptions, object]] = []
     monkeypatch.setattr(tb_setup, "setup", lambda options, extra=None: seen.append((options, extra)))
-    assert main(["pilot", "--engine", "sglang", "--sampler-url", "http://127.0.0.1:9", "setup", "--suite", "terminalbench"]) == 0
+    assert (
+        main(
+            ["pilot", "--engine", "sglang", "--sampler-url", "http://127.0.0.1:9", "setup", "--suite", "terminalbench"]
+        )
+        == 0
+    )
     assert main(["pilot", "setup", "--suite", "terminalbench", "--engine", "sglang"]) == 0
     (first, extra), (second, _) = seen
     assert (first.suite, first.engine, first.sampler_url) == ("terminalbench", "sglang", "http://127.0.0.1:9")

@@ -56,14 +56,27 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_fixture_has_swebench_fields_and_is_marked_unofficial(fixture_instances: list[Instance]) -> None:
     raw = [json.loads(line) for line in fixture_path().read_text().splitlines()]
     for rec in raw:
-        for key in ("repo", "instance_id", "base_commit", "problem_statement", "hints_text", "version",
-                    "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit", "patch", "test_patch"):
+        for key in (
+            "repo",
+            "instance_id",
+            "base_commit",
+            "problem_statement",
+            "hints_text",
+            "version",
+            "FAIL_TO_PASS",
+            "PASS_TO_PASS",
+            "environment_setup_commit",
+            "patch",
+            "test_patch",
+        ):
             assert key in rec
         assert rec["fixture_kind"] == "project_written_offline" and rec["official_text"] is False
         assert rec["patch"] is None and rec["eval_script"] is None  # nothing we cannot reproduce honestly
     chosen = select(fixture_instances)
     assert [i.instance_id for i in chosen] == ["astropy__astropy-12907", "astropy__astropy-14182"]
-    assert [i.instance_id for i in select(fixture_instances, instance_ids=["astropy__astropy-14182"])] == ["astropy__astropy-14182"]
+    assert [i.instance_id for i in select(fixture_instances, instance_ids=["astropy__astropy-14182"])] == [
+        "astropy__astropy-14182"
+    ]
     with pytest.raises(UsageError, match="unknown instance ids: nope"):
         select(fixture_instances, instance_ids=["nope"])
     with pytest.raises(UsageError, match="no repository has 3"):
@@ -101,7 +114,11 @@ def test_prompt_golden_with_truncation(fixture_instances: list[Instance], repos:
     assert built.text == golden.read_text()
     t = built.truncation
     assert built.source == "builder" and t["applied"] is True
-    assert t["files_included"][:3] == ["astropy/modeling/__init__.py", "astropy/modeling/separable.py", "astropy/modeling/core.py"]
+    assert t["files_included"][:3] == [
+        "astropy/modeling/__init__.py",
+        "astropy/modeling/separable.py",
+        "astropy/modeling/core.py",
+    ]
     assert t["tree_paths_shown"] < t["tree_paths_total"] == 127
     assert "astropy/modeling/core.py" in t["files_cut"] and t["files_dropped"]
     assert t["context_tokens_used"] <= 1600
@@ -120,13 +137,22 @@ def test_text_field_verbatim_and_head_tail_rule(fixture_instances: list[Instance
 
     long_text = "HEAD " + " ".join(f"w{i}" for i in range(2000)) + " TAIL"
     cut, info = head_tail_cut(long_text, 400)
-    assert info is not None and info["rule"] == "head75_tail25" and info["original_tokens"] == estimate_tokens(long_text)
+    assert (
+        info is not None and info["rule"] == "head75_tail25" and info["original_tokens"] == estimate_tokens(long_text)
+    )
     assert cut.startswith("HEAD ") and cut.endswith(" TAIL") and "tokens removed here" in cut
     assert estimate_tokens(cut) <= 400
-    assert info["kept_head_tokens"] == 3 * info["kept_tail_tokens"] or abs(info["kept_head_tokens"] - 3 * info["kept_tail_tokens"]) <= 3
-    built = build_prompt(fixture_instances[1].model_copy(update={"text": long_text}), None, PromptSettings(max_prompt_tokens=400))
+    assert (
+        info["kept_head_tokens"] == 3 * info["kept_tail_tokens"]
+        or abs(info["kept_head_tokens"] - 3 * info["kept_tail_tokens"]) <= 3
+    )
+    built = build_prompt(
+        fixture_instances[1].model_copy(update={"text": long_text}), None, PromptSettings(max_prompt_tokens=400)
+    )
     assert built.truncation["applied"] is True and built.truncation["prompt_cut"]["removed_tokens"] > 0
-    assert apply_chat_template("hi", "llama3").startswith("<|start_header_id|>user")  # no <|begin_of_text|>: no double BOS
+    assert apply_chat_template("hi", "llama3").startswith(
+        "<|start_header_id|>user"
+    )  # no <|begin_of_text|>: no double BOS
     assert "<|begin_of_text|>" not in apply_chat_template("hi", "llama3")
 
 
@@ -168,8 +194,11 @@ def test_git_apply_check_against_the_fixture_checkout(fixture_instances: list[In
 
 def test_predictions_format() -> None:
     p = prediction("astropy__astropy-12907", "chosen", SpecConfig(3, 4, 8), SEPARABLE_FIX)
-    assert p == {"instance_id": "astropy__astropy-12907", "model_name_or_path": "energy-llms-swebench-chosen-3-4-8",
-                 "model_patch": SEPARABLE_FIX}
+    assert p == {
+        "instance_id": "astropy__astropy-12907",
+        "model_name_or_path": "energy-llms-swebench-chosen-3-4-8",
+        "model_patch": SEPARABLE_FIX,
+    }
     assert prediction("x", "no_spec", SpecConfig(0, 0, 0), None)["model_patch"] == ""
     assert model_name("no_spec", SpecConfig(0, 0, 0)) == "energy-llms-swebench-no-spec"
     assert model_name("chosen_bs16", SpecConfig(3, 2, 4)) == "energy-llms-swebench-chosen-bs16-3-2-4"
@@ -180,10 +209,22 @@ def test_parse_canned_swebench_5x_report(tmp_path: Path) -> None:
     report = json.loads(src.read_text())
     ids = ["astropy__astropy-12907", "astropy__astropy-14182", "django__django-11099", "sympy__sympy-20590"]
     graded = ev.parse_report(report, ids + ["pydata__xarray-4094", "pytest-dev__pytest-5692"], str(src))
-    assert graded["astropy__astropy-12907"]["status"] == "resolved" and graded["astropy__astropy-12907"]["resolved"] is True
-    assert graded["astropy__astropy-14182"]["status"] == "unresolved" and graded["astropy__astropy-14182"]["evaluation_completed"]
-    assert graded["django__django-11099"]["status"] == "infra_failure" and graded["django__django-11099"]["resolved"] is False
-    assert graded["django__django-11099"]["failure_kind"] == "infrastructure" and graded["django__django-11099"]["failure_reason"]
+    assert (
+        graded["astropy__astropy-12907"]["status"] == "resolved"
+        and graded["astropy__astropy-12907"]["resolved"] is True
+    )
+    assert (
+        graded["astropy__astropy-14182"]["status"] == "unresolved"
+        and graded["astropy__astropy-14182"]["evaluation_completed"]
+    )
+    assert (
+        graded["django__django-11099"]["status"] == "infra_failure"
+        and graded["django__django-11099"]["resolved"] is False
+    )
+    assert (
+        graded["django__django-11099"]["failure_kind"] == "infrastructure"
+        and graded["django__django-11099"]["failure_reason"]
+    )
     assert graded["astropy__astropy-14182"]["failure_kind"] == "model"
     assert graded["sympy__sympy-20590"]["status"] == "empty_patch"
     # error_ids alone: neither infrastructure nor the model, as far as the report tells
@@ -192,15 +233,27 @@ def test_parse_canned_swebench_5x_report(tmp_path: Path) -> None:
     # swebench's apply-failure marker in the instance log makes it the model's failure, even when the daemon's
     # clean-up error landed in the same log and swebench listed it as an infrastructure failure
     logs = tmp_path / "logs" / "run_evaluation"
-    for iid, text in (("pydata__xarray-4094", ">>>>> Patch Apply Failed:\nerror: patch failed\n"),
-                      ("django__django-11099", ">>>>> Patch Apply Failed:\nx\nError response from daemon: gone\n")):
+    for iid, text in (
+        ("pydata__xarray-4094", ">>>>> Patch Apply Failed:\nerror: patch failed\n"),
+        ("django__django-11099", ">>>>> Patch Apply Failed:\nx\nError response from daemon: gone\n"),
+    ):
         (logs / "r1_chosen" / "energy-llms-swebench-chosen-3-4-8" / iid).mkdir(parents=True)
         (logs / "r1_chosen" / "energy-llms-swebench-chosen-3-4-8" / iid / "run_instance.log").write_text(text)
     (logs / "r1_chosen_bs16" / "m" / "pytest-dev__pytest-5692").mkdir(parents=True)  # another run's log: not read
-    (logs / "r1_chosen_bs16" / "m" / "pytest-dev__pytest-5692" / "run_instance.log").write_text(">>>>> Patch Apply Failed\n")
-    graded = ev.parse_report(report, ids + ["pydata__xarray-4094", "pytest-dev__pytest-5692"], str(src),
-                             run_id="r1_chosen", log_root=tmp_path)
-    assert graded["pydata__xarray-4094"]["status"] == "patch_apply_failed" and not graded["pydata__xarray-4094"]["infra_failure"]
+    (logs / "r1_chosen_bs16" / "m" / "pytest-dev__pytest-5692" / "run_instance.log").write_text(
+        ">>>>> Patch Apply Failed\n"
+    )
+    graded = ev.parse_report(
+        report,
+        ids + ["pydata__xarray-4094", "pytest-dev__pytest-5692"],
+        str(src),
+        run_id="r1_chosen",
+        log_root=tmp_path,
+    )
+    assert (
+        graded["pydata__xarray-4094"]["status"] == "patch_apply_failed"
+        and not graded["pydata__xarray-4094"]["infra_failure"]
+    )
     assert graded["django__django-11099"]["status"] == "patch_apply_failed"
     assert graded["pytest-dev__pytest-5692"]["status"] == "evaluation_error"
     assert graded["astropy__astropy-12907"]["status"] == "resolved"
@@ -209,7 +262,9 @@ def test_parse_canned_swebench_5x_report(tmp_path: Path) -> None:
     nested.mkdir(parents=True)
     (nested / "energy-llms-swebench-chosen-3-4-8.r1_chosen.json").write_text(src.read_text())
     (tmp_path / "eval" / "other.json").write_text(json.dumps({"something": 1}))
-    assert ev.find_report([tmp_path / "eval"], "r1_chosen") == nested / "energy-llms-swebench-chosen-3-4-8.r1_chosen.json"
+    assert (
+        ev.find_report([tmp_path / "eval"], "r1_chosen") == nested / "energy-llms-swebench-chosen-3-4-8.r1_chosen.json"
+    )
     assert ev.find_report([tmp_path / "eval"], "r2_chosen") is None
 
 
@@ -237,8 +292,9 @@ def test_hf_dataset_offline_fails_with_a_fix() -> None:
 
 
 def test_checkout_at_a_real_base_commit_and_missing_commit(fixture_instances: list[Instance], repos: Path) -> None:
-    head = subprocess.run(["git", "-C", str(repos / "astropy__astropy"), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(repos / "astropy__astropy"), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     real = fixture_instances[0].model_copy(update={"base_commit": head, "fixture_kind": None})
     checkout, why = find_checkout(repos, real)
     assert checkout is not None and checkout.rev == head and why == "base_commit found"
@@ -312,27 +368,49 @@ def standin_evaluator(tmp_path: Path, images: tuple[str, ...] = (), repo: Path |
     (pkg / "harness" / "__init__.py").write_text("")
     (pkg / "harness" / "run_evaluation.py").write_text(STANDIN_RUN_EVALUATION)
     evaluator = tmp_path / "evaluator-python"
-    evaluator.write_text(f"#!/bin/sh\nSTANDIN_IMAGES='{','.join(images)}' STANDIN_REPO='{repo or tmp_path}' "
-                         f"PYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
+    evaluator.write_text(
+        f"#!/bin/sh\nSTANDIN_IMAGES='{','.join(images)}' STANDIN_REPO='{repo or tmp_path}' "
+        f'PYTHONPATH={tmp_path / "standin"} exec {sys.executable} "$@"\n'
+    )
     evaluator.chmod(0o755)
     return evaluator
 
 
 def _gradable(instances: list[Instance]) -> list[Instance]:
-    return [i.model_copy(update={"image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest", "eval_script": "#!/bin/bash\n",
-                                 "patch": SEPARABLE_FIX}) for i in instances]
+    return [
+        i.model_copy(
+            update={
+                "image": f"swebench/sweb.eval.x86_64.{i.instance_id}:latest",
+                "eval_script": "#!/bin/bash\n",
+                "patch": SEPARABLE_FIX,
+            }
+        )
+        for i in instances
+    ]
 
 
-def _grade(rd: Path, evaluator: Path, config: str, spec: SpecConfig, insts: list[Instance],
-           patches: list[str | None]) -> dict[str, dict]:
+def _grade(
+    rd: Path, evaluator: Path, config: str, spec: SpecConfig, insts: list[Instance], patches: list[str | None]
+) -> dict[str, dict]:
     preds = rd / "predictions" / f"{config}.jsonl"
     preds.parent.mkdir(parents=True, exist_ok=True)
-    preds.write_text("".join(json.dumps(prediction(i.instance_id, config, spec, p)) + "\n" for i, p in zip(insts, patches)))
-    return ev.evaluate_config(run_dir=rd, config_name=config, run_id="r1", predictions_path=preds, instances=insts,
-                              evaluator_python=str(evaluator), timeout_s=60)
+    preds.write_text(
+        "".join(json.dumps(prediction(i.instance_id, config, spec, p)) + "\n" for i, p in zip(insts, patches))
+    )
+    return ev.evaluate_config(
+        run_dir=rd,
+        config_name=config,
+        run_id="r1",
+        predictions_path=preds,
+        instances=insts,
+        evaluator_python=str(evaluator),
+        timeout_s=60,
+    )
 
 
-def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[Instance], repos: Path, tmp_path: Path) -> None:
+def test_evaluation_grades_from_id_lists_not_exit_code(
+    fixture_instances: list[Instance], repos: Path, tmp_path: Path
+) -> None:
     insts = _gradable(fixture_instances)
     a, b = (i.instance_id for i in insts)
     evaluator = standin_evaluator(tmp_path, images=(str(insts[0].image),), repo=repos / "astropy__astropy")
@@ -355,11 +433,21 @@ def test_evaluation_grades_from_id_lists_not_exit_code(fixture_instances: list[I
     assert bs16[a]["evaluation_report_path"].endswith("energy-llms-swebench-chosen-bs16-3-2-4.r1_chosen_bs16.json")
     # without its own report, `chosen` finds none: not bs16's, whose run id merely starts with `r1_chosen`
     (rd / "eval" / "chosen" / "energy-llms-swebench-chosen-3-4-8.r1_chosen.json").unlink()
-    assert ev.find_report([rd / "eval" / "chosen", rd / "eval"], "r1_chosen", ["energy-llms-swebench-chosen-3-4-8"]) is None
+    assert (
+        ev.find_report([rd / "eval" / "chosen", rd / "eval"], "r1_chosen", ["energy-llms-swebench-chosen-3-4-8"])
+        is None
+    )
     assert ev.find_report([rd / "eval"], "r1_chosen") is None
     assert ev.find_report([rd / "eval"], "r1_chosen_bs16") == Path(bs16[a]["evaluation_report_path"])
-    ok, why = ev.availability(insts, str(evaluator), runner=lambda argv, **_: subprocess.CompletedProcess(argv, 1, "", "no daemon")
-                              if argv[0] == "docker" else subprocess.run(argv, capture_output=True, text=True))
+    ok, why = ev.availability(
+        insts,
+        str(evaluator),
+        runner=lambda argv, **_: (
+            subprocess.CompletedProcess(argv, 1, "", "no daemon")
+            if argv[0] == "docker"
+            else subprocess.run(argv, capture_output=True, text=True)
+        ),
+    )
     assert not ok and ("docker daemon not reachable: no daemon" in why or why == "docker CLI not found")
 
 

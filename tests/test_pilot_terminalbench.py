@@ -11,32 +11,55 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import UsageError
 from harness.core.clocks import parse_iso_ns, to_iso
+from harness.core.errors import UsageError
 from harness.telemetry.windows import WindowStats
 from pilots.options import PilotOptions
 from pilots.runner import ConfigRun
-from pilots.trial import trial_row
 from pilots.terminalbench import harbor_install
 from pilots.terminalbench.results import TrialOutcome, infer_offset, job_window_ns, read_job
 from pilots.terminalbench.runner import TWIN_FAILURE_NOTE, TerminalBenchOptions, trial_from_outcome
 from pilots.terminalbench.tasks import FIXTURE_TASKS, PUBLISHED_DATASET, PUBLISHED_TASKS, resolve_tasks
 from pilots.terminalbench.windows import call_profile, segment
+from pilots.trial import trial_row
 
 NS = 1_000_000_000
 T0 = parse_iso_ns("2026-03-01T10:00:00Z")
 
 
-def outcome(name: str = "regex-log__abc1234", start_s: float = 0.0, dur_s: float = 100.0, *, calls_ms=(),
-            exc: str | None = None, last_step_s: float | None = None, reward: float | None = 0.0, out_tokens=500) -> TrialOutcome:
+def outcome(
+    name: str = "regex-log__abc1234",
+    start_s: float = 0.0,
+    dur_s: float = 100.0,
+    *,
+    calls_ms=(),
+    exc: str | None = None,
+    last_step_s: float | None = None,
+    reward: float | None = 0.0,
+    out_tokens=500,
+) -> TrialOutcome:
     s = T0 + int(start_s * NS)
     return TrialOutcome(
-        trial_name=name, task_name=name.split("__")[0], trial_dir="/nonexistent", agent_start_ns=s,
-        agent_end_ns=s + int(dur_s * NS), trial_start_ns=s - 5 * NS, trial_end_ns=s + int(dur_s * NS) + 5 * NS,
-        reward=reward, success=None if reward is None else reward >= 1, exception_type=exc, exception_message=None,
-        n_input_tokens=1000, n_cache_tokens=0, n_output_tokens=out_tokens, api_request_times_msec=list(calls_ms),
-        n_episodes=len(calls_ms), summarization_count=0,
-        last_step_ns=None if last_step_s is None else s + int(last_step_s * NS), n_steps=3, model_name="m",
+        trial_name=name,
+        task_name=name.split("__")[0],
+        trial_dir="/nonexistent",
+        agent_start_ns=s,
+        agent_end_ns=s + int(dur_s * NS),
+        trial_start_ns=s - 5 * NS,
+        trial_end_ns=s + int(dur_s * NS) + 5 * NS,
+        reward=reward,
+        success=None if reward is None else reward >= 1,
+        exception_type=exc,
+        exception_message=None,
+        n_input_tokens=1000,
+        n_cache_tokens=0,
+        n_output_tokens=out_tokens,
+        api_request_times_msec=list(calls_ms),
+        n_episodes=len(calls_ms),
+        summarization_count=0,
+        last_step_ns=None if last_step_s is None else s + int(last_step_s * NS),
+        n_steps=3,
+        model_name="m",
     )
 
 
@@ -46,17 +69,35 @@ def outcome(name: str = "regex-log__abc1234", start_s: float = 0.0, dur_s: float
 def _write_job(tmp: Path, naive_start: str, naive_end: str, trial_start_utc: str) -> Path:
     job = tmp / "job"
     (job / "t__abcdefg").mkdir(parents=True)
-    (job / "result.json").write_text(json.dumps({"id": "00000000-0000-0000-0000-000000000001", "started_at": naive_start,
-                                                 "finished_at": naive_end, "n_total_trials": 1, "stats": {}}))
-    (job / "t__abcdefg" / "result.json").write_text(json.dumps({
-        "id": "00000000-0000-0000-0000-000000000002", "task_name": "t", "trial_name": "t__abcdefg",
-        "started_at": trial_start_utc, "finished_at": trial_start_utc,
-        "agent_execution": {"started_at": trial_start_utc, "finished_at": trial_start_utc},
-    }))
+    (job / "result.json").write_text(
+        json.dumps(
+            {
+                "id": "00000000-0000-0000-0000-000000000001",
+                "started_at": naive_start,
+                "finished_at": naive_end,
+                "n_total_trials": 1,
+                "stats": {},
+            }
+        )
+    )
+    (job / "t__abcdefg" / "result.json").write_text(
+        json.dumps(
+            {
+                "id": "00000000-0000-0000-0000-000000000002",
+                "task_name": "t",
+                "trial_name": "t__abcdefg",
+                "started_at": trial_start_utc,
+                "finished_at": trial_start_utc,
+                "agent_execution": {"started_at": trial_start_utc, "finished_at": trial_start_utc},
+            }
+        )
+    )
     return job
 
 
-@pytest.mark.parametrize("tz,offset_min", [("UTC", 0), ("Asia/Kolkata", 330), ("America/St_Johns", -210), ("Pacific/Kiritimati", 840)])
+@pytest.mark.parametrize(
+    "tz,offset_min", [("UTC", 0), ("Asia/Kolkata", 330), ("America/St_Johns", -210), ("Pacific/Kiritimati", 840)]
+)
 def test_job_naive_local_times_map_to_the_same_utc_window_in_any_zone(tmp_path: Path, tz: str, offset_min: int) -> None:
     from datetime import timedelta
     from zoneinfo import ZoneInfo
@@ -83,8 +124,13 @@ def test_naive_job_time_written_by_a_process_in_another_zone_is_recovered() -> N
     """Harbor writes ``datetime.now().isoformat()``: do the same in a child with TZ set, map it back to UTC."""
     for tz in ("Asia/Kolkata", "America/Los_Angeles"):
         before = datetime.now(timezone.utc)
-        out = subprocess.run([sys.executable, "-c", "import datetime; print(datetime.datetime.now().isoformat())"],
-                             env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", "import datetime; print(datetime.datetime.now().isoformat())"],
+            env={**os.environ, "TZ": tz},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         after_ns = int(datetime.now(timezone.utc).timestamp() * 1e9)
         assert datetime.fromisoformat(out).tzinfo is None
         with pytest.raises(ValueError):
@@ -160,9 +206,21 @@ def test_rows_have_the_published_terminalbench_pilot_semantics() -> None:
     from harness.grid import SpecConfig
     from harness.runs.rows import PUBLISHED_KEYS
 
-    win = {"valid": True, "duration_s": 100.0, "wall_duration_s": 2.0, "energy_j": 7000.0, "avg_power_w": 69.0,
-           "avg_temp_c": 71.5, "avg_util_pct": 93.6, "max_mem_used_mb": 6100, "clock_event_reasons_or": 0x4,
-           "sample_count": 20, "coverage": 1.0, "reasons": [], "energy_method": "counter"}
+    win = {
+        "valid": True,
+        "duration_s": 100.0,
+        "wall_duration_s": 2.0,
+        "energy_j": 7000.0,
+        "avg_power_w": 69.0,
+        "avg_temp_c": 71.5,
+        "avg_util_pct": 93.6,
+        "max_mem_used_mb": 6100,
+        "clock_event_reasons_or": 0x4,
+        "sample_count": 20,
+        "coverage": 1.0,
+        "reasons": [],
+        "energy_method": "counter",
+    }
     tel = _FixedWindowTelemetry(win)
     opts = PilotOptions(suite="terminalbench", engine="twin", time_scale=50.0, configs=["chosen"])
     run = ConfigRun("chosen", SpecConfig(3, 4, 8), None, tel, None, opts, Path("/tmp"))
@@ -194,10 +252,14 @@ def test_task_selection_published_fixture_and_task_dir(tmp_path: Path) -> None:
     reg = json.loads(Path(fx.registry_path).read_text())
     paths = [Path(t["path"]) for t in reg[0]["tasks"]]
     assert fx.tasks == list(FIXTURE_TASKS) and all(p.is_absolute() and (p / "task.toml").exists() for p in paths)
-    one = resolve_tasks(fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=["iso-*"], work_dir=tmp_path)
+    one = resolve_tasks(
+        fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=["iso-*"], work_dir=tmp_path
+    )
     assert one.harbor_args()[-2:] == ["-i", "iso-*"]
     with pytest.raises(UsageError):
-        resolve_tasks(fixture=False, task_dir=tmp_path, registry_path=tmp_path, dataset=None, tasks=None, work_dir=tmp_path)
+        resolve_tasks(
+            fixture=False, task_dir=tmp_path, registry_path=tmp_path, dataset=None, tasks=None, work_dir=tmp_path
+        )
 
 
 def test_fixture_tasks_have_harbors_task_layout() -> None:
@@ -218,7 +280,10 @@ def test_suite_options_parse_from_the_command_line(monkeypatch: pytest.MonkeyPat
 
     seen: list[object] = []
     monkeypatch.setattr(tb, "run", lambda options, extra: seen.append(extra))
-    assert main(["pilot", "terminalbench", "--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"]) == 0
+    assert (
+        main(["pilot", "terminalbench", "--tasks", "a,b", "--max-turns", "3", "--agent-timeout-s=60", "--env", "local"])
+        == 0
+    )
     o = seen[0]
     assert isinstance(o, TerminalBenchOptions)
     assert o.tasks == ["a", "b"] and o.max_turns == 3 and o.agent_timeout_s == 60.0 and o.env == "local"

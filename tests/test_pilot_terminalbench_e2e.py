@@ -24,17 +24,45 @@ def test_end_to_end_pilot_on_the_twin_with_harbor_terminus2_and_the_local_sandbo
     Terminus 2 + the local sandbox on the two local tasks. Every trial fails on the twin's filler text (expected)."""
     harbor = harbor_bin_or_skip()
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "harness", "pilot", "--suite", "terminalbench", "--fixture", "--engine", "twin",
-            "--time-scale", "20", "--configs", "no_spec,chosen", "--out", str(out),
-            "--max-turns", "2", "--max-tokens", "48", "--agent-timeout-s", "2400", "--harbor-tz", "America/St_Johns"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=280,
-                          env={**os.environ, "COLUMNS": "200", "HARBOR_BIN": str(harbor)})
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "pilot",
+        "--suite",
+        "terminalbench",
+        "--fixture",
+        "--engine",
+        "twin",
+        "--time-scale",
+        "20",
+        "--configs",
+        "no_spec,chosen",
+        "--out",
+        str(out),
+        "--max-turns",
+        "2",
+        "--max-tokens",
+        "48",
+        "--agent-timeout-s",
+        "2400",
+        "--harbor-tz",
+        "America/St_Johns",
+    ]
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "COLUMNS": "200", "HARBOR_BIN": str(harbor)},
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["suite_meta"]["environment"] == LOCAL_SANDBOX_IMPORT
     merged = [json.loads(line) for line in (out / "reports" / "merged.jsonl").read_text().splitlines()]
     assert sorted((m["config"], m["task_id"]) for m in merged) == sorted(
-        (c, t) for c in ("no_spec", "chosen") for t in FIXTURE_TASKS)
+        (c, t) for c in ("no_spec", "chosen") for t in FIXTURE_TASKS
+    )
     for m in merged:
         r = m["record"]
         assert r["success"] is False and r["reward"] == 0.0 and r["expected_failure"], r  # filler text: expected
@@ -61,7 +89,17 @@ def test_end_to_end_pilot_on_the_twin_with_harbor_terminus2_and_the_local_sandbo
         else:  # the same sampler-gap case as above: no power is invented
             assert row["window_reasons"] and row["avg_power_watts"] is None
     text = proc.stdout
-    for col in ("config", "task", "success", "tok/s", "output tokens", "duration", "accept len", "avg power", "GPU util"):
+    for col in (
+        "config",
+        "task",
+        "success",
+        "tok/s",
+        "output tokens",
+        "duration",
+        "accept len",
+        "avg power",
+        "GPU util",
+    ):
         assert col in text
     assert "Per-call durations" in text and "as expected on the twin" in text
 
@@ -72,11 +110,40 @@ def test_twin_runaway_call_is_reported_as_the_published_stuck_call(tmp_path: Pat
     agent timeout cancels it, and the trial is flagged as a stuck call that ate most of the trial."""
     harbor = harbor_bin_or_skip()
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "harness", "pilot", "--suite", "terminalbench", "--fixture", "--engine", "twin",
-            "--time-scale", "20", "--configs", "chosen_bs16", "--twin-fault", "runaway", "--out", str(out),
-            "--tasks", FIXTURE_TASKS[0], "--max-turns", "4", "--max-tokens", "48", "--agent-timeout-s", "300"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=280,
-                          env={**os.environ, "COLUMNS": "200", "HARBOR_BIN": str(harbor)})
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "pilot",
+        "--suite",
+        "terminalbench",
+        "--fixture",
+        "--engine",
+        "twin",
+        "--time-scale",
+        "20",
+        "--configs",
+        "chosen_bs16",
+        "--twin-fault",
+        "runaway",
+        "--out",
+        str(out),
+        "--tasks",
+        FIXTURE_TASKS[0],
+        "--max-turns",
+        "4",
+        "--max-tokens",
+        "48",
+        "--agent-timeout-s",
+        "300",
+    ]
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "COLUMNS": "200", "HARBOR_BIN": str(harbor)},
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     merged = [json.loads(line) for line in (out / "reports" / "merged.jsonl").read_text().splitlines()]
     assert [(m["config"], m["task_id"]) for m in merged] == [("chosen_bs16", FIXTURE_TASKS[0])]

@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _terminalbench_helpers import ScriptedChatServer, harbor_bin_or_skip, terminus_reply
 
 from pilots.terminalbench.command import HarborRunSpec, resolve_env
 from pilots.terminalbench.harbor_install import LOCAL_SANDBOX_IMPORT, harbor_environ, harbor_python
 from pilots.terminalbench.results import job_window_ns, read_job
 from pilots.terminalbench.tasks import FIXTURE_TASKS, resolve_tasks
 from pilots.terminalbench.windows import call_profile, segment
-from _terminalbench_helpers import ScriptedChatServer, harbor_bin_or_skip, terminus_reply
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,16 +28,27 @@ def harbor() -> Path:
 
 
 def _spec(harbor: Path, tmp: Path, tasks, **kw) -> HarborRunSpec:
-    base = dict(harbor_bin=str(harbor), job_name="job1", jobs_dir=str(tmp / "jobs"), config_path=str(tmp / "job1.json"),
-                model="openai/Llama-3.2-1B-Instruct", api_base="http://127.0.0.1:30000/v1", max_tokens=512,
-                max_input_tokens=8192, agent_timeout_s=900.0, tasks=tasks)
+    base = dict(
+        harbor_bin=str(harbor),
+        job_name="job1",
+        jobs_dir=str(tmp / "jobs"),
+        config_path=str(tmp / "job1.json"),
+        model="openai/Llama-3.2-1B-Instruct",
+        api_base="http://127.0.0.1:30000/v1",
+        max_tokens=512,
+        max_input_tokens=8192,
+        agent_timeout_s=900.0,
+        tasks=tasks,
+    )
     base.update(kw)
     return HarborRunSpec(**base)
 
 
 def _print_config(spec: HarborRunSpec) -> dict:
     spec.write_config()
-    out = subprocess.run(spec.argv(print_config=True), capture_output=True, text=True, env=harbor_environ(), timeout=120)
+    out = subprocess.run(
+        spec.argv(print_config=True), capture_output=True, text=True, env=harbor_environ(), timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -55,17 +66,31 @@ def test_print_config_published_pilot_command(harbor: Path, tmp_path: Path) -> N
     assert kw["model_info"]["max_input_tokens"] == 8192 and kw["model_info"]["max_output_tokens"] == 512
     assert "max_turns" not in kw and "environment" not in cfg  # docker is Harbor's default environment
     ds = cfg["datasets"][0]
-    assert (ds["name"], ds["version"], ds["task_names"]) == ("terminal-bench-sample", "2.0", ["regex-log", "log-summary-date-ranges"])
+    assert (ds["name"], ds["version"], ds["task_names"]) == (
+        "terminal-bench-sample",
+        "2.0",
+        ["regex-log", "log-summary-date-ranges"],
+    )
 
 
 def test_print_config_fixture_local_registry_and_sandbox(harbor: Path, tmp_path: Path) -> None:
     tasks = resolve_tasks(fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=None, work_dir=tmp_path)
-    spec = _spec(harbor, tmp_path, tasks, env=resolve_env(None, fixture=True), env_kwargs={"sandbox_base": "/tmp/x"},
-                 max_turns=3, agent_timeout_s=18.0, record_terminal_session=False)
+    spec = _spec(
+        harbor,
+        tmp_path,
+        tasks,
+        env=resolve_env(None, fixture=True),
+        env_kwargs={"sandbox_base": "/tmp/x"},
+        max_turns=3,
+        agent_timeout_s=18.0,
+        record_terminal_session=False,
+    )
     cfg = _print_config(spec)
     assert cfg["environment"] == {"import_path": LOCAL_SANDBOX_IMPORT, "kwargs": {"sandbox_base": "/tmp/x"}}
     assert cfg["agents"][0]["override_timeout_sec"] == 18.0
-    assert cfg["agents"][0]["kwargs"]["max_turns"] == 3 and cfg["agents"][0]["kwargs"]["record_terminal_session"] is False
+    assert (
+        cfg["agents"][0]["kwargs"]["max_turns"] == 3 and cfg["agents"][0]["kwargs"]["record_terminal_session"] is False
+    )
     ds = cfg["datasets"][0]
     assert (ds["name"], ds["version"]) == ("eagle-local-sample", "1.0") and ds["task_names"] == list(FIXTURE_TASKS)
     assert ds["registry_path"] == tasks.registry_path
@@ -97,8 +122,13 @@ print(json.dumps(out))
 
 def harbor_view(harbor: Path, job_dir: Path) -> dict:
     """Each trial as Harbor's own models read it (validated in the Harbor venv)."""
-    out = subprocess.run([str(harbor_python(harbor)), "-c", VALIDATE, str(job_dir)], capture_output=True, text=True,
-                         env=harbor_environ(), timeout=120)
+    out = subprocess.run(
+        [str(harbor_python(harbor)), "-c", VALIDATE, str(job_dir)],
+        capture_output=True,
+        text=True,
+        env=harbor_environ(),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -121,9 +151,25 @@ def _assert_parser_agrees(harbor: Path, job_dir: Path) -> None:
 def test_oracle_solves_both_fixture_tasks_in_the_local_sandbox(harbor: Path, tmp_path: Path) -> None:
     """The sandbox runs the reference solutions and the verifiers for real: both rewards are 1.0."""
     tasks = resolve_tasks(fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=None, work_dir=tmp_path)
-    argv = [str(harbor), "run", *tasks.harbor_args(), "-a", "oracle", "-e", LOCAL_SANDBOX_IMPORT,
-            "--ek", f"sandbox_base={tmp_path / 'sbx'}", "-n", "1", "-o", str(tmp_path / "jobs"), "--job-name", "oracle",
-            "--yes", "--quiet"]
+    argv = [
+        str(harbor),
+        "run",
+        *tasks.harbor_args(),
+        "-a",
+        "oracle",
+        "-e",
+        LOCAL_SANDBOX_IMPORT,
+        "--ek",
+        f"sandbox_base={tmp_path / 'sbx'}",
+        "-n",
+        "1",
+        "-o",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "oracle",
+        "--yes",
+        "--quiet",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, env=harbor_environ(), cwd=tmp_path, timeout=240)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     job_dir = tmp_path / "jobs" / "oracle"
@@ -145,9 +191,26 @@ def test_environment_failure_has_no_agent_window(harbor: Path, tmp_path: Path) -
     shutil.copytree(FIXTURE_DIR / "log-error-digest", task)
     with open(task / "environment" / "Dockerfile", "a") as f:
         f.write("RUN echo building && exit 3\n")
-    argv = [str(harbor), "run", "-p", str(task.parent), "-a", "oracle", "-e", LOCAL_SANDBOX_IMPORT,
-            "--ek", f"sandbox_base={tmp_path / 'sbx'}", "-n", "1", "-o", str(tmp_path / "jobs"), "--job-name", "broken",
-            "--yes", "--quiet"]
+    argv = [
+        str(harbor),
+        "run",
+        "-p",
+        str(task.parent),
+        "-a",
+        "oracle",
+        "-e",
+        LOCAL_SANDBOX_IMPORT,
+        "--ek",
+        f"sandbox_base={tmp_path / 'sbx'}",
+        "-n",
+        "1",
+        "-o",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "broken",
+        "--yes",
+        "--quiet",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, env=harbor_environ(), cwd=tmp_path, timeout=240)
     assert out.returncode == 0  # Harbor exits 0 even though the trial failed
     _assert_parser_agrees(harbor, tmp_path / "jobs" / "broken")
@@ -172,12 +235,19 @@ print(json.dumps({n: sorted(m.model_fields) for n, m in {"TrialResult": TrialRes
 def test_parser_schema_is_a_subset_of_harbors_models(harbor: Path) -> None:
     from pilots.terminalbench import results as r
 
-    out = subprocess.run([str(harbor_python(harbor)), "-c", SCHEMA], capture_output=True, text=True,
-                         env=harbor_environ(), timeout=120)
+    out = subprocess.run(
+        [str(harbor_python(harbor)), "-c", SCHEMA], capture_output=True, text=True, env=harbor_environ(), timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     theirs = json.loads(out.stdout)
-    ours = {"TrialResult": r.HarborTrialResult, "JobResult": r.HarborJobResult, "TimingInfo": r.TimingInfo,
-            "ExceptionInfo": r.ExceptionInfo, "AgentContext": r.AgentContext, "VerifierResult": r.VerifierResult}
+    ours = {
+        "TrialResult": r.HarborTrialResult,
+        "JobResult": r.HarborJobResult,
+        "TimingInfo": r.TimingInfo,
+        "ExceptionInfo": r.ExceptionInfo,
+        "AgentContext": r.AgentContext,
+        "VerifierResult": r.VerifierResult,
+    }
     for name, model in ours.items():
         assert set(model.model_fields) <= set(theirs[name]), (name, set(model.model_fields) - set(theirs[name]))
 
@@ -188,14 +258,29 @@ def test_terminus2_timeout_in_a_never_returning_call_is_flagged_stuck(harbor: Pa
     with TZ=Asia/Kolkata: its naive job times still map onto the trials' UTC windows."""
     llm = ScriptedChatServer([terminus_reply("echo sandboxed > /app/probe.txt\n"), None])
     try:
-        tasks = resolve_tasks(fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=["log-error-digest"],
-                              work_dir=tmp_path)
-        spec = _spec(harbor, tmp_path, tasks, api_base=f"{llm.base_url}/v1", model="openai/scripted-model",
-                     agent_timeout_s=8.0, env=LOCAL_SANDBOX_IMPORT,
-                     env_kwargs={"sandbox_base": str(tmp_path / "sbx"), "keep_root": True}, record_terminal_session=False)
+        tasks = resolve_tasks(
+            fixture=True, task_dir=None, registry_path=None, dataset=None, tasks=["log-error-digest"], work_dir=tmp_path
+        )
+        spec = _spec(
+            harbor,
+            tmp_path,
+            tasks,
+            api_base=f"{llm.base_url}/v1",
+            model="openai/scripted-model",
+            agent_timeout_s=8.0,
+            env=LOCAL_SANDBOX_IMPORT,
+            env_kwargs={"sandbox_base": str(tmp_path / "sbx"), "keep_root": True},
+            record_terminal_session=False,
+        )
         spec.write_config()
-        out = subprocess.run(spec.argv(), capture_output=True, text=True, env=harbor_environ(tz="Asia/Kolkata"),
-                             cwd=tmp_path, timeout=240)
+        out = subprocess.run(
+            spec.argv(),
+            capture_output=True,
+            text=True,
+            env=harbor_environ(tz="Asia/Kolkata"),
+            cwd=tmp_path,
+            timeout=240,
+        )
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     finally:
         llm.close()

@@ -8,6 +8,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
+from _policies_helpers import synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
 from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 
@@ -16,8 +17,6 @@ from policies import BehaviorNetwork, QNetwork
 from policies.base import ALGORITHMS, fit_policy, load_policy, pick
 from policies.contract import load_dataset
 from policies.synthetic import RECIPE
-
-from _policies_helpers import synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
 
 ACTIONS_ARRAY = np.array([a.as_list() for a in ACTIONS])
 
@@ -37,7 +36,14 @@ def test_qnetwork_artifacts_load_as_the_model_card_says(trained_models):
     for algo in ("mlp_bandit", "cql"):
         net = QNetwork(4, 19)
         state = torch.load(trained_models / algo / "policy.pth")
-        assert sorted(state) == ["net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight", "net.4.bias", "net.4.weight"]
+        assert sorted(state) == [
+            "net.0.bias",
+            "net.0.weight",
+            "net.2.bias",
+            "net.2.weight",
+            "net.4.bias",
+            "net.4.weight",
+        ]
         net.load_state_dict(state)
         assert net(torch.zeros(1, 4)).shape == (1, 19)
     blob = torch.load(trained_models / "bcq" / "policy.pth")
@@ -57,7 +63,12 @@ def test_table_npz_and_joblib_artifacts(trained_models):
         assert z["mean"].shape == (19, 4) and z["cov"].shape == (19, 4, 4) and (z["actions"] == ACTIONS_ARRAY).all()
         assert np.allclose(z["cov"], np.transpose(z["cov"], (0, 2, 1)))
     gbt = joblib.load(trained_models / "gbt" / "model.joblib")
-    assert isinstance(gbt, GradientBoostingRegressor) and gbt.n_features_in_ == 5 and gbt.n_estimators == 100 and gbt.max_depth == 3
+    assert (
+        isinstance(gbt, GradientBoostingRegressor)
+        and gbt.n_features_in_ == 5
+        and gbt.n_estimators == 100
+        and gbt.max_depth == 3
+    )
     dr = joblib.load(trained_models / "doubly_robust" / "model.joblib")
     assert isinstance(dr, LinearRegression) and dr.n_features_in_ == 5
 
@@ -111,7 +122,10 @@ def test_batched_fold_training_equals_training_each_fold_alone(synthetic_files):
     for a, b, f in zip(alone, together, folds):
         assert np.allclose(predict(a, f.states), predict(b, f.states), atol=1e-5)
     fitted = fit_policy("mlp_bandit", data, seed=0, epochs=2).__class__.fit_many(folds, seed=0, epochs=2)
-    assert all(np.allclose(p.scores(f.states), fit_policy("mlp_bandit", f, seed=0, epochs=2).scores(f.states), atol=1e-5) for p, f in zip(fitted, folds))
+    assert all(
+        np.allclose(p.scores(f.states), fit_policy("mlp_bandit", f, seed=0, epochs=2).scores(f.states), atol=1e-5)
+        for p, f in zip(fitted, folds)
+    )
 
 
 @pytest.mark.parametrize("mode", ["func", "autograd"])
@@ -131,7 +145,9 @@ def test_gradient_modes_train_the_same_nets(synthetic_files, monkeypatch, mode):
         train_batched(trained[m], folds, losses.CQL(0.7, "huber"), epochs=3, seeds=[0, 1])
     for a, b, f in zip(trained["hand"], trained[mode], folds):
         assert np.allclose(predict(a, f.states), predict(b, f.states), atol=1e-5)
-    assert not np.allclose(predict(trained["hand"][0], data.states), predict(trained["hand"][1], data.states), atol=1e-3)
+    assert not np.allclose(
+        predict(trained["hand"][0], data.states), predict(trained["hand"][1], data.states), atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("loss_name", ["MSE", "Huber", "CrossEntropy", "CQL", "CQL_huber"])
@@ -142,10 +158,20 @@ def test_hand_written_gradients_equal_autograd(loss_name):
     from policies import losses
     from policies.nets import _linear_layers, forward_backward
 
-    loss = losses.CQL(0.7, "huber") if loss_name == "CQL_huber" else losses.CQL(0.7) if loss_name == "CQL" else getattr(losses, loss_name)()
+    loss = (
+        losses.CQL(0.7, "huber")
+        if loss_name == "CQL_huber"
+        else losses.CQL(0.7)
+        if loss_name == "CQL"
+        else getattr(losses, loss_name)()
+    )
     torch.manual_seed(0)
     net = QNetwork(4, 19)
-    x, a, r = torch.rand(8, 4), torch.randint(0, 19, (8,)), torch.rand(8) * 1.5 - 0.2  # some |Q - r| > 1: both Huber branches
+    x, a, r = (
+        torch.rand(8, 4),
+        torch.randint(0, 19, (8,)),
+        torch.rand(8) * 1.5 - 0.2,
+    )  # some |Q - r| > 1: both Huber branches
     onehot = F.one_hot(a, 19).float()
     loss.value(net(x), onehot, r).backward()
     lins = [m for _, m in _linear_layers(net)]
@@ -153,4 +179,6 @@ def test_hand_written_gradients_equal_autograd(loss_name):
     biases = [m.bias.detach()[None, None].clone() for m in lins]
     forward_backward(weights, biases, x[None], onehot[None], r[None], loss)
     for lin, w, b in zip(lins, weights, biases):
-        assert torch.allclose(w.grad[0].T, lin.weight.grad, atol=1e-6) and torch.allclose(b.grad[0, 0], lin.bias.grad, atol=1e-6)
+        assert torch.allclose(w.grad[0].T, lin.weight.grad, atol=1e-6) and torch.allclose(
+            b.grad[0, 0], lin.bias.grad, atol=1e-6
+        )

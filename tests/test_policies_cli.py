@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
+from _policies_helpers import harness, synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
+
 from harness.core.jsonl import write_jsonl_atomic
 from policies.synthetic import synthetic_records
 
-from _policies_helpers import harness, synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
-
 
 def test_evaluate_json_then_report_writes_tables_and_figures(trained_models, synthetic_files, tmp_path):
-    r = harness("evaluate", "--dataset", str(synthetic_files["dataset"]), "--models", str(trained_models), "--json", "--no-loro")
+    r = harness(
+        "evaluate", "--dataset", str(synthetic_files["dataset"]), "--models", str(trained_models), "--json", "--no-loro"
+    )
     assert r.returncode == 0, r.stderr
     ev = json.loads(r.stdout)
     assert list(ev["in_sample"]) == json.loads((trained_models / "train.json").read_text())["algorithms"]
@@ -44,7 +46,9 @@ def test_bad_inputs_exit_non_zero_with_a_fix(tmp_path, synthetic_files):
     assert r.returncode == 2 and "unknown algorithm 'sarsa'" in r.stderr
     r = harness("train", "--dataset", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "m"))
     assert r.returncode == 3 and "not found" in r.stderr
-    r = harness("train", "--dataset", str(synthetic_files["dataset"]), "--out", str(tmp_path / "m"), "--band", "0.98,0.95")
+    r = harness(
+        "train", "--dataset", str(synthetic_files["dataset"]), "--out", str(tmp_path / "m"), "--band", "0.98,0.95"
+    )
     assert r.returncode == 2 and "band must satisfy" in r.stderr
     r = harness("evaluate", "--models", str(tmp_path / "m"))
     assert r.returncode == 2 and "--dataset" in r.stderr
@@ -57,5 +61,8 @@ def test_train_subset_with_options_from_a_run_folder(synthetic_files, tmp_path):
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "train.json").read_text())
     assert meta["state"] == "pre" and meta["seed"] == 7 and meta["rows_used"] == 225
-    assert meta["reward_options"]["throttle"] == "power_thermal" and meta["reward_options"]["baseline_rule"] == "per_repeat"
+    assert (
+        meta["reward_options"]["throttle"] == "power_thermal"
+        and meta["reward_options"]["baseline_rule"] == "per_repeat"
+    )
     assert set(json.loads((out / "picks.json").read_text())) == {"lookup_table", "linucb"}

@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 
 from harness.core.errors import DataError
-from harness.grid import ACTIONS, SpecConfig
 from harness.core.jsonl import write_jsonl_atomic
+from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import from_native
 from policies.contract import (
-    RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, state_vector, thermal_multiplier, throughput_score,
+    RewardOptions,
+    band_score,
+    dataset_from_rows,
+    load_dataset,
+    row_reward,
+    state_vector,
+    thermal_multiplier,
+    throughput_score,
 )  # fmt: skip
 from policies.synthetic import synthetic_records, synthetic_rows
 
@@ -25,8 +32,8 @@ def _row(**kw):
 
 
 def test_action_space_is_the_grid_one():
-    from policies import contract
     from harness import grid
+    from policies import contract
 
     assert contract.ACTIONS is grid.ACTIONS and len(contract.ACTIONS) == 19
     assert ACTIONS[10] == SpecConfig(3, 4, 8) and ACTIONS[7] == SpecConfig(3, 2, 4)
@@ -36,8 +43,14 @@ def test_band_throughput_and_multiplier_pieces():
     assert band_score(0.96) == 1.0 and band_score(0.95) == 1.0 and band_score(0.98) == 1.0
     assert band_score(0.5) == pytest.approx(0.5 / 0.95)
     assert band_score(1.03) == pytest.approx(0.5) and band_score(1.2) == 0.0
-    assert throughput_score(100, 100) == 0.0 and throughput_score(300, 100) == 1.0 and throughput_score(150, 100) == 0.25
-    assert thermal_multiplier(81, False) == 0.5 and thermal_multiplier(76, False) == 0.8 and thermal_multiplier(75, False) == 1.0
+    assert (
+        throughput_score(100, 100) == 0.0 and throughput_score(300, 100) == 1.0 and throughput_score(150, 100) == 0.25
+    )
+    assert (
+        thermal_multiplier(81, False) == 0.5
+        and thermal_multiplier(76, False) == 0.8
+        and thermal_multiplier(75, False) == 1.0
+    )
     assert thermal_multiplier(81, True) == pytest.approx(0.15) and thermal_multiplier(None, True) == 0.3
 
 
@@ -72,13 +85,28 @@ def test_power_thermal_flag_from_raw_mask_and_fallback():
     published_only = _row(gpu_throttling=True)
     opts = RewardOptions(throttle="power_thermal")
     assert row_reward(idle_only, 100.0, opts) > row_reward(capped, 100.0, opts)
-    assert row_reward(published_only, 100.0, opts) == row_reward(published_only, 100.0)  # no mask: published flag stands in
-    d = dataset_from_rows([_row(is_baseline=True, steps=0, topk=0, num_draft_tokens=0, speed_tok_s=100.0, clock_event_reasons=0), published_only], reward=opts)
+    assert row_reward(published_only, 100.0, opts) == row_reward(
+        published_only, 100.0
+    )  # no mask: published flag stands in
+    d = dataset_from_rows(
+        [
+            _row(is_baseline=True, steps=0, topk=0, num_draft_tokens=0, speed_tok_s=100.0, clock_event_reasons=0),
+            published_only,
+        ],
+        reward=opts,
+    )
     assert d.throttle_fallbacks == 1
 
 
 def test_state_forms():
-    r = _row(batch_size=4, gpu_temp_c_before=None, gpu_mem_used_mb=4096, gpu_util_pct=None, pre_gpu_temp_c=50, pre_gpu_util_pct=10)
+    r = _row(
+        batch_size=4,
+        gpu_temp_c_before=None,
+        gpu_mem_used_mb=4096,
+        gpu_util_pct=None,
+        pre_gpu_temp_c=50,
+        pre_gpu_util_pct=10,
+    )
     assert state_vector(r, "hindsight") == [0.5, 0.4, 0.5, 0.0]
     assert state_vector(r, "pre") == [0.5, 0.5, 0.0, 0.1]
 
@@ -94,7 +122,9 @@ def test_dataset_skips_errors_and_uses_last_baseline():
     per = dataset_from_rows(rows, reward=RewardOptions(baseline_rule="per_repeat"))
     base0 = next(r for r in rows if r.is_baseline and r.batch_size == 8 and r.repeat == 0).speed_tok_s
     assert per.rewards[i] == pytest.approx(row_reward(d.rows[i], base0)) and per.rewards[i] != d.rewards[i]
-    assert np.allclose(d.pscores()[d.batch_sizes == 16], 1 / 18) and np.allclose(d.pscores()[d.batch_sizes == 1], 1 / 19)
+    assert np.allclose(d.pscores()[d.batch_sizes == 16], 1 / 18) and np.allclose(
+        d.pscores()[d.batch_sizes == 1], 1 / 19
+    )
 
 
 def test_pilot_rows_are_skipped():
@@ -114,12 +144,18 @@ def test_bad_datasets_fail_clearly(tmp_path):
     with pytest.raises(DataError, match="no baseline row for batch size 4"):
         dataset_from_rows([from_native(r) for r in one_bs_missing])
     with pytest.raises(DataError, match="unknown config"):
-        dataset_from_rows([from_native(r) for r in [*recs, {**recs[5], "index": 999, "steps": 2, "topk": 2, "num_draft_tokens": 2}]])
+        dataset_from_rows(
+            [from_native(r) for r in [*recs, {**recs[5], "index": 999, "steps": 2, "topk": 2, "num_draft_tokens": 2}]]
+        )
     with pytest.raises(DataError, match="unknown config"):
-        dataset_from_rows([from_native(r) for r in [*recs, {**recs[5], "index": 999, "steps": 3, "topk": 4, "num_draft_tokens": 16}]])
+        dataset_from_rows(
+            [from_native(r) for r in [*recs, {**recs[5], "index": 999, "steps": 3, "topk": 4, "num_draft_tokens": 16}]]
+        )
     bad = tmp_path / "bad.jsonl"
     write_jsonl_atomic(bad, [{"batch_size": 1, "speed": 3.0}])
     with pytest.raises(DataError):
         load_dataset(bad)
     with pytest.raises(DataError, match="--state pre"):
-        dataset_from_rows([from_native({k: v for k, v in r.items() if not k.startswith("pre_")}) for r in recs], state="pre")
+        dataset_from_rows(
+            [from_native({k: v for k, v in r.items() if not k.startswith("pre_")}) for r in recs], state="pre"
+        )

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from _policies_helpers import harness
 
 from policies.contract import dataset_from_rows, load_dataset
-
-from _policies_helpers import harness
 
 GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
 
@@ -27,7 +26,9 @@ def test_fold_rewards_are_rebuilt_from_the_fold_rows_only():
     leaked = data.subset(data.repeats != 2).rewards  # what the old code trained on: repeat 2's baselines
     assert np.abs(leaked - train.rewards).max() > 0.1  # the leak is real on this grid (0.133)
     assert np.array_equal(held.rewards, dataset_from_rows([r for r in data.rows if r.repeat == 2]).rewards)
-    own0 = fold_datasets(data, 0)[1]  # a held-out repeat is scored against its own baseline, as validate_holdout.py does
+    own0 = fold_datasets(data, 0)[
+        1
+    ]  # a held-out repeat is scored against its own baseline, as validate_holdout.py does
     assert np.array_equal(own0.rewards, dataset_from_rows([r for r in data.rows if r.repeat == 0]).rewards)
 
 

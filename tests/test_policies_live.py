@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
-from harness.grid import ACTIONS
-
 from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
+
+from harness.grid import ACTIONS
 
 
 def test_live_ab_on_the_twin(synthetic_files, tmp_path):
     models = tmp_path / "models"
-    r = harness("train", "--dataset", str(synthetic_files["dataset"]), "--out", str(models), "--algos", "lookup_table,gbt")
+    r = harness(
+        "train", "--dataset", str(synthetic_files["dataset"]), "--out", str(models), "--algos", "lookup_table,gbt"
+    )
     assert r.returncode == 0, r.stderr
     r = harness("evaluate", "--live", "--engine", "twin", "--models", str(models), "--trials", "2", "--batch-sizes", "1",
                 "--output-tokens", "48", "--time-scale", "50", "--json", timeout=400)  # fmt: skip
@@ -31,7 +33,9 @@ def test_live_ab_on_the_twin(synthetic_files, tmp_path):
     assert set(live["per_algo"]) == {"baseline", "reference", "lookup_table", "gbt"}
     ref = live["per_algo"]["reference"]
     assert ref["delta_reference"] == 0.0 and ref["avg_ci"][0] <= ref["avg_reward"] <= ref["avg_ci"][1]
-    assert "twin" in live["hardware"] and all(tuple(a["config"]) in {x.as_tuple() for x in ACTIONS} for a in live["per_bs"])
+    assert "twin" in live["hardware"] and all(
+        tuple(a["config"]) in {x.as_tuple() for x in ACTIONS} for a in live["per_bs"]
+    )
     r = harness("report", "policies", str(models))
     assert r.returncode == 0 and "live A/B on twin" in r.stdout
     assert (models / "figures" / "live_reward.png").read_bytes()[:4] == b"\x89PNG"

@@ -33,19 +33,31 @@ def _bandit_log(seed: int = 0, n: int = 228):
 
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_estimators_equal_obp(deterministic):
-    from obp.ope import DirectMethod, DoublyRobust, InverseProbabilityWeighting, SelfNormalizedInverseProbabilityWeighting
+    from obp.ope import (
+        DirectMethod,
+        DoublyRobust,
+        InverseProbabilityWeighting,
+        SelfNormalizedInverseProbabilityWeighting,
+    )
 
     reward, action, pscore, dist, q_hat = _bandit_log(1)
     if deterministic:
         dist = ope.one_hot(np.random.default_rng(2).integers(0, N_ACTIONS, len(action)), N_ACTIONS)
     kw = dict(reward=reward, action=action, pscore=pscore, action_dist=dist[:, :, None])
-    assert ope.ips(reward, action, pscore, dist) == pytest.approx(InverseProbabilityWeighting().estimate_policy_value(**kw), abs=1e-9)
-    assert ope.snips(reward, action, pscore, dist) == pytest.approx(SelfNormalizedInverseProbabilityWeighting().estimate_policy_value(**kw), abs=1e-9)
+    assert ope.ips(reward, action, pscore, dist) == pytest.approx(
+        InverseProbabilityWeighting().estimate_policy_value(**kw), abs=1e-9
+    )
+    assert ope.snips(reward, action, pscore, dist) == pytest.approx(
+        SelfNormalizedInverseProbabilityWeighting().estimate_policy_value(**kw), abs=1e-9
+    )
     assert ope.dr(reward, action, pscore, dist, q_hat) == pytest.approx(
         DoublyRobust().estimate_policy_value(**kw, estimated_rewards_by_reg_model=q_hat[:, :, None]), abs=1e-9
     )
     assert ope.dm(q_hat, dist) == pytest.approx(
-        DirectMethod().estimate_policy_value(action_dist=dist[:, :, None], estimated_rewards_by_reg_model=q_hat[:, :, None]), abs=1e-9
+        DirectMethod().estimate_policy_value(
+            action_dist=dist[:, :, None], estimated_rewards_by_reg_model=q_hat[:, :, None]
+        ),
+        abs=1e-9,
     )
 
 
@@ -68,7 +80,9 @@ def test_doubly_robust_scores_are_obp_dr_of_constant_policies(data):
 def test_linucb_equals_mabwiser(data):
     from mabwiser.mab import MAB, LearningPolicy
 
-    policy = fit_policy("linucb", data, alpha=1.0)  # the exploration-bonus option (the default is the published greedy pick)
+    policy = fit_policy(
+        "linucb", data, alpha=1.0
+    )  # the exploration-bonus option (the default is the published greedy pick)
     mab = MAB(arms=list(range(N_ACTIONS)), learning_policy=LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0), seed=0)
     mab.fit(decisions=data.actions, rewards=data.rewards, contexts=data.states)
     for k in range(N_ACTIONS):
@@ -125,7 +139,9 @@ def test_cql_loss_equals_d3rlpy_discrete_cql_with_gamma_0():
     for alpha in (1.0, 0.1):
         algo = d3rlpy.algos.DiscreteCQLConfig(gamma=0.0, alpha=alpha, batch_size=8).create(device="cpu:0")
         algo.build_with_dataset(ds)
-        batch = TorchMiniBatch.from_batch(ds.sample_transition_batch(8), gamma=0.0, compute_returns_to_go=False, device="cpu:0")
+        batch = TorchMiniBatch.from_batch(
+            ds.sample_transition_batch(8), gamma=0.0, compute_returns_to_go=False, device="cpu:0"
+        )
         with torch.no_grad():
             theirs = algo.impl.compute_loss(batch, algo.impl.compute_target(batch)).loss
             q = algo.impl._q_func_forwarder.compute_expected_q(batch.observations)
@@ -140,11 +156,19 @@ def test_bcq_action_rule_equals_d3rlpy_discrete_bcq():
 
     _quiet_d3rlpy()
     x, ds = _d3_dataset(1, n_actions_logged=6)  # a skewed logger, so the behaviour filter actually bites
-    algo = d3rlpy.algos.DiscreteBCQConfig(gamma=0.0, action_flexibility=0.3, beta=0.01, batch_size=8).create(device="cpu:0")
+    algo = d3rlpy.algos.DiscreteBCQConfig(gamma=0.0, action_flexibility=0.3, beta=0.01, batch_size=8).create(
+        device="cpu:0"
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        algo.fit(ds, n_steps=400, n_steps_per_epoch=400, show_progress=False, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        algo.fit(
+            ds,
+            n_steps=400,
+            n_steps_per_epoch=400,
+            show_progress=False,
+            logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+        )
     finally:
         torch.set_num_threads(threads)
     impl = algo.impl
@@ -166,7 +190,12 @@ def test_bcq_action_rule_equals_d3rlpy_discrete_bcq():
 def test_bcq_filter_keeps_almost_every_action_on_a_uniform_grid(data):
     """The documented equivalence: on full-factorial logs BCQ's filter is (nearly) a no-op, so BCQ ~ Q regression."""
     policy = fit_policy("bcq", data, behavior_epochs=60, q_epochs=1)
-    kept = np.mean([policy.allowed(data.first_state(bs)[None], data.legal_mask(bs)).sum() / data.legal_mask(bs).sum() for bs in data.batch_size_list])
+    kept = np.mean(
+        [
+            policy.allowed(data.first_state(bs)[None], data.legal_mask(bs)).sum() / data.legal_mask(bs).sum()
+            for bs in data.batch_size_list
+        ]
+    )
     assert kept > 0.8
 
 
@@ -189,4 +218,6 @@ def test_leave_one_repeat_out_over_all_folds(data):
     lo, hi = s.loro_value_ci
     assert lo <= s.loro_value <= hi and s.loro_delta_reference > 0
     assert ev.oracle_in_sample_avg >= max(v.in_sample_avg for v in ev.summary.values())
-    assert ev.summary["lookup_table"].ope["recipe_snips"] == pytest.approx(ev.summary["lookup_table"].ope["recipe_replay"])
+    assert ev.summary["lookup_table"].ope["recipe_snips"] == pytest.approx(
+        ev.summary["lookup_table"].ope["recipe_replay"]
+    )

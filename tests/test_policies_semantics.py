@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
+from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
 from torch.nn import functional as F
 
 from harness.core.errors import DataError
@@ -24,8 +25,6 @@ from policies.base import fit_policy, load_policy, pick
 from policies.contract import ACTIONS, dataset_from_rows, load_dataset
 from policies.nets import predict
 from policies.synthetic import synthetic_rows
-
-from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
 
 GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
 
@@ -58,7 +57,9 @@ def _valid(d, bs: int) -> list[int]:
 def test_linucb_default_is_the_published_greedy_pick_and_alpha_adds_the_bonus(data, grid):
     for d in (data, grid):
         theta, A, _ = _published_posteriors(d)
-        expected = {bs: ACTIONS[max(_valid(d, bs), key=lambda a: theta[a] @ d.first_state(bs))] for bs in d.batch_size_list}
+        expected = {
+            bs: ACTIONS[max(_valid(d, bs), key=lambda a: theta[a] @ d.first_state(bs))] for bs in d.batch_size_list
+        }
         assert pick(fit_policy("linucb", d), d) == expected
     ucb = fit_policy("linucb", grid, alpha=1.0)
     x = grid.first_state(8)
@@ -93,7 +94,9 @@ def test_thompson_default_replays_the_published_draw_stream(grid, seed):
 def test_thompson_draws_are_independent_across_batch_sizes(grid, draws):
     policy = fit_policy("thompson_sampling", grid, seed=0, draws=draws)
     thetas = [policy.draw(grid.first_state(bs)[None])[0] for bs in grid.batch_size_list]
-    z = [np.linalg.solve(np.linalg.cholesky(policy.cov), (t - policy.theta)[..., None])[..., 0] for t in thetas]  # the normals
+    z = [
+        np.linalg.solve(np.linalg.cholesky(policy.cov), (t - policy.theta)[..., None])[..., 0] for t in thetas
+    ]  # the normals
     for i in range(len(z)):
         for j in range(i + 1, len(z)):
             assert not np.allclose(z[i], z[j]), (draws, i, j)  # a re-seeded draw per call made these all equal
@@ -105,7 +108,11 @@ def test_thompson_draws_are_independent_across_batch_sizes(grid, draws):
 def _published_fit(net: torch.nn.Module, d, epochs: int, g: torch.Generator, loss: Callable) -> None:
     """The published training loop: AdamW(lr 1e-3), per epoch a randperm from ``g``, minibatches of 8, autograd."""
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    x, a, r = torch.tensor(d.states, dtype=torch.float), torch.tensor(d.actions), torch.tensor(d.rewards, dtype=torch.float)
+    x, a, r = (
+        torch.tensor(d.states, dtype=torch.float),
+        torch.tensor(d.actions),
+        torch.tensor(d.rewards, dtype=torch.float),
+    )
     for _ in range(epochs):
         perm = torch.randperm(len(x), generator=g)
         for i in range(0, len(x), 8):
@@ -143,7 +150,9 @@ def test_cql_default_is_the_published_mse_objective_and_huber_is_an_option(data)
     ours = fit_policy("cql", data, seed=3, epochs=2)
     assert np.allclose(ours.scores(data.states), predict(ref, data.states), atol=1e-5)
     huber = fit_policy("cql", data, seed=3, epochs=2, td_loss="huber").scores(data.states)
-    doubled = fit_policy("cql", data, seed=3, epochs=2, alpha=2.0).scores(data.states)  # Huber = (MSE + 2 alpha pen) / 2
+    doubled = fit_policy("cql", data, seed=3, epochs=2, alpha=2.0).scores(
+        data.states
+    )  # Huber = (MSE + 2 alpha pen) / 2
     gap = np.abs(huber - ours.scores(data.states)).max()  # and AdamW all but ignores the overall 1/2 (up to its eps)
     assert gap > 0.05 and np.abs(huber - doubled).max() < 0.1 * gap
 
@@ -177,10 +186,15 @@ def test_policy_pth_loads_bare_and_as_the_scripts_save_it(data, tmp_path):
     bare = load_policy(tmp_path, "mlp_bandit").scores(data.states)
     assert np.array_equal(bare, trained.scores(data.states))
     pth = tmp_path / "mlp_bandit" / "policy.pth"
-    torch.save({"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]}, pth)  # train_offline.py
+    torch.save(
+        {"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]}, pth
+    )  # train_offline.py
     assert np.array_equal(load_policy(tmp_path, "mlp_bandit").scores(data.states), bare)
     (tmp_path / "cql").mkdir()
-    torch.save({"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]}, tmp_path / "cql" / "policy.pth")
+    torch.save(
+        {"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]},
+        tmp_path / "cql" / "policy.pth",
+    )
     assert np.array_equal(CQL.load(tmp_path / "cql").scores(data.states), bare)  # 06_cql.py's shape, no params.json
     torch.save({"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in reversed(ACTIONS)]}, pth)
     with pytest.raises(DataError, match="actions"):
@@ -192,7 +206,9 @@ def test_policy_pth_loads_bare_and_as_the_scripts_save_it(data, tmp_path):
 
 def test_train_param_option_records_and_reports_the_published_picks(synthetic_files, tmp_path):
     ds = str(synthetic_files["dataset"])
-    r = harness("train", "--dataset", ds, "--out", str(tmp_path), "--algos", "linucb,lookup_table", "--param", "linucb.alpha=1")
+    r = harness(
+        "train", "--dataset", ds, "--out", str(tmp_path), "--algos", "linucb,lookup_table", "--param", "linucb.alpha=1"
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     meta = json.loads((tmp_path / "train.json").read_text())
     assert meta["deviations"] == {"linucb": {"alpha": [1, 0.0]}}
@@ -201,7 +217,9 @@ def test_train_param_option_records_and_reports_the_published_picks(synthetic_fi
     assert meta["published_picks"] == {"linucb": {str(bs): c.as_list() for bs, c in greedy.items()}}
     r = harness("report", "policies", str(tmp_path), "--no-figures")
     assert r.returncode == 0, r.stderr + r.stdout
-    assert "picks with the published scripts' options" in r.stdout and "alpha=1 (published 0.0; refit shown)" in r.stdout
+    assert (
+        "picks with the published scripts' options" in r.stdout and "alpha=1 (published 0.0; refit shown)" in r.stdout
+    )
     old = {k: v for k, v in meta.items() if k not in ("deviations", "published_picks")}  # a models folder from before
     (tmp_path / "train.json").write_text(json.dumps(old))
     r = harness("report", "policies", str(tmp_path), "--no-figures")

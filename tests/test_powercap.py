@@ -13,12 +13,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness.core.errors import UsageError
-from harness.gpu.power_cap import CapLimits, NvmlCapDevice, PowerCapController, PowerCapError, TwinCapDevice, parse_power_caps, resolve_cap
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu
+
+from harness.core.errors import UsageError
+from harness.gpu.power_cap import (
+    CapLimits,
+    NvmlCapDevice,
+    PowerCapController,
+    PowerCapError,
+    TwinCapDevice,
+    parse_power_caps,
+    resolve_cap,
+)
 
 GRID = ["--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1"]
 
@@ -93,7 +101,13 @@ def test_nvml_setter_sets_reads_back_and_refuses(script: ShimScript):
     dev = NvmlCapDevice(0)
     try:
         lim = dev.limits()
-        assert (lim.current_w, lim.enforced_w, lim.min_w, lim.max_w, lim.default_w) == (650.0, 600.0, 100.0, 700.0, 700.0)
+        assert (lim.current_w, lim.enforced_w, lim.min_w, lim.max_w, lim.default_w) == (
+            650.0,
+            600.0,
+            100.0,
+            700.0,
+            700.0,
+        )
         dev.set_limit(300)
         lim = dev.limits()
         assert lim.current_w == 300.0 and lim.enforced_w == 300.0
@@ -112,7 +126,9 @@ def test_nvml_setter_sets_reads_back_and_refuses(script: ShimScript):
         dev.close()
 
 
-def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(script: ShimScript, shim_dir: Path, tmp_path: Path):
+def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(
+    script: ShimScript, shim_dir: Path, tmp_path: Path
+):
     """A controller in a child process sets 250 W and is SIGKILLed; the limit persists (as the driver's does); a new
     controller reading the saved manifest state restores the original 650 W."""
     manifest = tmp_path / "manifest.json"
@@ -125,8 +141,14 @@ def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(scri
         "c.begin(['250']); c.apply('250')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    r = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env={**os.environ, **script.env(shim_dir)},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=ROOT,
+        env={**os.environ, **script.env(shim_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == -signal.SIGKILL, r.stderr
     dev = NvmlCapDevice(0)
     try:
@@ -135,7 +157,11 @@ def test_nvml_cap_restored_by_a_new_controller_after_the_first_process_died(scri
         assert m["power_cap"]["original_w"] == 650.0 and m["power_cap"]["restored"] is False
         c = PowerCapController(dev, "set", m)
         c.begin(["250"])
-        assert c.restore() == "power limit restored to 650 W" and dev.limits().current_w == 650.0 and m["power_cap"]["restored"] is True
+        assert (
+            c.restore() == "power limit restored to 650 W"
+            and dev.limits().current_w == 650.0
+            and m["power_cap"]["restored"] is True
+        )
         # a later session of the same run, after a clean restore, takes the limit in force as the original
         dev.set_limit(500)
         again = PowerCapController(dev, "set", m)
@@ -161,7 +187,12 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
         assert r.returncode == 0, r.stdout + r.stderr
         assert _limit(gpu) == 70.0
     rows = read_lines(run / "rows.jsonl")
-    assert [x["cell_id"] for x in rows] == ["cap60w-r0-bs1-s0k0d0", "cap60w-r0-bs1-s3k4d8", "cap80w-r0-bs1-s0k0d0", "cap80w-r0-bs1-s3k4d8"]
+    assert [x["cell_id"] for x in rows] == [
+        "cap60w-r0-bs1-s0k0d0",
+        "cap60w-r0-bs1-s3k4d8",
+        "cap80w-r0-bs1-s0k0d0",
+        "cap80w-r0-bs1-s3k4d8",
+    ]
     assert [x["index"] for x in rows] == [0, 1, 2, 3]
     for x in rows:
         cap = 60.0 if x["cell_id"].startswith("cap60") else 80.0
@@ -181,7 +212,10 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     assert "recipe per power cap" in rep.stdout and "power cap 60 W, batch size 1" in rep.stdout
     summary = json.loads((run / "reports" / "summary.json").read_text())
     assert [c["power_limit_w"] for c in summary["caps"]] == [60.0, 80.0] and summary["power_limit_w"] is None
-    by_cell = {(x["extras"]["power_cap"]["target_w"], tuple(x[k] for k in ("steps", "topk", "num_draft_tokens"))): x for x in rows}
+    by_cell = {
+        (x["extras"]["power_cap"]["target_w"], tuple(x[k] for k in ("steps", "topk", "num_draft_tokens"))): x
+        for x in rows
+    }
     for b in summary["batch_sizes"]:
         for c in b["cells"]:
             x = by_cell[(b["power_limit_w"], tuple(c["config"]))]
@@ -194,7 +228,9 @@ def test_sweep_at_two_caps_rows_carry_the_enforced_cap_and_the_limit_is_restored
     # the last cap's last cell lost: its config is present under the other cap, yet the run is incomplete
     (run / "rows.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows[:-1]))
     v = run_harness("dataset", "validate", str(run))
-    assert v.returncode != 0 and "planned cells have no row: cap80w-r0-bs1-s3k4d8" in v.stdout + v.stderr, v.stdout + v.stderr
+    assert v.returncode != 0 and "planned cells have no row: cap80w-r0-bs1-s3k4d8" in v.stdout + v.stderr, (
+        v.stdout + v.stderr
+    )
 
 
 def test_caps_outside_the_limits_are_refused_before_any_cell(tmp_path):
@@ -217,7 +253,9 @@ def test_record_mode_records_the_limit_in_force_and_never_sets_one(tmp_path):
         assert _limit(gpu) == 50.0
     rows = read_lines(run / "rows.jsonl")
     assert len(rows) == 2 and all(x["power_limit_w"] == 50.0 and "power_cap" not in x["extras"] for x in rows)
-    bad = run_harness("sweep", *GRID, "--power-cap-mode", "record", "--power-caps", "60", "--out", str(tmp_path / "x"), *FAST)
+    bad = run_harness(
+        "sweep", *GRID, "--power-cap-mode", "record", "--power-caps", "60", "--out", str(tmp_path / "x"), *FAST
+    )
     assert bad.returncode == 2 and "record never sets a cap" in bad.stderr + bad.stdout
 
 
@@ -227,14 +265,21 @@ def _ignore_sigint() -> None:
 
 
 def _start(run: Path, gpu_url: str, extra: list[str] = (), sigint_ignored: bool = False) -> subprocess.Popen:
-    return subprocess.Popen(harness_cmd("sweep", *GRID, "--power-caps", "60,80", "--twin-gpu", gpu_url, "--out", str(run),
-                                        *extra, *FAST), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_ignore_sigint if sigint_ignored else None)
+    return subprocess.Popen(
+        harness_cmd("sweep", *GRID, "--power-caps", "60,80", "--twin-gpu", gpu_url, "--out", str(run), *extra, *FAST),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
+    )
 
 
-@pytest.mark.parametrize(("sig", "sigint_ignored"), [(signal.SIGTERM, False), (signal.SIGINT, False),
-                                                     (signal.SIGINT, True)],
-                         ids=["SIGTERM", "SIGINT", "SIGINT-started-ignored"])
+@pytest.mark.parametrize(
+    ("sig", "sigint_ignored"),
+    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
+    ids=["SIGTERM", "SIGINT", "SIGINT-started-ignored"],
+)
 def test_sigterm_and_sigint_restore_the_original_limit(tmp_path, sig, sigint_ignored):
     """SIGINT-started-ignored: a sweep launched with SIGINT ignored (``cmd &`` from a script, as CI's shell does) still
     stops on Ctrl-C; it used to run on and exit 0, which made this test fail only when pytest itself ran that way."""
@@ -273,4 +318,6 @@ def test_kill9_leaves_the_cap_and_resume_restores_the_original(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         assert _limit(gpu) == 70.0
     rows = {x["cell_id"]: x for x in read_lines(run / "rows.jsonl")}
-    assert len(rows) == 4 and all(x["power_limit_w"] == (60.0 if c.startswith("cap60") else 80.0) for c, x in rows.items())
+    assert len(rows) == 4 and all(
+        x["power_limit_w"] == (60.0 if c.startswith("cap60") else 80.0) for c, x in rows.items()
+    )

@@ -34,11 +34,31 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ray_bin = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "ray"
     ray_cmd = str(ray_bin) if ray_bin.exists() else str(Path(harness_cmd()[0]).parent / "ray")
     with open(log, "wb") as out:
-        proc = subprocess.Popen([ray_cmd, "start", "--head", "--block", "--port", str(port), "--node-ip-address",
-                                 "127.0.0.1", "--num-gpus", "4", "--num-cpus", "2", "--include-dashboard", "false",
-                                 "--object-store-memory", "100000000", "--disable-usage-stats"],
-                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                ray_cmd,
+                "start",
+                "--head",
+                "--block",
+                "--port",
+                str(port),
+                "--node-ip-address",
+                "127.0.0.1",
+                "--num-gpus",
+                "4",
+                "--num-cpus",
+                "2",
+                "--include-dashboard",
+                "false",
+                "--object-store-memory",
+                "100000000",
+                "--disable-usage-stats",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **RAY_ENV},
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 90
         while b"Ray runtime started" not in log.read_bytes():
@@ -54,10 +74,28 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _sweep(out: Path, address: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(harness_cmd("sweep", "--engine", "twin", "--executor", "ray", "--ray-address", address,
-                                        "--twin-gpus", "4", *GRID, "--out", str(out), *extra),
-                            cwd=ROOT, env={**os.environ, **RAY_ENV, "COLUMNS": "200"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        harness_cmd(
+            "sweep",
+            "--engine",
+            "twin",
+            "--executor",
+            "ray",
+            "--ray-address",
+            address,
+            "--twin-gpus",
+            "4",
+            *GRID,
+            "--out",
+            str(out),
+            *extra,
+        ),
+        cwd=ROOT,
+        env={**os.environ, **RAY_ENV, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait_rows(out: Path, n: int, proc: subprocess.Popen, timeout_s: float = 180) -> dict[str, Any]:
@@ -76,8 +114,9 @@ def _assert_each_cell_once_and_no_overlap(out: Path) -> list[dict[str, Any]]:
     assert len(ids) == 8 and len(set(ids)) == 8, ids  # every cell, exactly once (no line written twice)
     # no error rows; a window may only be flagged for a sampler the host starved (4 twin GPUs, 4 samplers at 50 Hz on
     # 2 cores shared with other suites): never for a lost GPU (probe errors, unreachable sampler, counter reset, ...)
-    assert all(r["error"] is None and (r["window_valid"] or set(r["window_reasons"]) <= HOST_LOAD) for r in rows), \
-        [(r["error"], r["window_reasons"]) for r in rows]
+    assert all(r["error"] is None and (r["window_valid"] or set(r["window_reasons"]) <= HOST_LOAD) for r in rows), [
+        (r["error"], r["window_reasons"]) for r in rows
+    ]
     by_gpu: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in rows:
         assert r["gpu_uuid"] and r["extras"]["executor"]["gpu_uuid"] == r["gpu_uuid"]
@@ -87,7 +126,9 @@ def _assert_each_cell_once_and_no_overlap(out: Path) -> list[dict[str, Any]]:
         assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:])), spans  # never two cells on one GPU at once
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
-    assert {cid: p["gpu_uuid"] for cid, p in manifest["cell_gpus"].items()} == {r["cell_id"]: r["gpu_uuid"] for r in rows}
+    assert {cid: p["gpu_uuid"] for cid, p in manifest["cell_gpus"].items()} == {
+        r["cell_id"]: r["gpu_uuid"] for r in rows
+    }
     assert all(p["node_id"] for p in manifest["cell_gpus"].values())
     assert manifest["idle_power_w"] > 0  # the board before any server, from the first GPU slot (twin calibrate --from)
     assert run_harness("dataset", "validate", str(out)).returncode == 0
@@ -113,11 +154,17 @@ def test_a_lost_gpu_and_a_dead_worker_requeue_their_cells(ray_address: str, tmp_
     manifest = json.loads((out / "manifest.json").read_text())
     events = manifest["executor"]["events"]
     assert {e["gpu_uuid"] for e in events} == {device["gpu_uuid"], worker["gpu_uuid"]}
-    assert any(e["kind"] == "worker" for e in events) and any(e["kind"] in ("device", "sampler", "probe") for e in events)
+    assert any(e["kind"] == "worker" for e in events) and any(
+        e["kind"] in ("device", "sampler", "probe") for e in events
+    )
     for e in events:  # the cut cell ran again, on another GPU, and only after the failure
         row = next(r for r in rows if r["cell_id"] == e["cell_id"])
-        assert row["gpu_uuid"] not in (device["gpu_uuid"], worker["gpu_uuid"]) and row["window_start_ns"] > killed_at - 5e9
-    assert not any(r["gpu_uuid"] in (device["gpu_uuid"], worker["gpu_uuid"]) and r["window_start_ns"] > killed_at for r in rows)
+        assert (
+            row["gpu_uuid"] not in (device["gpu_uuid"], worker["gpu_uuid"]) and row["window_start_ns"] > killed_at - 5e9
+        )
+    assert not any(
+        r["gpu_uuid"] in (device["gpu_uuid"], worker["gpu_uuid"]) and r["window_start_ns"] > killed_at for r in rows
+    )
 
 
 def test_a_sigkilled_driver_resumes_with_every_cell_once(ray_address: str, tmp_path: Path) -> None:
@@ -134,17 +181,20 @@ def test_a_sigkilled_driver_resumes_with_every_cell_once(ray_address: str, tmp_p
     resumed = run_harness("sweep", "--resume", str(out), "--ray-address", ray_address, "--plain", timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     rows = _assert_each_cell_once_and_no_overlap(out)
-    assert rows[:len(before)] == before  # the rows of the killed driver are kept as written
+    assert rows[: len(before)] == before  # the rows of the killed driver are kept as written
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s["resumed"] for s in manifest["sessions"]] == [False, True]
 
 
-@pytest.mark.parametrize("args, problem", [
-    (["--twin-gpus", "2"], "--twin-gpus only applies to --executor ray"),
-    (["--executor", "ray", "--twin-gpu", "http://127.0.0.1:1"], "takes no --sampler-url / --twin-gpu"),
-    (["--executor", "ray", "--power-caps", "60"], "--power-caps is not supported with --executor ray"),
-    (["--executor", "dask"], "unknown --executor"),
-])
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["--twin-gpus", "2"], "--twin-gpus only applies to --executor ray"),
+        (["--executor", "ray", "--twin-gpu", "http://127.0.0.1:1"], "takes no --sampler-url / --twin-gpu"),
+        (["--executor", "ray", "--power-caps", "60"], "--power-caps is not supported with --executor ray"),
+        (["--executor", "dask"], "unknown --executor"),
+    ],
+)
 def test_bad_executor_options_are_refused_before_a_folder_exists(tmp_path: Path, args: list[str], problem: str) -> None:
     res = run_harness("sweep", "--engine", "twin", *GRID, "--out", str(tmp_path / "run"), *args)
     assert res.returncode == 2 and problem in res.stdout + res.stderr, res.stdout + res.stderr
@@ -152,9 +202,12 @@ def test_bad_executor_options_are_refused_before_a_folder_exists(tmp_path: Path,
 
 
 def test_without_ray_the_executor_names_the_extra(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['ray'] = None; from harness.cli import main; "
-            f"sys.argv = ['harness', 'sweep', '--executor', 'ray', '--out', {str(tmp_path / 'run')!r}, "
-            + ", ".join(repr(a) for a in GRID) + "]; sys.exit(main())")
+    code = (
+        "import sys; sys.modules['ray'] = None; from harness.cli import main; "
+        f"sys.argv = ['harness', 'sweep', '--executor', 'ray', '--out', {str(tmp_path / 'run')!r}, "
+        + ", ".join(repr(a) for a in GRID)
+        + "]; sys.exit(main())"
+    )
     res = subprocess.run([harness_cmd()[0], "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 7, res.stdout + res.stderr
     assert "pip install 'eagle-energy-harness[ray]'" in res.stdout + res.stderr

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _dataset_helpers import grid_rows, pilots, write_published
 from rich.console import Console
 
-from _dataset_helpers import grid_rows, pilots, write_published
 from harness.cli import main
 from harness.grid import BASELINE, REFERENCE, SpecConfig
 from harness.report.sweep import BAND, final_summary_table, power_limit_of, summarize
@@ -46,8 +46,13 @@ def _expected_best(rows, bs: int, limit: float) -> tuple[int, int, int] | None:
 def test_report_sweep_tables_figures_and_summary(tmp_path: Path) -> None:
     rows = grid_rows() + pilots(start=228)
     run = _run_dir(tmp_path, rows)
-    proc = subprocess.run([sys.executable, "-m", "harness", "report", "sweep", str(run)], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "report", "sweep", str(run)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for bs in (1, 4, 8, 16):
@@ -62,7 +67,9 @@ def test_report_sweep_tables_figures_and_summary(tmp_path: Path) -> None:
     for b in summary["batch_sizes"]:
         best = b["best_in_band"]["config"] if b["best_in_band"] else None
         assert (tuple(best) if best else None) == _expected_best(rows, b["batch_size"], 80.0)
-        assert b["baseline"]["config"] == list(BASELINE.as_tuple()) and b["reference"]["config"] == list(REFERENCE.as_tuple())
+        assert b["baseline"]["config"] == list(BASELINE.as_tuple()) and b["reference"]["config"] == list(
+            REFERENCE.as_tuple()
+        )
     assert any(b["best_in_band"] for b in summary["batch_sizes"])  # the fixture puts configs inside the band
     bs16 = next(b for b in summary["batch_sizes"] if b["batch_size"] == 16)
     failing = next(c for c in bs16["cells"] if c["config"] == [5, 4, 16])
@@ -106,11 +113,19 @@ def test_final_summary_table_renders_each_batch_size() -> None:
 
 
 def test_a_batch_size_without_a_config_in_band_says_why_and_which_cap_finds_one() -> None:
-    from harness.report.sweep import CellSummary
     from harness.report.band import no_band_hint
+    from harness.report.sweep import CellSummary
 
     def cell(cfg: tuple[int, int, int], watts: float, speed: float) -> CellSummary:
-        return CellSummary(batch_size=1, config=cfg, n_ok=1, n_error=0, speed_tok_s=speed, avg_power_watts=watts, utilization=watts / 80.0)
+        return CellSummary(
+            batch_size=1,
+            config=cfg,
+            n_ok=1,
+            n_error=0,
+            speed_tok_s=speed,
+            avg_power_watts=watts,
+            utilization=watts / 80.0,
+        )
 
     base, ref, deep = cell((0, 0, 0), 79.0, 97.5), cell((3, 4, 8), 70.8, 154.6), cell((5, 4, 16), 73.0, 150.9)
     hint = no_band_hint([base, ref, deep], 80.0, 1)

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _dataset_helpers import grid_rows
-from harness.report.sweep import summarize
+
 from harness.report.html import config_label, pareto_front
+from harness.report.sweep import summarize
 from harness.runs.rows import RowStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +25,10 @@ def test_labels_and_pareto_front() -> None:
     front = pareto_front(cells)
     assert front and all(c.jpt_sd is not None for c in front)  # three repeats: an SD per cell
     for c in front:  # nothing dominates a front cell; every other cell is dominated by one
-        assert not any((o.speed_tok_s or 0) > (c.speed_tok_s or 0) and (o.joules_per_token or 0) < (c.joules_per_token or 0) for o in cells)
+        assert not any(
+            (o.speed_tok_s or 0) > (c.speed_tok_s or 0) and (o.joules_per_token or 0) < (c.joules_per_token or 0)
+            for o in cells
+        )
     jpts = [c.joules_per_token for c in front]
     speeds = [c.speed_tok_s for c in front]
     assert jpts == sorted(jpts) and speeds == sorted(speeds)  # cheaper is slower along the front
@@ -36,8 +39,13 @@ def test_html_report_is_self_contained_and_renders(tmp_path: Path) -> None:
     with RowStore(run) as store:
         for r in grid_rows():
             store.append(r)
-    proc = subprocess.run([sys.executable, "-m", "harness", "report", "sweep", str(run)], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "report", "sweep", str(run)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     reports = run / "reports"
     assert (reports / "pareto.png").read_bytes().startswith(b"\x89PNG")
@@ -49,9 +57,22 @@ def test_html_report_is_self_contained_and_renders(tmp_path: Path) -> None:
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (.ci/prereqs.sh installs it as root)")
     shot = tmp_path / "shot.png"
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                        "--window-size=1200,2400", f"--screenshot={shot}", (reports / "report.html").as_uri()],
-                       capture_output=True, text=True, timeout=90)
+    r = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1200,2400",
+            f"--screenshot={shot}",
+            (reports / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert shot.exists(), r.stderr[-2000:]
     from PIL import Image
 

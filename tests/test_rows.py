@@ -32,11 +32,32 @@ from harness.runs.rows import (
 
 def _ok_row(index: int = 0, **kw) -> SweepRow:
     base = dict(
-        hardware="twin:rtx4060-laptop", index=index, repeat=0, batch_size=1, steps=3, topk=4, num_draft_tokens=8,
-        is_baseline=False, accept_length=2.4, speed_tok_s=150.0, speed_source="step_time", step_time_s=0.016,
-        wall_clock_s=60.2, wall_clock_tok_s=136.1, total_output_tokens=8192, energy_joules=4200.5, avg_power_watts=69.8,
-        joules_per_token=0.51, gpu_temp_c_before=55, gpu_temp_c=71, gpu_power_w=70.1, gpu_util_pct=93,
-        gpu_mem_used_mb=5400, gpu_throttling=True, clock_event_reasons=0x1, gpu_throttling_power_thermal=False,
+        hardware="twin:rtx4060-laptop",
+        index=index,
+        repeat=0,
+        batch_size=1,
+        steps=3,
+        topk=4,
+        num_draft_tokens=8,
+        is_baseline=False,
+        accept_length=2.4,
+        speed_tok_s=150.0,
+        speed_source="step_time",
+        step_time_s=0.016,
+        wall_clock_s=60.2,
+        wall_clock_tok_s=136.1,
+        total_output_tokens=8192,
+        energy_joules=4200.5,
+        avg_power_watts=69.8,
+        joules_per_token=0.51,
+        gpu_temp_c_before=55,
+        gpu_temp_c=71,
+        gpu_power_w=70.1,
+        gpu_util_pct=93,
+        gpu_mem_used_mb=5400,
+        gpu_throttling=True,
+        clock_event_reasons=0x1,
+        gpu_throttling_power_thermal=False,
         cell_id=make_cell_id(0, 1, REFERENCE),
     )
     base.update(kw)
@@ -104,8 +125,18 @@ def test_error_row_is_all_null_measurements() -> None:
 @pytest.mark.parametrize("suite", ["terminalbench", "swebench"])
 def test_pilot_rows_follow_published_semantics(suite: str) -> None:
     row = pilot_row(
-        suite=suite, hardware="h", index=228, config=ACTIONS[0], batch_size=16, repeat=2, is_baseline=True,
-        speed_tok_s=46.4, step_time_s=0.1, gpu_temp_c_before=50, gpu_mem_used_mb=5000, gpu_throttling=False,
+        suite=suite,
+        hardware="h",
+        index=228,
+        config=ACTIONS[0],
+        batch_size=16,
+        repeat=2,
+        is_baseline=True,
+        speed_tok_s=46.4,
+        step_time_s=0.1,
+        gpu_temp_c_before=50,
+        gpu_mem_used_mb=5000,
+        gpu_throttling=False,
         pilot_server_batch_size=16,
     )
     pub = to_published(row)
@@ -119,11 +150,27 @@ def test_pilot_rows_follow_published_semantics(suite: str) -> None:
 
 def test_store_is_append_only_and_resolves_latest_per_cell(tmp_path: Path) -> None:
     cfg = SpecConfig(5, 4, 16)
-    failed = error_row(hardware="h", index=0, repeat=0, batch_size=16, config=cfg, error="oom at 0.65",
-                       cell_id=make_cell_id(0, 16, cfg), mem_fraction=0.65)
+    failed = error_row(
+        hardware="h",
+        index=0,
+        repeat=0,
+        batch_size=16,
+        config=cfg,
+        error="oom at 0.65",
+        cell_id=make_cell_id(0, 16, cfg),
+        mem_fraction=0.65,
+    )
     other = _ok_row(index=1)
-    retried = _ok_row(index=0, batch_size=16, steps=5, topk=4, num_draft_tokens=16, cell_id=failed.cell_id,
-                      retry_mem_fraction=0.55, mem_fraction=0.55)
+    retried = _ok_row(
+        index=0,
+        batch_size=16,
+        steps=5,
+        topk=4,
+        num_draft_tokens=16,
+        cell_id=failed.cell_id,
+        retry_mem_fraction=0.55,
+        mem_fraction=0.55,
+    )
     with RowStore(tmp_path) as store:
         store.append(failed)
         store.append(other)

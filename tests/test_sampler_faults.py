@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.core.clocks import to_iso, wall_ns
 from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, measure_clock_offset
 from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
-from harness.core.clocks import to_iso, wall_ns
 
 MS = 1_000_000
 
@@ -103,7 +103,9 @@ def test_device_faults_are_flagged(tmp_path: Path, twin):
             time.sleep(0.3)
             n = wall_ns()
             clean = c.window(n - 300 * MS, n)
-            stuck = _window_around(c, lambda: load.fault(probe_error="injected NVML_ERROR_UNKNOWN"))  # still failing at the end
+            stuck = _window_around(
+                c, lambda: load.fault(probe_error="injected NVML_ERROR_UNKNOWN")
+            )  # still failing at the end
             err = _window_around(c, lambda: None, load.fault)
             slow = _window_around(c, lambda: load.fault(probe_delay_ms=250), load.fault)
             reset = _window_around(c, lambda: load.fault(counter_reset=True), hold_s=0.2)
@@ -124,7 +126,11 @@ def test_device_faults_are_flagged(tmp_path: Path, twin):
     assert "counter_reset" in reset.reasons and reset.energy_j is None
     assert "uuid_change" in uuid.reasons and uuid.energy_j is None
     assert after.valid, after.reasons  # the counter keeps counting from its new origin; the new UUID is stable
-    vals = {ln.split(" ")[0]: float(ln.split(" ")[1]) for ln in metrics.splitlines() if ln and not ln.startswith("#") and "{" not in ln}
+    vals = {
+        ln.split(" ")[0]: float(ln.split(" ")[1])
+        for ln in metrics.splitlines()
+        if ln and not ln.startswith("#") and "{" not in ln
+    }
     assert vals["sampler_errors_total"] >= 2 and vals["sampler_loop_overruns_total"] >= 1
 
 
@@ -199,5 +205,7 @@ def test_a_stalled_sampler_reads_back_the_twin_instants_it_missed(tmp_path: Path
     assert all(s["stamp"] == "device" for s in inside)
     gaps = [b["t_wall_ns"] - a["t_wall_ns"] for a, b in zip(inside, inside[1:])]
     assert max(gaps) < 1.5 * 100 * MS, max(gaps)  # the stall left no hole in the series
-    backfilled = [line.split()[1] for line in metrics.splitlines() if line.startswith("sampler_backfilled_samples_total ")]
+    backfilled = [
+        line.split()[1] for line in metrics.splitlines() if line.startswith("sampler_backfilled_samples_total ")
+    ]
     assert float(backfilled[0]) >= 4

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from _telemetry_helpers import ScriptedProbe, free_port
+
+from harness.core.clocks import wall_ns
 from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, TelemetrySource, measure_clock_offset
 from harness.telemetry.sampler import InProcessSampler, SamplerCore
 from harness.telemetry.server import start_server
 from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
-from harness.core.clocks import wall_ns
 
 
 @pytest.fixture
@@ -113,7 +113,10 @@ def test_scrapes_never_call_the_probe(scripted_server):
 
 
 def test_sidecar_against_twin_device(tmp_path: Path):
-    with start_twin_gpu(tmp_path, time_scale=20.0) as gpu, start_sampler(gpu.url, tmp_path / "log", tmp_path, rate_hz=10.0) as sp:
+    with (
+        start_twin_gpu(tmp_path, time_scale=20.0) as gpu,
+        start_sampler(gpu.url, tmp_path / "log", tmp_path, rate_hz=10.0) as sp,
+    ):
         with TelemetryClient(sp.url) as c:
             c.wait_ready(10.0)
             load = TwinLoad(gpu.url)
@@ -134,13 +137,17 @@ def test_sidecar_against_twin_device(tmp_path: Path):
     # A wall window at --time-scale 20 covers 20x its twin seconds, and so does its energy. The window is what was
     # asked for (t0..t1), not the 1 s slept: a loaded host oversleeps (seen: 1.0022 s, so 20.044 twin s).
     wall_s = (t1 - t0) / 1e9
-    assert w.duration_s == pytest.approx(20.0 * wall_s, rel=2e-3) and w.wall_duration_s == pytest.approx(wall_s, rel=2e-3)
+    assert w.duration_s == pytest.approx(20.0 * wall_s, rel=2e-3) and w.wall_duration_s == pytest.approx(
+        wall_s, rel=2e-3
+    )
     assert w.energy_j == pytest.approx(truth, rel=5e-3)
     assert w.avg_power_w == pytest.approx(truth / 20.0, rel=5e-3)
     assert w.gpu_uuid and w.gpu_uuid.startswith("GPU-twin-") and "twin" in (w.gpu_name or "")
     assert ident["twin"] is True and ident["hardware"].startswith("twin:") and ident["time_scale"] == 20.0
     assert info["probe"] == "twin" and info["rate_hz"] == 10.0
-    assert cpu_share < 0.05, f"sampler used {cpu_share:.1%} of a core at 10 Hz"  # measured ~0.7 %; loose for a shared box
+    assert cpu_share < 0.05, (
+        f"sampler used {cpu_share:.1%} of a core at 10 Hz"
+    )  # measured ~0.7 %; loose for a shared box
     recs = read_jsonl(tmp_path / "log" / "samples.jsonl", allow_torn_tail=False)
     assert recs[0]["kind"] == "start" and recs[0]["detail"]["probe"] == "twin"
     assert [r["seq"] for r in recs] == list(range(len(recs)))

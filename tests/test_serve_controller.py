@@ -8,7 +8,9 @@ import pytest
 
 from harness.core.errors import DataError, UsageError
 from harness.grid import BASELINE, SpecConfig
-from harness.serve import adaptive, band_feedback as closed_loop, controller, picks, utilization_model as umodel
+from harness.serve import adaptive, controller, picks
+from harness.serve import band_feedback as closed_loop
+from harness.serve import utilization_model as umodel
 from harness.serve.band_feedback import LoopParams
 from harness.serve.controller import ControllerParams, ControllerState, Observation
 
@@ -19,8 +21,15 @@ ALL = frozenset({BASELINE, A, B})
 P = ControllerParams(dwell_ticks=3, min_hold_s=0.5)
 
 
-def run(loads: list[int], *, util: float | None = 0.96, alive: frozenset[SpecConfig] = ALL, state: ControllerState | None = None,
-        t0: float = 0.0, dt: float = 0.1) -> tuple[ControllerState, list[controller.Switch]]:
+def run(
+    loads: list[int],
+    *,
+    util: float | None = 0.96,
+    alive: frozenset[SpecConfig] = ALL,
+    state: ControllerState | None = None,
+    t0: float = 0.0,
+    dt: float = 0.1,
+) -> tuple[ControllerState, list[controller.Switch]]:
     s = state or ControllerState()
     switches = []
     for i, n in enumerate(loads):
@@ -98,7 +107,10 @@ def test_adaptive_tiers_move_on_accept_length_with_dwell() -> None:
     assert moves == [("start", 1), ("accept_length", 3), ("accept_length", 1)]
     at5 = adaptive.AdaptiveState(active=adaptive.tier_config(5), ticks=3)
     d = adaptive.step(at5, Observation(0.0, 16, None, tiers), adaptive.AdaptiveParams(dwell_ticks=1, bs_alpha=1.0))
-    assert d.switch is not None and (d.switch.reason, d.switch.new) == ("load_change", SpecConfig(3, 1, 4))  # bs 8 tiers (0,1,3)
+    assert d.switch is not None and (d.switch.reason, d.switch.new) == (
+        "load_change",
+        SpecConfig(3, 1, 4),
+    )  # bs 8 tiers (0,1,3)
 
 
 def test_pick_sources(tmp_path) -> None:
@@ -169,8 +181,10 @@ def test_hysteresis_keeps_the_routed_config_for_a_marginal_gain() -> None:
 
 
 def test_open_loop_pick_follows_the_offered_load_not_the_in_flight_count() -> None:
-    model = {4: {BASELINE: (1.0, 400.0), A: (0.93, 560.0), B: (0.90, 520.0)},
-             16: {BASELINE: (1.02, 1450.0), A: (1.02, 1800.0), B: (0.97, 1700.0)}}
+    model = {
+        4: {BASELINE: (1.0, 400.0), A: (0.93, 560.0), B: (0.90, 520.0)},
+        16: {BASELINE: (1.02, 1450.0), A: (1.02, 1800.0), B: (0.97, 1700.0)},
+    }
     picks = {}
     for in_flight in (6, 12):  # 12: a drain after a switch doubles the count; the offered load is the same
         st, pick = closed_loop.LoopState(), None
@@ -194,8 +208,11 @@ def test_utilization_model_from_a_sweeps_rows(tmp_path) -> None:
     grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
     model = load_model(grid)
     rows = [_json.loads(line) for line in grid.read_text().splitlines()]
-    cell = [r for r in rows if r["batch_size"] == 16 and (r["steps"], r["topk"], r["num_draft_tokens"]) == (3, 2, 4)
-            and r["error"] is None]
+    cell = [
+        r
+        for r in rows
+        if r["batch_size"] == 16 and (r["steps"], r["topk"], r["num_draft_tokens"]) == (3, 2, 4) and r["error"] is None
+    ]
     u, v = model[16][B]
     assert u == pytest.approx(sum(r["avg_power_watts"] / r["power_limit_w"] for r in cell) / len(cell))
     assert v == pytest.approx(sum(r["wall_clock_tok_s"] for r in cell) / len(cell))

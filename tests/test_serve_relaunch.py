@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _serve_helpers import B, PROMPTS, kill_under_load, log_lines, serve_session, wait_for
+from _serve_helpers import PROMPTS, B, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.loadgen import ClosedLoop, Recorder
@@ -60,7 +60,10 @@ def test_a_load_step_relaunches_once_and_requests_wait_at_the_front(tmp_path: Pa
         switches, relaunches = switches_and_relaunches(s)
         state = s.loop.describe()
     assert [(r["reason"], r["new"]) for r in switches] == [("start", [0, 0, 0]), ("load_change", [3, 2, 4])]
-    assert [(r["old"], r["new"], r["ok"]) for r in relaunches] == [(None, [0, 0, 0], True), ([0, 0, 0], [3, 2, 4], True)]
+    assert [(r["old"], r["new"], r["ok"]) for r in relaunches] == [
+        (None, [0, 0, 0], True),
+        ([0, 0, 0], [3, 2, 4], True),
+    ]
     step = relaunches[1]
     assert step["downtime_s"] >= step["launch_s"] > 0 and step["drain_s"] >= 0 and step["stop_s"] >= 0
     done = rec.snapshot()
@@ -93,8 +96,11 @@ def test_a_killed_instance_and_a_config_that_cannot_launch_end_on_no_spec(tmp_pa
 def test_auto_serves_one_at_a_time_when_the_instances_do_not_fit_together(tmp_path: Path) -> None:
     with session(tmp_path, {1: B}, instances="auto") as s:
         lines = log_lines(s)
-        r = httpx.post(s.url + "/v1/chat/completions", timeout=30,
-                       json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+        r = httpx.post(
+            s.url + "/v1/chat/completions",
+            timeout=30,
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+        )
         state = s.loop.describe()
     assert s.relaunch_why and "ran out of GPU memory" in s.relaunch_why
     assert [x["why"] for x in lines if x.get("event") == "one_at_a_time"] == [s.relaunch_why]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _serve_helpers import B, PROMPTS, kill_under_load, log_lines, serve_session, wait_for
+from _serve_helpers import PROMPTS, B, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE
 from harness.serve.loadgen import ClosedLoop, Recorder
@@ -47,7 +47,9 @@ def test_load_step_switches_to_the_bs16_pick_once(step_session: ServeSession) ->
     assert s.pool.get(B).served > served_before  # the traffic after the switch went to the (3,2,4) instance
     assert most == 16 and waiting > 0  # the front holds what the instance cannot run (max running requests 16)
     done = rec.snapshot()
-    assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done), [(d.status, d.error, d.tokens) for d in done if not d.ok or d.tokens != 48]
+    assert done and all(d.ok for d in done) and sum(d.tokens for d in done) == 48 * len(done), [
+        (d.status, d.error, d.tokens) for d in done if not d.ok or d.tokens != 48
+    ]
     models = httpx.get(s.url + "/v1/models").json()
     assert models["data"][0]["id"].startswith("twin:")  # the front is transparent: the engine's own answer
 
@@ -61,9 +63,15 @@ def test_lost_sampler_falls_back_to_no_spec(tmp_path: Path) -> None:
         log = log_lines(s)
         assert [(r["reason"], r["new"]) for r in log] == [("start", [3, 2, 4]), ("telemetry_lost", [0, 0, 0])]
         assert log[1]["utilization"] is None and log[1]["telemetry_problem"]
-        r = httpx.post(s.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, timeout=30)
+        r = httpx.post(
+            s.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+            timeout=30,
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
-        with httpx.stream("POST", s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 5, "stream": True}, timeout=30) as r:
+        with httpx.stream(
+            "POST", s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 5, "stream": True}, timeout=30
+        ) as r:
             events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]" and "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
         assert len(events) == 6 and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
@@ -95,19 +103,44 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
     bad = run_harness("serve", "--picks", "1=0:0:0", "--umodel", str(tmp_path / "nope"), "--out", str(tmp_path / "x"))
     assert bad.returncode != 0 and "nope" in bad.stderr and "fix:" in bad.stderr, bad.stderr
     out = tmp_path / "serve"
-    proc = subprocess.Popen(harness_cmd("serve", "--picks", "1=0:0:0,16=3:2:4", "--umodel", str(grid), "--port", "0",
-                                        "--time-scale", "20", "--out", str(out), "--engine-arg=--twin-launch-scale",
-                                        "--engine-arg=0.1"),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        harness_cmd(
+            "serve",
+            "--picks",
+            "1=0:0:0,16=3:2:4",
+            "--umodel",
+            str(grid),
+            "--port",
+            "0",
+            "--time-scale",
+            "20",
+            "--out",
+            str(out),
+            "--engine-arg=--twin-launch-scale",
+            "--engine-arg=0.1",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the command's ready line, printed once every instance answers
-        assert line.startswith("serving on http://127.0.0.1:"), line + (proc.stderr.read() if proc.poll() is not None else "")
+        assert line.startswith("serving on http://127.0.0.1:"), line + (
+            proc.stderr.read() if proc.poll() is not None else ""
+        )
         url = line.split()[2]
         state = httpx.get(f"{url}/serve/state", timeout=10).json()
-        assert state["closed_loop"] is True and {tuple(i["config"]) for i in state["instances"]} == {(0, 0, 0), (3, 2, 4)}
-        r = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
-            "model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": PROMPTS[0]}]})
+        assert state["closed_loop"] is True and {tuple(i["config"]) for i in state["instances"]} == {
+            (0, 0, 0),
+            (3, 2, 4),
+        }
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            timeout=30,
+            json={"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": PROMPTS[0]}]},
+        )
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
         assert json.loads((out / "umodel.json").read_text())["16"]["3:2:4"]["u"] > 0
         proc.send_signal(signal.SIGTERM)

@@ -13,12 +13,12 @@ import contextlib
 import io
 
 import pytest
+from _sglang_helpers import conformance_python, real_parse
 
 from harness.engine.sglang_argv import EngineSpec, build_argv
 from harness.engine.version import detect_installed, resolve_version
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.twin.engine import sglang_args as ea
-from _sglang_helpers import conformance_python, real_parse
 
 VERSIONS = ("0.5.2", "0.5.23")
 MEM_FRACTIONS = (0.65, 0.55)
@@ -47,7 +47,9 @@ def real(request, tmp_path_factory):
     assert resolve_version("auto", "sglang", str(conformance_python(version))) == version
     cases = generated(version)
     variants = variants_of(version)
-    out = real_parse(version, [c[3] for c in cases] + [v for _, v in variants], tmp_path_factory.mktemp(f"sglang-{version}"))
+    out = real_parse(
+        version, [c[3] for c in cases] + [v for _, v in variants], tmp_path_factory.mktemp(f"sglang-{version}")
+    )
     assert out["version"] == version
     n = len(cases)
     return version, cases, out["results"][:n], variants, out["results"][n:], out["options"]
@@ -149,8 +151,10 @@ def test_twin_parser_accepts_exactly_what_sglang_accepts(real):
         full = version == "0.5.2"  # 0.5.23: only argparse runs on the real side (probe.py), so compare argparse only
         twin_ok, twin_err = twin_verdict(version, argv, full)
         if twin_ok != res["ok"]:
-            disagree.append(f"{name}: sglang {'accepts' if res['ok'] else 'rejects: ' + res['error']}, "
-                            f"twin {'accepts' if twin_ok else 'rejects: ' + twin_err}")
+            disagree.append(
+                f"{name}: sglang {'accepts' if res['ok'] else 'rejects: ' + res['error']}, "
+                f"twin {'accepts' if twin_ok else 'rejects: ' + twin_err}"
+            )
     assert not disagree, f"sglang {version} vs twin:\n" + "\n".join(disagree)
     by_name = dict(zip([n for n, _ in variants], verdicts))
     assert by_name["generated"]["ok"] and not by_name["unknown flag"]["ok"]  # the comparison has teeth both ways

@@ -12,12 +12,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness.core.errors import DataError, UsageError
-from harness.gpu.sm_clocks import ClockInfo, NvmlClockDevice, SmClockController, SmClockError, TwinClockDevice, parse_sm_clocks, resolve_clock
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness, wait_rows
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
 from _twin_helpers import twin_gpu
+
+from harness.core.errors import DataError, UsageError
+from harness.gpu.sm_clocks import (
+    ClockInfo,
+    NvmlClockDevice,
+    SmClockController,
+    SmClockError,
+    TwinClockDevice,
+    parse_sm_clocks,
+    resolve_clock,
+)
 
 SHORT = [*FAST, "--num-prompts", "4"]
 H200 = ClockInfo(max_mhz=1980, supported_mhz=list(range(1980, 344, -15)))
@@ -85,7 +93,9 @@ def test_nvml_lock_reset_validation_and_refusal(script: ShimScript):
         assert dev.nv.nvmlDeviceGetClockInfo(dev.handle, 1) == 1410  # the shim's SM clock follows the lock
         assert c.restore() == "SM clocks unlocked" and not locked.exists() and manifest["sm_clocks"]["restored"] is True
         script.set({"root": 0})
-        with pytest.raises(SmClockError, match=r"locking the SM clock at 1410 MHz needs root \(NVML: .*Permission") as exc:
+        with pytest.raises(
+            SmClockError, match=r"locking the SM clock at 1410 MHz needs root \(NVML: .*Permission"
+        ) as exc:
             c.apply("1410")
         assert "sudo nvidia-smi -lgc" in (exc.value.fix or "") and not locked.exists()
         assert manifest["sm_clocks"]["restored"] is True  # the refused lock changed nothing: nothing to restore
@@ -103,12 +113,32 @@ def _locked(gpu) -> int | None:
 def test_sweep_over_caps_and_clocks_lower_clock_lower_joules_per_token(tmp_path):
     run = tmp_path / "run"
     with twin_gpu() as gpu:
-        r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0", "--batch-sizes", "1", "--power-caps", "70",
-                        "--sm-clocks", "max,990", "--twin-gpu", gpu.url, "--out", str(run), *SHORT)
+        r = run_harness(
+            "sweep",
+            "--engine",
+            "twin",
+            "--configs",
+            "0:0:0",
+            "--batch-sizes",
+            "1",
+            "--power-caps",
+            "70",
+            "--sm-clocks",
+            "max,990",
+            "--twin-gpu",
+            gpu.url,
+            "--out",
+            str(run),
+            *SHORT,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert _locked(gpu) is None and httpx.get(gpu.url + "/v1/power_limit").json()["power_limit_w"] == 80.0
     out = r.stdout + r.stderr
-    assert "SM clock 990: locked at 990 MHz" in out and "SM clocks unlocked" in out and "power limit restored to 80 W" in out
+    assert (
+        "SM clock 990: locked at 990 MHz" in out
+        and "SM clocks unlocked" in out
+        and "power limit restored to 80 W" in out
+    )
     rows = read_lines(run / "rows.jsonl")
     assert [x["cell_id"] for x in rows] == ["cap70w-clkmax-r0-bs1-s0k0d0", "cap70w-clk990mhz-r0-bs1-s0k0d0"]
     assert [x["index"] for x in rows] == [0, 1] and all(x["error"] is None and x["power_limit_w"] == 70.0 for x in rows)
@@ -137,7 +167,9 @@ def test_sweep_over_caps_and_clocks_lower_clock_lower_joules_per_token(tmp_path)
 
 
 def _sweep(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(harness_cmd("sweep", *args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        harness_cmd("sweep", *args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> str:
@@ -156,8 +188,23 @@ def test_kill9_leaves_the_lock_resume_keeps_the_original_and_sigterm_restores_it
     run = tmp_path / "run"
     with twin_gpu() as gpu:
         TwinClockDevice(gpu.url).lock(1980)
-        proc = _sweep(["--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1", "--sm-clocks", "1410,max",
-                       "--twin-gpu", gpu.url, "--out", str(run), *SHORT])
+        proc = _sweep(
+            [
+                "--engine",
+                "twin",
+                "--configs",
+                "0:0:0,3:4:8",
+                "--batch-sizes",
+                "1",
+                "--sm-clocks",
+                "1410,max",
+                "--twin-gpu",
+                gpu.url,
+                "--out",
+                str(run),
+                *SHORT,
+            ]
+        )
         wait_rows(run, 1, proc)
         _stop(proc, signal.SIGKILL)
         assert _locked(gpu) == 1410  # no cleanup ran: the first pass's lock is still set

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import yaml
-
 from _engine_helpers import FAST, run_harness
+
 from harness.cli import main
 from harness.runs.manifest import read_manifest, read_options
 from harness.runs.options import SweepOptions
@@ -40,12 +40,21 @@ def test_short_help_is_the_long_help_with_panels_and_model_defaults() -> None:
 
 def test_config_file_overlays_the_preset_and_flags_overlay_the_file(tmp_path, capsys) -> None:
     cfg = tmp_path / "run.yaml"
-    cfg.write_text("repeats: 3\nbatch_sizes: [1, 4]\noutput_tokens: 64\nengine_args: ['--x']\nenergy_window: steady\n"
-                   "num_prompts: 20\n")
+    cfg.write_text(
+        "repeats: 3\nbatch_sizes: [1, 4]\noutput_tokens: 64\nengine_args: ['--x']\nenergy_window: steady\n"
+        "num_prompts: 20\n"
+    )
     got = _printed(["--quick", "--config", str(cfg), "--repeats", "2", "--engine-arg=--y"], capsys)
     assert got["repeats"] == 2 and got["engine_args"] == ["--y"]  # the flags given win over the file
-    assert got["batch_sizes"] == [1, 4] and got["output_tokens"] == 64 and got["energy_window"] == "steady"  # file over --quick
-    assert got["time_scale"] == 20.0 and got["configs"] == [[0, 0, 0], [3, 4, 8], [3, 2, 4], [5, 2, 8]]  # --quick where nothing else spoke
+    assert (
+        got["batch_sizes"] == [1, 4] and got["output_tokens"] == 64 and got["energy_window"] == "steady"
+    )  # file over --quick
+    assert got["time_scale"] == 20.0 and got["configs"] == [
+        [0, 0, 0],
+        [3, 4, 8],
+        [3, 2, 4],
+        [5, 2, 8],
+    ]  # --quick where nothing else spoke
     assert got["seed"] == 0 and got["mem_fractions"] == [0.65, 0.55]  # the model's defaults under everything
     as_json = tmp_path / "run.json"
     as_json.write_text(json.dumps({"repeats": 3, "launch_per": "config"}))
@@ -53,13 +62,16 @@ def test_config_file_overlays_the_preset_and_flags_overlay_the_file(tmp_path, ca
     assert got["repeats"] == 3 and got["launch_per"] == "config" and got["configs"] == [[0, 0, 0], [3, 4, 8]]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("repeat: 3\n", "unknown option(s) 'repeat'"),
-    ("repeats: many\n", "repeats: Input should be a valid integer"),
-    ("engine: tgi\n", "engine: Input should be 'twin', 'sglang' or 'vllm'"),
-    ("- 1\n- 2\n", "expected a mapping"),
-    ("repeats: [1\n", "not valid YAML or JSON"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("repeat: 3\n", "unknown option(s) 'repeat'"),
+        ("repeats: many\n", "repeats: Input should be a valid integer"),
+        ("engine: tgi\n", "engine: Input should be 'twin', 'sglang' or 'vllm'"),
+        ("- 1\n- 2\n", "expected a mapping"),
+        ("repeats: [1\n", "not valid YAML or JSON"),
+    ],
+)
 def test_a_bad_config_file_is_a_usage_error_naming_the_key(tmp_path, capsys, text, needle) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
@@ -70,25 +82,44 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_key(tmp_path, capsys, tex
 
 
 def test_bad_flag_values_still_name_the_flag_and_the_fix(tmp_path, capsys) -> None:
-    for argv, needle in ((["--engine", "tgi"], "unknown --engine 'tgi'"), (["--launch-per", "cel"], "unknown --launch-per"),
-                         (["--power-cap-mode", "sett"], "unknown --power-cap-mode"), (["--repeats", "0"], "--repeats"),
-                         (["--resume", str(tmp_path), "--config", str(tmp_path / "x.yaml")], "--config")):
-        code, out = _run(["sweep", *argv, "--out", str(tmp_path / "run")] if "--resume" not in argv else ["sweep", *argv],
-                         capsys)
+    for argv, needle in (
+        (["--engine", "tgi"], "unknown --engine 'tgi'"),
+        (["--launch-per", "cel"], "unknown --launch-per"),
+        (["--power-cap-mode", "sett"], "unknown --power-cap-mode"),
+        (["--repeats", "0"], "--repeats"),
+        (["--resume", str(tmp_path), "--config", str(tmp_path / "x.yaml")], "--config"),
+    ):
+        code, out = _run(
+            ["sweep", *argv, "--out", str(tmp_path / "run")] if "--resume" not in argv else ["sweep", *argv], capsys
+        )
         assert code == 2 and needle in out and "fix:" in out, (argv, out)
     assert not (tmp_path / "run").exists()
 
 
 def test_a_resume_refuses_flags_that_would_change_its_saved_options(tmp_path, capsys) -> None:
-    for argv, named in ((["--time-scale", "5"], "--time-scale"), (["--strategy", "active", "--budget", "0.3"], "--strategy, --budget"),
-                        (["--quick"], "--quick"), (["--executor", "ray"], "--executor")):
+    for argv, named in (
+        (["--time-scale", "5"], "--time-scale"),
+        (["--strategy", "active", "--budget", "0.3"], "--strategy, --budget"),
+        (["--quick"], "--quick"),
+        (["--executor", "ray"], "--executor"),
+    ):
         code, out = _run(["sweep", "--resume", str(tmp_path), *argv], capsys)
         assert code == 2 and f"so {named} cannot change them" in out and "--sampler-url" in out, (argv, out)
 
 
 def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None:
     """print -> save -> --config: the same printout, and a real twin sweep run from the file records those options."""
-    argv = ["--configs", "0:0:0", "--batch-sizes", "1", "--num-prompts", "4", "--seed", "7", *[a for a in FAST if a != "--plain"]]
+    argv = [
+        "--configs",
+        "0:0:0",
+        "--batch-sizes",
+        "1",
+        "--num-prompts",
+        "4",
+        "--seed",
+        "7",
+        *[a for a in FAST if a != "--plain"],
+    ]
     code, printed = _run(["sweep", *argv, "--print-config"], capsys)
     assert code == 0, printed
     cfg = tmp_path / "run.yaml"
@@ -106,17 +137,49 @@ def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None
 
 OLD_MANIFEST = {
     # the dict layout the sweep wrote before the manifest became a model, with keys this harness does not know
-    "schema": 1, "run_id": "20260101T000000Z-abcdef", "created_ns": 1767225600000000000,
-    "created": "2026-01-01T00:00:00+00:00", "status": "interrupted", "argv": ["harness", "sweep", "--quick"],
-    "options": {"engine": "twin", "sglang_version": "0.5.2", "configs": [[0, 0, 0]], "batch_sizes": [1],
-                "repeats": 1, "time_scale": 50.0, "settle": "0", "output_tokens": 64, "retired_option": 1},
-    "versions": {"python": "3.12.0"}, "git": {"commit": None}, "launches": 2, "cells_planned": 1, "cells_done": 0,
-    "launches_before": 2, "sglang_version_requested": "auto", "sglang_version": "0.5.2",
-    "attention_backend": "flashinfer", "writer": {"pid": 1, "host": "elsewhere", "started": "2026-01-01T00:00:00Z"},
-    "sessions": [{"started_ns": 1767225600000000000, "argv": ["harness", "sweep"], "resumed": False,
-                  "retry_errors": False, "writer": {"pid": 1}, "launches": 2, "wall_s": 1.5, "gpu_note": "kept"}],
+    "schema": 1,
+    "run_id": "20260101T000000Z-abcdef",
+    "created_ns": 1767225600000000000,
+    "created": "2026-01-01T00:00:00+00:00",
+    "status": "interrupted",
+    "argv": ["harness", "sweep", "--quick"],
+    "options": {
+        "engine": "twin",
+        "sglang_version": "0.5.2",
+        "configs": [[0, 0, 0]],
+        "batch_sizes": [1],
+        "repeats": 1,
+        "time_scale": 50.0,
+        "settle": "0",
+        "output_tokens": 64,
+        "retired_option": 1,
+    },
+    "versions": {"python": "3.12.0"},
+    "git": {"commit": None},
+    "launches": 2,
+    "cells_planned": 1,
+    "cells_done": 0,
+    "launches_before": 2,
+    "sglang_version_requested": "auto",
+    "sglang_version": "0.5.2",
+    "attention_backend": "flashinfer",
+    "writer": {"pid": 1, "host": "elsewhere", "started": "2026-01-01T00:00:00Z"},
+    "sessions": [
+        {
+            "started_ns": 1767225600000000000,
+            "argv": ["harness", "sweep"],
+            "resumed": False,
+            "retry_errors": False,
+            "writer": {"pid": 1},
+            "launches": 2,
+            "wall_s": 1.5,
+            "gpu_note": "kept",
+        }
+    ],
     "power_cap": {"mode": "record", "targets_w": {}, "vendor_field": [1, 2]},
-    "infrastructure_events": [{"wall_ns": 1, "cell_id": "r0-bs1-s0k0d0", "kind": "sampler", "action": "stopped the run"}],
+    "infrastructure_events": [
+        {"wall_ns": 1, "cell_id": "r0-bs1-s0k0d0", "kind": "sampler", "action": "stopped the run"}
+    ],
     "operator_note": {"why": "a key only a newer (or hand-edited) manifest has"},
 }
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable
 
 import httpx
-
 from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
 from _twin_helpers import twin_gpu
 from test_sweep_twin import assert_no_leftovers
@@ -26,15 +25,23 @@ CELLS = 3
 
 
 def start_sweep(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(harness_cmd("sweep", *args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.Popen(
+        harness_cmd("sweep", *args),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None = None, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the sweep exited ({proc.returncode}) before {what}: {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"the sweep exited ({proc.returncode}) before {what}: {proc.stderr.read() if proc.stderr else ''}"
+            )
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
 
@@ -68,7 +75,9 @@ def finish(proc: subprocess.Popen, timeout: float = 180.0) -> tuple[int, str, st
 
 
 def twin_url_of(run: Path) -> str:
-    wait_for("the world's identity in the manifest", lambda: (run / "manifest.json").exists() and "world" in manifest(run))
+    wait_for(
+        "the world's identity in the manifest", lambda: (run / "manifest.json").exists() and "world" in manifest(run)
+    )
     return manifest(run)["world"]["twin_gpu_url"]
 
 
@@ -155,8 +164,9 @@ def test_killed_sampler_given_by_url_stops_the_run_and_resume_with_a_new_one_fin
     run = tmp_path / "run"
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
         with start_sampler(gpu.url, None, tmp_path, rate_hz=50.0) as sampler:
-            proc = start_sweep("--engine", "twin", *GRID, "--twin-gpu", gpu.url, "--sampler-url", sampler.url,
-                               "--out", str(run), *FAST)
+            proc = start_sweep(
+                "--engine", "twin", *GRID, "--twin-gpu", gpu.url, "--sampler-url", sampler.url, "--out", str(run), *FAST
+            )
             wait_for("the first row", lambda: row_count(run) >= 1, proc)
             sampler.kill9()
             code, out, err = finish(proc)
@@ -165,8 +175,9 @@ def test_killed_sampler_given_by_url_stops_the_run_and_resume_with_a_new_one_fin
         s = run_harness("status", str(run))
         assert s.returncode == 1 and "failed (infrastructure)" in s.stdout, s.stdout
         with start_sampler(gpu.url, None, tmp_path / "again", rate_hz=50.0) as again:
-            r = run_harness("sweep", "--resume", str(run), "--twin-gpu", gpu.url, "--sampler-url", again.url,
-                            "--plain", timeout=180)
+            r = run_harness(
+                "sweep", "--resume", str(run), "--twin-gpu", gpu.url, "--sampler-url", again.url, "--plain", timeout=180
+            )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = assert_each_cell_once(run, CELLS)
     assert all(row["error"] is None and not INFRA_REASONS & set(row["window_reasons"]) for row in rows)
@@ -197,12 +208,32 @@ def test_killed_engine_releases_its_memory_then_retry_errors_remeasures_it(tmp_p
     run = tmp_path / "run"
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
         idle_mb = gpu.get("/v1/state").json()["memory_used_mb"]
-        proc = start_sweep("--engine", "twin", "--configs", "3:4:8", "--batch-sizes", "16", "--repeats", "3",
-                           "--mem-fractions", "0.65,0.55", "--twin-gpu", gpu.url, "--out", str(run), *FAST,
-                           "--output-tokens", "512")
+        proc = start_sweep(
+            "--engine",
+            "twin",
+            "--configs",
+            "3:4:8",
+            "--batch-sizes",
+            "16",
+            "--repeats",
+            "3",
+            "--mem-fractions",
+            "0.65,0.55",
+            "--twin-gpu",
+            gpu.url,
+            "--out",
+            str(run),
+            *FAST,
+            "--output-tokens",
+            "512",
+        )
         log = run / "logs" / "r0-bs16-s3k4d8.mf0.65.log"
         wait_for("the first server", lambda: log.exists() and "fired up" in log.read_text(errors="replace"), proc)
-        engines = [p for p in processes_mentioning(f"--twin-gpu {gpu.url}") if b"twin\0engine" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        engines = [
+            p
+            for p in processes_mentioning(f"--twin-gpu {gpu.url}")
+            if b"twin\0engine" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
         assert len(engines) == 1, engines
         time.sleep(0.2)
         os.kill(engines[0], signal.SIGKILL)
@@ -230,7 +261,9 @@ def test_twin_device_releases_every_lease_of_a_dead_process(tmp_path):
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
         idle = gpu.get("/v1/state").json()["memory_used_mb"]
         for eid, pid in (("a", 4242), ("b", 4242), ("c", 4343)):
-            gpu.post("/v1/engines", json={"engine_id": eid, "memory_mb": 1000, "lease_s": 60, "pid": pid}).raise_for_status()
+            gpu.post(
+                "/v1/engines", json={"engine_id": eid, "memory_mb": 1000, "lease_s": 60, "pid": pid}
+            ).raise_for_status()
         r = httpx.delete(gpu.url + "/v1/engines", params={"pid": 4242}, timeout=10)
         assert r.status_code == 200 and sorted(r.json()["released"]) == ["a", "b"]
         assert gpu.get("/v1/state").json()["memory_used_mb"] == idle + 1000  # only pid 4343's lease is left
@@ -240,23 +273,35 @@ def test_twin_device_releases_every_lease_of_a_dead_process(tmp_path):
 def test_world_check_on_an_in_process_sampler_tells_failing_reads_from_a_stopped_loop(tmp_path):
     """The real-GPU shape of the world (engine sglang, in-process sampler), its probe reading a twin device instead of
     NVML: GPU reads that start failing are a ``probe`` problem, a dead sampling loop a restartable ``sampler`` one."""
-    from harness.engine.sglang_argv import EngineSpec
+    from harness.core.clocks import ScaledClock
     from harness.engine.launch import EngineLauncher
+    from harness.engine.sglang_argv import EngineSpec
     from harness.telemetry.probes import TwinProbe
     from harness.telemetry.sampler import InProcessSampler
-    from harness.core.clocks import ScaledClock
     from harness.world.world import World
 
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:
         sampler = InProcessSampler(TwinProbe(gpu.url), rate_hz=20.0)
-        world = World(engine="sglang", telemetry=sampler, launcher=EngineLauncher(EngineSpec(kind="sglang"), tmp_path),
-                      clock=ScaledClock.starting_now(1.0), hardware="test", power_limit_w=None, twin_gpu_url=None,
-                      sampler_url=None, gpu_identity={}, children=[], run_dir=tmp_path)
+        world = World(
+            engine="sglang",
+            telemetry=sampler,
+            launcher=EngineLauncher(EngineSpec(kind="sglang"), tmp_path),
+            clock=ScaledClock.starting_now(1.0),
+            hardware="test",
+            power_limit_w=None,
+            twin_gpu_url=None,
+            sampler_url=None,
+            gpu_identity={},
+            children=[],
+            run_dir=tmp_path,
+        )
         try:
             wait_for("a first sample", lambda: sampler.snapshot() is not None)
             assert world.check() is None
             gpu.post("/v1/faults", json={"probe_error": "NVML_ERROR_UNKNOWN (test)"}).raise_for_status()
-            wait_for("a sample taken after the fault", lambda: bool(getattr(sampler.snapshot(), "errors", None)), timeout=10)
+            wait_for(
+                "a sample taken after the fault", lambda: bool(getattr(sampler.snapshot(), "errors", None)), timeout=10
+            )
             problem = world.check()
             assert problem is not None and problem.kind == "probe" and "NVML_ERROR_UNKNOWN" in problem.message
             gpu.post("/v1/faults", json={}).raise_for_status()

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def harness(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+    )
 
 
 def test_full_plan_is_228_cells_in_published_index_order():
@@ -66,7 +67,11 @@ def test_settle_and_grid_parsing():
         (["--engine", "sglang", "--sglang-version", "0.6.0"], 2, "outside the supported range 0.5.2 to 0.5.23"),
         (["--engine", "twin", "--sglang-version", "0.5.14"], 2, "the twin engine emulates sglang 0.5.2 and 0.5.23"),
         (["--engine", "sglang", "--configs", "0:0:0", "--batch-sizes", "1"], 2, "sglang is not installed for"),
-        (["--engine", "twin", "--twin-gpu", "http://127.0.0.1:9", "--configs", "0:0:0", "--batch-sizes", "1"], 4, "unreachable"),
+        (
+            ["--engine", "twin", "--twin-gpu", "http://127.0.0.1:9", "--configs", "0:0:0", "--batch-sizes", "1"],
+            4,
+            "unreachable",
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error(tmp_path, args, code, needle):
@@ -115,7 +120,23 @@ def test_bad_prompts_file(tmp_path):
 def test_a_mistyped_attention_backend_is_refused_before_the_run_folder(tmp_path):
     """A typo would otherwise launch every cell with a flag sglang rejects: an error row per cell."""
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "harness", "sweep", "--engine", "twin", "--quick", "--attention-backend",
-                        "flashinfr", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sweep",
+            "--engine",
+            "twin",
+            "--quick",
+            "--attention-backend",
+            "flashinfr",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--attention-backend 'flashinfr'" in r.stderr and "flashinfer" in r.stderr, r.stderr
     assert not out.exists()

@@ -13,9 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
 
 from harness.runs.rows import PUBLISHED_KEYS
-from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
 
 
 def rows_by_cell(run: Path) -> dict[str, dict]:
@@ -35,8 +35,9 @@ def assert_no_leftovers(run: Path) -> None:
 
 def test_sweep_ladder_error_row_and_recovered_row(tmp_path):
     run = tmp_path / "run"
-    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,5:4:8,5:4:16", "--batch-sizes", "16",
-                    "--out", str(run), *FAST)
+    r = run_harness(
+        "sweep", "--engine", "twin", "--configs", "0:0:0,5:4:8,5:4:16", "--batch-sizes", "16", "--out", str(run), *FAST
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = rows_by_cell(run)
     assert len(rows) == 3 and len(read_lines(run / "rows.jsonl")) == 3
@@ -50,7 +51,9 @@ def test_sweep_ladder_error_row_and_recovered_row(tmp_path):
             assert row["error"] is None and row["energy_joules"] > 0 and row["window_valid"], row
             assert row["hardware"] == "twin:rtx4060-laptop"
             # bs 16 at time scale 50 with short outputs may see too few full-batch step samples: wall-clock fallback
-            assert row["speed_source"] == "step_time" or (row["batch_size"] == 16 and row["speed_source"] == "wall_clock")
+            assert row["speed_source"] == "step_time" or (
+                row["batch_size"] == 16 and row["speed_source"] == "wall_clock"
+            )
             assert row["pre_gpu_temp_c"] is not None and row["gpu_temp_c"] is not None
             # one pinned kernel for every config, as the server resolved it; the version auto resolved to
             assert row["attention_backend"] == "flashinfer" and row["sglang_version"] == "0.5.2"
@@ -76,15 +79,33 @@ def test_faults_become_error_rows_and_the_sweep_goes_on(tmp_path):
     run = tmp_path / "run"
     faults = ["oom@1/0:0:0", "http500@1/3:4:8", "crash@2/0:0:0", "runaway@2/3:4:8"]
     args = [a for f in faults for a in ("--twin-fault", f)]
-    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,1:1:2,3:4:8", "--batch-sizes", "1,2",
-                    "--request-timeout", "3", "--mem-fractions", "0.65", "--out", str(run), *args, *FAST)
+    r = run_harness(
+        "sweep",
+        "--engine",
+        "twin",
+        "--configs",
+        "0:0:0,1:1:2,3:4:8",
+        "--batch-sizes",
+        "1,2",
+        "--request-timeout",
+        "3",
+        "--mem-fractions",
+        "0.65",
+        "--out",
+        str(run),
+        *args,
+        *FAST,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = rows_by_cell(run)
     assert len(rows) == 6
     assert rows["r0-bs1-s0k0d0"]["error"].startswith("launch: ") and "memory" in rows["r0-bs1-s0k0d0"]["error"]
     assert rows["r0-bs1-s3k4d8"]["error"].startswith("http: HTTP 500")
     assert rows["r0-bs2-s0k0d0"]["error"].startswith("crash: engine exited")
-    assert rows["r0-bs2-s3k4d8"]["error"].startswith("timeout: ") and "--request-timeout 3" in rows["r0-bs2-s3k4d8"]["error"]
+    assert (
+        rows["r0-bs2-s3k4d8"]["error"].startswith("timeout: ")
+        and "--request-timeout 3" in rows["r0-bs2-s3k4d8"]["error"]
+    )
     for cid in ("r0-bs1-s1k1d2", "r0-bs2-s1k1d2"):
         assert rows[cid]["error"] is None and rows[cid]["speed_tok_s"] > 0
     assert_no_leftovers(run)
@@ -98,10 +119,14 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     first, k, attempts = True, 0, 0
     while k < 5 and attempts < 15:  # five kills of a run whose folder exists (a slow start may be killed before it)
         attempts += 1
-        cmd = harness_cmd("sweep", "--engine", "twin", *grid, "--out", str(run), *FAST) if first else \
-            harness_cmd("sweep", "--resume", str(run), "--plain")
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "COLUMNS": "200"})
+        cmd = (
+            harness_cmd("sweep", "--engine", "twin", *grid, "--out", str(run), *FAST)
+            if first
+            else harness_cmd("sweep", "--resume", str(run), "--plain")
+        )
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"}
+        )
         try:
             time.sleep(rng.uniform(1.5, 4.0))
         finally:
@@ -134,8 +159,22 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
 def test_launch_per_config_uses_fewer_launches_and_falls_back_per_cell(tmp_path):
     run = tmp_path / "run"
     # (3,4,8)'s server for bs 4 runs out of memory (fault hook): that config falls back to a launch per cell
-    r = run_harness("sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,4", "--launch-per",
-                    "config", "--twin-fault", "oom@4/3:4:8", "--out", str(run), *FAST)
+    r = run_harness(
+        "sweep",
+        "--engine",
+        "twin",
+        "--configs",
+        "0:0:0,3:4:8",
+        "--batch-sizes",
+        "1,4",
+        "--launch-per",
+        "config",
+        "--twin-fault",
+        "oom@4/3:4:8",
+        "--out",
+        str(run),
+        *FAST,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = rows_by_cell(run)
     assert len(rows) == 4
@@ -169,9 +208,27 @@ def test_a_sigterm_whose_raise_a_spawn_swallowed_still_stops_the_run(tmp_path):
     exception ("Exception ignored"): the sweep used to run on to exit 0, "complete". It stops at the next cell
     boundary now, keeps its rows and says how to resume."""
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", SWALLOWED_SIGTERM, "sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8",
-                           "--batch-sizes", "1,2", "--out", str(run), *FAST], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SWALLOWED_SIGTERM,
+            "sweep",
+            "--engine",
+            "twin",
+            "--configs",
+            "0:0:0,3:4:8",
+            "--batch-sizes",
+            "1,2",
+            "--out",
+            str(run),
+            *FAST,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Exception ignored" in done.stderr and "Interrupted" in done.stderr  # the raise really was swallowed
     assert done.returncode == 130 and "interrupted" in done.stderr and "--resume" in done.stderr, done.stderr
     assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
@@ -181,9 +238,15 @@ def test_a_sigterm_whose_raise_a_spawn_swallowed_still_stops_the_run(tmp_path):
 
 def test_sigterm_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
     run = tmp_path / "run"
-    proc = subprocess.Popen(harness_cmd("sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2",
-                                        "--out", str(run), *FAST), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        harness_cmd(
+            "sweep", "--engine", "twin", "--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2", "--out", str(run), *FAST
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (run / "rows.jsonl").exists() and time.monotonic() < deadline:

@@ -12,15 +12,23 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from _nvml_shim_helpers import (
+    FUNCTION_NOT_FOUND,
+    NOT_SUPPORTED,
+    POWER_AVERAGE,
+    POWER_INSTANT,
+    UNKNOWN,
+    ShimScript,
+    assert_measured,
+    call_count,
+    load_in_process,
+    session_shim,
+)  # fmt: skip
 
+from harness.core.clocks import wall_ns
 from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import NvmlProbe
 from harness.telemetry.sampler import InProcessSampler
-from harness.core.clocks import wall_ns
-from _nvml_shim_helpers import (
-    FUNCTION_NOT_FOUND, NOT_SUPPORTED, POWER_AVERAGE, POWER_INSTANT, UNKNOWN, ShimScript, assert_measured, call_count, session_shim,
-    load_in_process,
-)  # fmt: skip
 
 REPO = Path(__file__).resolve().parents[1]
 ARG_VERSION_MISMATCH = 25
@@ -50,14 +58,22 @@ def test_reading_units_and_fields(probe: NvmlProbe):
     assert r["errors"] == [] and r["device_ns"] is None
     assert r["energy_mj"] >= 5_000_000 and r["power_w"] == 71.5 and r["power_avg_w"] == 70.25
     assert r["name"] == "NVIDIA H200 (shim)" and r["uuid"].startswith("GPU-5h1m") and r["driver_version"] == "575.57.08"
-    assert r["memory_total_mb"] == 8192 and r["memory_reserved_mb"] == 256 and r["memory_used_mb"] == 3072 and r["memory_free_mb"] == 8192 - 256 - 3072
+    assert (
+        r["memory_total_mb"] == 8192
+        and r["memory_reserved_mb"] == 256
+        and r["memory_used_mb"] == 3072
+        and r["memory_free_mb"] == 8192 - 256 - 3072
+    )
     assert r["power_limit_w"] == 600.0 and r["power_management_limit_w"] == 650.0
     assert r["clock_event_reasons"] == 0x4 and r["utilization_pct"] == 97.0
     assert r["sm_clock_mhz"] == 1980 and r["mem_clock_mhz"] == 3201 and r["temperature_c"] == 61
     ident = probe.identity()
     assert ident["nvml_version"] == "12.575.57.08" and ident["nvidia_ml_py"] == version("nvidia-ml-py")
     assert ident["power_default_limit_w"] == 700.0 and ident["unsupported"] == []
-    assert ident["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT" and ident["memory_source"] == "nvmlDeviceGetMemoryInfo_v2"
+    assert (
+        ident["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT"
+        and ident["memory_source"] == "nvmlDeviceGetMemoryInfo_v2"
+    )
     assert ident["clock_events_source"] == "nvmlDeviceGetCurrentClocksEventReasons"
 
 
@@ -92,7 +108,10 @@ def test_field_values_call_absent_falls_back_to_power_usage_once(script: ShimScr
         reads = [p.read() for _ in range(3)]
         assert call_count(shim_lib, "nvmlDeviceGetFieldValues") - before == 1
         assert all(r["errors"] == [] and r["power_w"] == 69.0 and r["power_avg_w"] is None for r in reads)
-        assert p.identity()["power_w_source"].startswith("nvmlDeviceGetPowerUsage") and "power_fields" in p.identity()["unsupported"]
+        assert (
+            p.identity()["power_w_source"].startswith("nvmlDeviceGetPowerUsage")
+            and "power_fields" in p.identity()["unsupported"]
+        )
     finally:
         p.close()
 
@@ -155,7 +174,9 @@ def test_memory_falls_back_to_v1(script: ShimScript, code: int):
     try:
         r = p.read()
         assert r["errors"] == [] and r["memory_total_mb"] == 8192 and r["memory_reserved_mb"] is None
-        assert r["memory_used_mb"] == 256 + 3072 and r["memory_free_mb"] == 8192 - 256 - 3072  # v1: used includes reserved
+        assert (
+            r["memory_used_mb"] == 256 + 3072 and r["memory_free_mb"] == 8192 - 256 - 3072
+        )  # v1: used includes reserved
         assert p.capabilities()["memory_source"].startswith("nvmlDeviceGetMemoryInfo (v1")
     finally:
         p.close()
@@ -207,7 +228,10 @@ def test_sampler_identity_follows_what_the_probe_learns(script: ShimScript):
         time.sleep(0.3)
         later = s.identity()
     assert first["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT" and first["unsupported"] == []
-    assert later["power_w_source"].startswith("nvmlDeviceGetPowerUsage") and "NVML_FI_DEV_POWER_INSTANT" in later["unsupported"]
+    assert (
+        later["power_w_source"].startswith("nvmlDeviceGetPowerUsage")
+        and "NVML_FI_DEV_POWER_INSTANT" in later["unsupported"]
+    )
 
 
 def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
@@ -215,7 +239,10 @@ def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
     p = NvmlProbe(0)
     try:
         ident = p.identity()
-        assert ident["power_w_source"].startswith("nvmlDeviceGetPowerUsage") and {"energy", "NVML_FI_DEV_POWER_INSTANT"} <= set(ident["unsupported"])
+        assert ident["power_w_source"].startswith("nvmlDeviceGetPowerUsage") and {
+            "energy",
+            "NVML_FI_DEV_POWER_INSTANT",
+        } <= set(ident["unsupported"])
     finally:
         p.close()
 
@@ -263,12 +290,19 @@ def _has_nvml() -> bool:
     """Whether a real NVML answers here, asked in a child process: loading the driver's library into this process
     would stop the shim tests above from loading theirs (one ``libnvidia-ml.so.1`` per process)."""
     env = {k: v for k, v in os.environ.items() if k != "NVML_SHIM_SCRIPT"}
-    r = subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit(); pynvml.nvmlShutdown()"], capture_output=True, timeout=60, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", "import pynvml; pynvml.nvmlInit(); pynvml.nvmlShutdown()"],
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
     return r.returncode == 0
 
 
 @pytest.mark.skipif(_has_nvml(), reason="this machine has NVML: the check would run for real")
 def test_nvml_check_exits_2_without_a_gpu():
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "nvml_check.py")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "nvml_check.py")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2
     assert json.loads(r.stdout)["ok"] is False and "needs an NVIDIA GPU" in r.stderr

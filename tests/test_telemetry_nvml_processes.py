@@ -14,11 +14,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _nvml_shim_helpers import (
+    NOT_SUPPORTED,
+    OLD_DRIVER,
+    POWER_AVERAGE,
+    POWER_INSTANT,
+    ShimScript,
+    assert_measured,
+    session_shim,
+)
 
+from harness.core.clocks import wall_ns
 from harness.telemetry.client import TelemetryClient
 from harness.telemetry.testbed import Service, harness_argv
-from harness.core.clocks import wall_ns
-from _nvml_shim_helpers import NOT_SUPPORTED, OLD_DRIVER, POWER_AVERAGE, POWER_INSTANT, ShimScript, assert_measured, session_shim
 
 REPO = Path(__file__).resolve().parents[1]
 # A library lacking entry points newer drivers have: field values, v2 memory, the clock-event-reasons name
@@ -31,7 +39,9 @@ def shim_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _sampler(tmp_path: Path, env: dict[str, str]) -> Service:
-    argv = harness_argv("sampler", "serve", "--probe", "nvml", "--rate-hz", "20", "--port", "0", "--log", str(tmp_path / "log"))
+    argv = harness_argv(
+        "sampler", "serve", "--probe", "nvml", "--rate-hz", "20", "--port", "0", "--log", str(tmp_path / "log")
+    )
     svc = Service(argv, tmp_path / "sampler.log", env)
     svc.wait_url()
     return svc
@@ -51,13 +61,17 @@ def test_sampler_serve_through_the_real_binding(tmp_path: Path, shim_dirs):
     with _sampler(tmp_path, script.env(shim_dirs["full"])) as svc, TelemetryClient(svc.url) as tel:
         tel.wait_ready()
         ident = tel.identity()
-        assert ident["probe"] == "nvml" and ident["name"] == "NVIDIA H200 (shim)" and ident["nvidia_ml_py"] == version("nvidia-ml-py")
+        assert (
+            ident["probe"] == "nvml"
+            and ident["name"] == "NVIDIA H200 (shim)"
+            and ident["nvidia_ml_py"] == version("nvidia-ml-py")
+        )
         assert ident["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT" and ident["unsupported"] == []
         w = _window(tel, 1.0)
         assert_measured(w, 71.5, "counter")
         assert w.power_capped  # clock-event bit 0x4 from the script
         metrics = httpx.get(f"{svc.url}/metrics", timeout=5).text
-        assert "gpu_energy_joules_total" in metrics and 'gpu_power_watts{' in metrics
+        assert "gpu_energy_joules_total" in metrics and "gpu_power_watts{" in metrics
 
         reset = _window(tel, 0.6, during=lambda: script.set({"counter_epoch": 1}))
         assert not reset.valid and "counter_reset" in reset.reasons and reset.energy_j is None
@@ -65,7 +79,10 @@ def test_sampler_serve_through_the_real_binding(tmp_path: Path, shim_dirs):
         script.field(POWER_INSTANT, NOT_SUPPORTED)  # the instant field goes away: /v1/info must say so (live)
         time.sleep(0.3)
         ident = tel.identity()
-        assert ident["power_w_source"].startswith("nvmlDeviceGetPowerUsage") and "NVML_FI_DEV_POWER_INSTANT" in ident["unsupported"]
+        assert (
+            ident["power_w_source"].startswith("nvmlDeviceGetPowerUsage")
+            and "NVML_FI_DEV_POWER_INSTANT" in ident["unsupported"]
+        )
 
         lost = _window(tel, 0.6, during=lambda: script.set({"gpu_lost": 1}))
         latest = tel.snapshot()
@@ -78,7 +95,9 @@ def test_sampler_serve_through_the_real_binding(tmp_path: Path, shim_dirs):
 def test_sampler_serve_on_a_library_lacking_newer_entry_points(tmp_path: Path, shim_dirs):
     """A laptop-like GPU on an older driver: no energy counter, no field values, v1 memory, the deprecated
     throttle-reasons call. Every sample is complete and error-free; windows integrate power and stay valid."""
-    script = ShimScript(tmp_path / "nvml.script", **{"fail.nvmlDeviceGetTotalEnergyConsumption": NOT_SUPPORTED, "clock_events": 0x1})
+    script = ShimScript(
+        tmp_path / "nvml.script", **{"fail.nvmlDeviceGetTotalEnergyConsumption": NOT_SUPPORTED, "clock_events": 0x1}
+    )
     with _sampler(tmp_path, script.env(shim_dirs["lacking"])) as svc, TelemetryClient(svc.url) as tel:
         tel.wait_ready()
         ident = tel.identity()
@@ -89,10 +108,14 @@ def test_sampler_serve_on_a_library_lacking_newer_entry_points(tmp_path: Path, s
         w = _window(tel, 1.0)
         latest = tel.snapshot()
     assert latest is not None and latest.errors == [] and latest.power_w == 69.0 and latest.power_avg_w is None
-    assert latest.memory_used_mb == 256 + 3072 and latest.memory_reserved_mb is None and latest.clock_event_reasons == 0x1
+    assert (
+        latest.memory_used_mb == 256 + 3072 and latest.memory_reserved_mb is None and latest.clock_event_reasons == 0x1
+    )
     assert_measured(w, 69.0, "power_integration")
     start = json.loads((tmp_path / "log" / "samples.jsonl").read_text().splitlines()[0])
-    assert start["detail"]["identity"]["power_w_source"].startswith("nvmlDeviceGetPowerUsage")  # known before the first sample
+    assert start["detail"]["identity"]["power_w_source"].startswith(
+        "nvmlDeviceGetPowerUsage"
+    )  # known before the first sample
 
 
 def _nvml_check(env: dict[str, str]) -> dict:
@@ -106,13 +129,17 @@ def test_nvml_check_against_the_shim(tmp_path: Path, shim_dirs):
     script = ShimScript(tmp_path / "nvml.script", energy_update_ms=100)
     out = _nvml_check(script.env(shim_dirs["full"]))
     assert out["ok"] and out["nvml_py"] == version("nvidia-ml-py") and out["identity"]["name"] == "NVIDIA H200 (shim)"
-    assert 80 <= out["update_period_ms"]["total_energy"]["median"] <= 150  # the shim republishes its counter every 100 ms
+    assert (
+        80 <= out["update_period_ms"]["total_energy"]["median"] <= 150
+    )  # the shim republishes its counter every 100 ms
     assert "error" not in out["update_period_ms"]["field_power_instant"]
     assert all(v["error"] is None for v in out["latency_ms"].values())
     a = out["agreement"]
     assert a["energy_method"] == "counter" and a["power_w_source"] == "NVML_FI_DEV_POWER_INSTANT"
     assert a["energy_counter_step_j"] == pytest.approx(71.5 * a["window"]["duration_s"], rel=0.01)
-    assert abs(a["rel_diff_power_w_integral_vs_counter"]) < 0.01 and a["energy_average_field_trapezoid_j"] == pytest.approx(70.25 * a["window"]["duration_s"], rel=0.01)
+    assert abs(a["rel_diff_power_w_integral_vs_counter"]) < 0.01 and a[
+        "energy_average_field_trapezoid_j"
+    ] == pytest.approx(70.25 * a["window"]["duration_s"], rel=0.01)
 
 
 def test_nvml_check_labels_integrated_power_honestly(tmp_path: Path, shim_dirs):
@@ -121,7 +148,11 @@ def test_nvml_check_labels_integrated_power_honestly(tmp_path: Path, shim_dirs):
     out = _nvml_check(script.env(shim_dirs["full"]))
     a = out["agreement"]
     assert a["energy_method"] == "power_integration" and a["power_w_source"].startswith("nvmlDeviceGetPowerUsage")
-    assert a["energy_counter_step_j"] is None and a["energy_counter_linear_j"] is None and a["rel_diff_power_w_integral_vs_counter"] is None
+    assert (
+        a["energy_counter_step_j"] is None
+        and a["energy_counter_linear_j"] is None
+        and a["rel_diff_power_w_integral_vs_counter"] is None
+    )
     assert a["energy_power_w_trapezoid_j"] == pytest.approx(69.0 * a["window"]["duration_s"], rel=0.01)
     assert out["update_period_ms"]["field_power_instant"] == {"error": "Not Supported"}  # the field's own return code
     assert "Not Supported" in out["latency_ms"]["total_energy"]["error"]
@@ -138,5 +169,8 @@ def test_sampler_serve_refuses_clearly(tmp_path: Path, shim_dirs, case: str):
     else:
         argv += ["--gpu-index", "3"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
-    expected = {"no_driver": (4, "NVML is not available (Driver Not Loaded)"), "gpu_index": (2, "--gpu-index 3 out of range")}[case]
+    expected = {
+        "no_driver": (4, "NVML is not available (Driver Not Loaded)"),
+        "gpu_index": (2, "--gpu-index 3 out of range"),
+    }[case]
     assert r.returncode == expected[0] and expected[1] in r.stderr and "fix:" in r.stderr, r.stderr

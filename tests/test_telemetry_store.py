@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.core.clocks import wall_ns
 from harness.core.jsonl import read_jsonl
 from harness.telemetry.store import SampleStore
 from harness.telemetry.windows import GpuSample
-from harness.core.clocks import wall_ns
 
 BASE = 10**18
 

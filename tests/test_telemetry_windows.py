@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from _telemetry_helpers import mk_sample, ns
+
 from harness.telemetry.windows import WindowStats, compute_window
 
 
@@ -32,14 +32,22 @@ def test_zeus_edge_loss_regression():
     assert w.energy_j == pytest.approx(35.0)
     assert w.sample_count == 0 and w.valid
     # A 50 -> 60 W step: the counter delta interpolated at the edges is exact when the step is on a sample.
-    step = [mk_sample(i, float(i), (50.0 * i if i <= 100 else 5000.0 + 60.0 * (i - 100)), 50.0 if i < 100 else 60.0) for i in range(0, 112)]
+    step = [
+        mk_sample(i, float(i), (50.0 * i if i <= 100 else 5000.0 + 60.0 * (i - 100)), 50.0 if i < 100 else 60.0)
+        for i in range(0, 112)
+    ]
     w = compute_window(step, ns(99.0), ns(110.0), 1.0)
     assert w.energy_j == pytest.approx(50.0 + 600.0)
 
 
 def test_edge_interpolation_uses_the_samples_just_outside():
     # Energy 0 -> 10 J between t=0 and t=1, then a jump in power: 10 -> 110 J between t=1 and t=2.
-    s = [mk_sample(0, 0.0, 0.0, 10.0), mk_sample(1, 1.0, 10.0, 10.0), mk_sample(2, 2.0, 110.0, 100.0), mk_sample(3, 3.0, 210.0, 100.0)]
+    s = [
+        mk_sample(0, 0.0, 0.0, 10.0),
+        mk_sample(1, 1.0, 10.0, 10.0),
+        mk_sample(2, 2.0, 110.0, 100.0),
+        mk_sample(3, 3.0, 210.0, 100.0),
+    ]
     w = compute_window(s, ns(0.5), ns(2.5), 1.0)
     assert w.energy_j == pytest.approx((10.0 - 5.0) + 100.0 + 50.0)
     assert w.sample_count == 2

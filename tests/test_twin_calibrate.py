@@ -21,7 +21,13 @@ from harness.twin.fit.calibrate import (
     predict_rewards,
     published_reward,
 )
-from harness.twin.model import AcceptSampler, context_quality, expected_accept_length, memory_footprint_mb, simulate_cell
+from harness.twin.model import (
+    AcceptSampler,
+    context_quality,
+    expected_accept_length,
+    memory_footprint_mb,
+    simulate_cell,
+)
 from harness.twin.profile import TwinProfile, load_profile
 
 RECIPE = {1: SpecConfig(3, 4, 8), 4: SpecConfig(3, 4, 8), 8: SpecConfig(3, 4, 8), 16: SpecConfig(3, 2, 4)}
@@ -93,7 +99,7 @@ def test_reward_ranking_picks_the_published_recipe(profile):
     for bs, lst in ranking.items():
         (best, m1, s1), (_, m2, s2) = lst[0], lst[1]
         assert best == RECIPE[bs], (bs, [(str(c), round(m, 3)) for c, m, _ in lst[:4]])
-        se = ((s1 ** 2 + s2 ** 2) / 3) ** 0.5
+        se = ((s1**2 + s2**2) / 3) ** 0.5
         assert m1 - m2 > 1.5 * se, (bs, m1, m2, se)  # the margin is larger than the repeat noise
 
 
@@ -115,7 +121,9 @@ def test_memory_rule(profile):
     assert all(bs == 16 for bs, _ in at65)  # smaller batch sizes always fit
     # what stays allocated while serving (gpu_mem_used_mb) differs little between speculative configs: the capture
     # workspace that decides the OOM is handed back, only one fp32 logits row per draft/verify slot stays
-    steady = {c: memory_footprint_mb(profile, c, 0.65, 16)["steady_mb"] for c in (SpecConfig(3, 4, 8), SpecConfig(3, 2, 4))}
+    steady = {
+        c: memory_footprint_mb(profile, c, 0.65, 16)["steady_mb"] for c in (SpecConfig(3, 4, 8), SpecConfig(3, 2, 4))
+    }
     assert 0 < steady[SpecConfig(3, 4, 8)] - steady[SpecConfig(3, 2, 4)] <= 100
     assert memory_footprint_mb(profile, SpecConfig(5, 4, 16), 0.65, 16)["extra_mb"] == pytest.approx(4164, abs=1)
 
@@ -128,8 +136,11 @@ def test_acceptance_model(profile):
         mean = sum(s.sample(rng) for _ in range(40000)) / 40000
         assert mean == pytest.approx(expected_accept_length(perf, cfg), rel=0.01)
     # deeper/wider trees accept more; topk == 1 chains gain little from width
-    assert expected_accept_length(perf, SpecConfig(5, 4, 16)) > expected_accept_length(perf, SpecConfig(3, 4, 8)) > \
-        expected_accept_length(perf, SpecConfig(1, 4, 2))
+    assert (
+        expected_accept_length(perf, SpecConfig(5, 4, 16))
+        > expected_accept_length(perf, SpecConfig(3, 4, 8))
+        > expected_accept_length(perf, SpecConfig(1, 4, 2))
+    )
     # far beyond the draft head's 2048-token training context acceptance falls toward ~1.2 (agentic traffic)
     ctx = context_quality(perf, AGENTIC_CONTEXT_TOKENS)
     for cfg in (SpecConfig(3, 4, 8), SpecConfig(3, 2, 4)):
@@ -159,8 +170,24 @@ def test_acceptance_fit_recovers_published_lengths(profile):
 @pytest.mark.slow
 def test_calibrate_command_writes_a_profile(tmp_path):
     out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, "-m", "harness", "twin", "calibrate", "--out", str(out), "--spreads", "0.25", "--max-evals", "2"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "twin",
+            "calibrate",
+            "--out",
+            str(out),
+            "--spreads",
+            "0.25",
+            "--max-evals",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     prof = TwinProfile.model_validate(json.loads(out.read_text()))
     assert prof.calibration["rows"] == 9 and "twin vs published" in r.stdout

@@ -7,10 +7,10 @@ import time
 
 import httpx
 import pytest
+from _twin_helpers import twin_gpu
 
 from harness.core.clocks import wall_ns
 from harness.twin.profile import load_profile
-from _twin_helpers import twin_gpu
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,28 @@ def test_identity_clock_profile(gpu):
 
 def test_state_fields_and_idle(gpu):
     s = gpu.get("/v1/state").json()
-    for key in ("wall_ns", "mono_ns", "device_ns", "name", "uuid", "driver_version", "energy_mj", "power_w", "power_avg_w",
-                "temperature_c", "sm_clock_mhz", "mem_clock_mhz", "utilization_pct", "memory_total_mb", "memory_reserved_mb",
-                "memory_used_mb", "memory_free_mb", "power_limit_w", "power_management_limit_w", "clock_event_reasons"):
+    for key in (
+        "wall_ns",
+        "mono_ns",
+        "device_ns",
+        "name",
+        "uuid",
+        "driver_version",
+        "energy_mj",
+        "power_w",
+        "power_avg_w",
+        "temperature_c",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "utilization_pct",
+        "memory_total_mb",
+        "memory_reserved_mb",
+        "memory_used_mb",
+        "memory_free_mb",
+        "power_limit_w",
+        "power_management_limit_w",
+        "clock_event_reasons",
+    ):
         assert key in s and s[key] is not None, key
     assert s["clock_event_reasons"] & 0x1  # nothing ran: idle
     assert s["utilization_pct"] == 0 and s["power_w"] < 10
@@ -79,7 +98,9 @@ def test_lease_oom_cap_energy_release(gpu):
     finally:
         gpu.post("/v1/engines/a/activity", json={"busy": False, "dynamic_power_w": 0.0, "util": 0.0})
         assert httpx.delete(gpu.url + "/v1/engines/a").json()["found"] is True
-    assert gpu.post("/v1/engines/a/activity", json={"busy": True, "dynamic_power_w": 1.0, "util": 0.1}).status_code == 404
+    assert (
+        gpu.post("/v1/engines/a/activity", json={"busy": True, "dynamic_power_w": 1.0, "util": 0.1}).status_code == 404
+    )
     assert gpu.get("/v1/state").json()["memory_free_mb"] == free0
 
 
@@ -140,12 +161,17 @@ def test_thermal_slowdown_and_seed(tmp_path):
         time.sleep(0.8)  # 40 twin s = 8 time constants
         s = g.get("/v1/state").json()
         assert s["temperature_c"] > 45 and s["clock_event_reasons"] & 0x20
-        cf = g.post("/v1/engines/x/activity", json={"busy": True, "dynamic_power_w": 60.0, "util": 0.9}).json()["clock_factor"]
+        cf = g.post("/v1/engines/x/activity", json={"busy": True, "dynamic_power_w": 60.0, "util": 0.9}).json()[
+            "clock_factor"
+        ]
         assert cf < 1.0
         uuid3 = g.get("/v1/info").json()["uuid"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    with twin_gpu(time_scale=50.0, seed=3, log_dir=str(tmp_path / "a")) as g2, twin_gpu(time_scale=50.0, seed=4, log_dir=str(tmp_path / "b")) as g3:
+    with (
+        twin_gpu(time_scale=50.0, seed=3, log_dir=str(tmp_path / "a")) as g2,
+        twin_gpu(time_scale=50.0, seed=4, log_dir=str(tmp_path / "b")) as g3,
+    ):
         assert g2.get("/v1/info").json()["uuid"] == uuid3
         assert g3.get("/v1/info").json()["uuid"] != uuid3
 
@@ -174,11 +200,21 @@ def test_past_instants_read_back_exactly_as_they_were_read_live(gpu):
     checked = 0
     for a, b in zip(live, ans["states"]):
         assert abs(a["device_ns"] - b["device_ns"]) < 50_000_000, (a["device_ns"], b["device_ns"])  # < 1 ms of wall
-        same_period = (a["device_ns"] - clock["anchor_wall_ns"]) // period == (b["device_ns"] - clock["anchor_wall_ns"]) // period
+        same_period = (a["device_ns"] - clock["anchor_wall_ns"]) // period == (
+            b["device_ns"] - clock["anchor_wall_ns"]
+        ) // period
         if not same_period or abs(a["device_ns"] - b["device_ns"]) > 5_000_000:
             continue
         checked += 1
-        for key in ("power_w", "utilization_pct", "clock_event_reasons", "sm_clock_mhz", "memory_used_mb", "engines", "uuid"):
+        for key in (
+            "power_w",
+            "utilization_pct",
+            "clock_event_reasons",
+            "sm_clock_mhz",
+            "memory_used_mb",
+            "engines",
+            "uuid",
+        ):
             assert a[key] == b[key], (key, a[key], b[key])
         assert abs(a["energy_mj"] - b["energy_mj"]) <= 2 + a["power_w"] * 5  # 5 ms of device time at most
         assert abs(a["temperature_c"] - b["temperature_c"]) <= 0.15

@@ -12,24 +12,50 @@ import time
 
 import httpx
 import pytest
-
 from _twin_helpers import PY, free_port, start_engine, stop_process, twin_engine, twin_gpu
 
 MODEL = ["--model-path", "unsloth/Llama-3.2-1B-Instruct", "--dtype", "float16"]
-DRAFT = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"]
+DRAFT = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct",
+]
 FAST = ["--twin-launch-scale", "0.2"]
 
 
 def spec(steps: int, topk: int, draft: int) -> list[str]:
-    return DRAFT + ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft)]
+    return DRAFT + [
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(draft),
+    ]
 
 
 def cell(bs: int, mf: float = 0.65, version: str = "0.5.2") -> list[str]:
     flag = "--cuda-graph-max-bs" if version == "0.5.2" else "--cuda-graph-max-bs-decode"
-    return MODEL + ["--mem-fraction-static", str(mf), flag, str(bs), "--max-running-requests", str(bs), "--emulate-version", version]
+    return MODEL + [
+        "--mem-fraction-static",
+        str(mf),
+        flag,
+        str(bs),
+        "--max-running-requests",
+        str(bs),
+        "--emulate-version",
+        version,
+    ]
 
 
-def gen(url: str, text: str = "Human: Write a travel blog post to Hawaii.\n\nAssistant:", n: int = 64, timeout: float = 30.0, **sp) -> httpx.Response:
+def gen(
+    url: str,
+    text: str = "Human: Write a travel blog post to Hawaii.\n\nAssistant:",
+    n: int = 64,
+    timeout: float = 30.0,
+    **sp,
+) -> httpx.Response:
     params = {"max_new_tokens": n, "temperature": 0, "ignore_eos": True, **sp}
     return httpx.post(url + "/generate", json={"text": text, "sampling_params": params}, timeout=timeout)
 
@@ -45,11 +71,18 @@ def sse(url: str, path: str, body: dict) -> list:
     return out
 
 
-def run_launch(gpu_url: str, args: list[str], env: dict | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
+def run_launch(
+    gpu_url: str, args: list[str], env: dict | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess:
     """A launch expected to fail: run to completion and return its exit code and log."""
     port = free_port()
-    return subprocess.run([PY, "-m", "harness", "twin", "engine", *args, "--port", str(port), "--twin-gpu", gpu_url],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [PY, "-m", "harness", "twin", "engine", *args, "--port", str(port), "--twin-gpu", gpu_url],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +93,23 @@ def gpu():
 
 @pytest.fixture(scope="module")
 def e052():
-    with twin_gpu(time_scale=50.0, seed=12) as g, twin_engine(g.url, cell(8) + spec(3, 4, 8) + FAST + ["--enable-metrics", "--twin-seed", "5"]) as e:
+    with (
+        twin_gpu(time_scale=50.0, seed=12) as g,
+        twin_engine(g.url, cell(8) + spec(3, 4, 8) + FAST + ["--enable-metrics", "--twin-seed", "5"]) as e,
+    ):
         yield e
 
 
 @pytest.fixture(scope="module")
 def e0523():
-    with twin_gpu(time_scale=50.0, seed=13) as g, twin_engine(g.url, cell(4, version="0.5.23") + spec(3, 2, 4) + FAST + ["--twin-seed", "5"], env={"SGLANG_RECORD_STEP_TIME": ""}) as e:
+    with (
+        twin_gpu(time_scale=50.0, seed=13) as g,
+        twin_engine(
+            g.url,
+            cell(4, version="0.5.23") + spec(3, 2, 4) + FAST + ["--twin-seed", "5"],
+            env={"SGLANG_RECORD_STEP_TIME": ""},
+        ) as e,
+    ):
         yield e
 
 
@@ -86,8 +129,16 @@ def test_generate_052(e052):
 
 def test_generate_0523_and_schema(e0523):
     meta = gen(e0523.url, n=80).json()["meta_info"]
-    for k in ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct",
-              "spec_correct_drafts_histogram", "reasoning_tokens", "num_retractions"):
+    for k in (
+        "spec_accept_rate",
+        "spec_accept_length",
+        "spec_num_correct_drafts",
+        "spec_num_proposed_drafts",
+        "spec_verify_ct",
+        "spec_correct_drafts_histogram",
+        "reasoning_tokens",
+        "num_retractions",
+    ):
         assert k in meta, k
     assert meta["spec_accept_length"] == pytest.approx(80 / meta["spec_verify_ct"])
     assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
@@ -110,8 +161,15 @@ def test_052_lacks_new_endpoints(e052):
 
 def test_streaming_both_versions(e052, e0523):
     for eng, version in ((e052, "0.5.2"), (e0523, "0.5.23")):
-        chunks = sse(eng.url, "/generate", {"text": "Human: Tell me about the president of the USA in wikipedia style.\n\nAssistant:",
-                                             "stream": True, "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}})
+        chunks = sse(
+            eng.url,
+            "/generate",
+            {
+                "text": "Human: Tell me about the president of the USA in wikipedia style.\n\nAssistant:",
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True},
+            },
+        )
         assert chunks[-1] == "[DONE]"
         data = chunks[:-1]
         assert len(data) >= 3
@@ -131,23 +189,31 @@ def test_streaming_both_versions(e052, e0523):
 
 def test_concurrent_requests_batch(tmp_path):
     # a slower twin clock so that eight client threads (wall-clock overheads) start well within one request
-    with twin_gpu(time_scale=4.0, seed=3, log_dir=str(tmp_path)) as g, \
-            twin_engine(g.url, cell(8) + spec(3, 4, 8) + ["--twin-launch-scale", "0.02", "--twin-seed", "1"], log_dir=str(tmp_path)) as e:
+    with (
+        twin_gpu(time_scale=4.0, seed=3, log_dir=str(tmp_path)) as g,
+        twin_engine(
+            g.url, cell(8) + spec(3, 4, 8) + ["--twin-launch-scale", "0.02", "--twin-seed", "1"], log_dir=str(tmp_path)
+        ) as e,
+    ):
         barrier = threading.Barrier(8)
         client = httpx.Client(timeout=60.0)
 
         def one(i: int) -> dict:
             barrier.wait()
-            body = {"text": f"Human: Solve x^2 = -{i}. Think step-by-step.\n\nAssistant:",
-                    "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}}
+            body = {
+                "text": f"Human: Solve x^2 = -{i}. Think step-by-step.\n\nAssistant:",
+                "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True},
+            }
             return client.post(e.url + "/generate", json=body).json()
 
         with cf.ThreadPoolExecutor(8) as ex:
             results = list(ex.map(one, range(8)))
         lat = [r["meta_info"]["e2e_latency"] for r in results]
         assert all(r["meta_info"]["completion_tokens"] == 200 for r in results)
-        single = client.post(e.url + "/generate", json={"text": "alone", "sampling_params": {"max_new_tokens": 200, "temperature": 0,
-                                                                                               "ignore_eos": True}}).json()["meta_info"]["e2e_latency"]
+        single = client.post(
+            e.url + "/generate",
+            json={"text": "alone", "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}},
+        ).json()["meta_info"]["e2e_latency"]
         # eight at once take far less than eight one after another: they really share decode iterations
         assert max(lat) < 2.5 * single
         info = client.get(e.url + "/get_server_info").json()["internal_states"][0]
@@ -182,13 +248,37 @@ def test_server_info_counters_and_flush(gpu):
 def test_openai_routes_and_metrics(e052):
     models = httpx.get(e052.url + "/v1/models").json()
     assert "twin" in models["data"][0]["id"]
-    r = httpx.post(e052.url + "/v1/chat/completions", json={"model": "x", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 30}, timeout=30).json()
+    r = httpx.post(
+        e052.url + "/v1/chat/completions",
+        json={"model": "x", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 30},
+        timeout=30,
+    ).json()
     assert r["object"] == "chat.completion" and r["choices"][0]["message"]["content"]
-    assert r["usage"]["completion_tokens"] <= 30 and r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
-    r = httpx.post(e052.url + "/v1/completions", json={"model": "x", "prompt": "Once", "max_tokens": 12, "ignore_eos": True}, timeout=30).json()
-    assert r["object"] == "text_completion" and r["usage"]["completion_tokens"] == 12 and r["choices"][0]["finish_reason"] == "length"
-    chunks = sse(e052.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "ignore_eos": True,
-                                                     "stream": True, "stream_options": {"include_usage": True}})
+    assert (
+        r["usage"]["completion_tokens"] <= 30
+        and r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+    )
+    r = httpx.post(
+        e052.url + "/v1/completions",
+        json={"model": "x", "prompt": "Once", "max_tokens": 12, "ignore_eos": True},
+        timeout=30,
+    ).json()
+    assert (
+        r["object"] == "text_completion"
+        and r["usage"]["completion_tokens"] == 12
+        and r["choices"][0]["finish_reason"] == "length"
+    )
+    chunks = sse(
+        e052.url,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 20,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert chunks[-1] == "[DONE]" and chunks[-2]["usage"]["completion_tokens"] == 20
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-2]).strip()
     m = httpx.get(e052.url + "/metrics")
@@ -267,7 +357,9 @@ def test_fault_oom_http500_slow_health(gpu):
         r = gen(e.url, n=4)
         assert r.status_code == 500 and "http500" in r.json()["error"]["message"]
         assert httpx.post(e.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3}).status_code == 500
-    with twin_engine(gpu.url, cell(1) + FAST + ["--twin-fault", "slow-health"], env={"TWIN_SLOW_HEALTH_S": "0.6"}, timeout=60) as e:
+    with twin_engine(
+        gpu.url, cell(1) + FAST + ["--twin-fault", "slow-health"], env={"TWIN_SLOW_HEALTH_S": "0.6"}, timeout=60
+    ) as e:
         t = time.monotonic()
         assert httpx.get(e.url + "/health", timeout=5).status_code == 200
         assert time.monotonic() - t >= 0.55
@@ -276,7 +368,9 @@ def test_fault_oom_http500_slow_health(gpu):
 
 
 def test_fault_crash_and_runaway(gpu):
-    e = start_engine(gpu.url, cell(2) + spec(3, 4, 8) + FAST + ["--twin-fault", "crash"], env={"TWIN_CRASH_AFTER_ITERS": "30"})
+    e = start_engine(
+        gpu.url, cell(2) + spec(3, 4, 8) + FAST + ["--twin-fault", "crash"], env={"TWIN_CRASH_AFTER_ITERS": "30"}
+    )
     try:
         with pytest.raises(httpx.HTTPError):
             gen(e.url, n=500, timeout=20)

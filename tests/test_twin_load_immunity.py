@@ -15,16 +15,34 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from _twin_helpers import twin_engine, twin_gpu
-from harness.world.bench import closed_loop_headers
+
 from harness.twin.model import CLIENT_TURNAROUND_MS
+from harness.world.bench import closed_loop_headers
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE_ARGS = ["--model-path", "unsloth/Llama-3.2-1B-Instruct", "--dtype", "float16", "--speculative-algorithm", "EAGLE3",
-               "--speculative-draft-model-path", "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct",
-               "--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
-               "--cuda-graph-max-bs", "1", "--max-running-requests", "1", "--twin-launch-scale", "0.1"]
+ENGINE_ARGS = [
+    "--model-path",
+    "unsloth/Llama-3.2-1B-Instruct",
+    "--dtype",
+    "float16",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--cuda-graph-max-bs",
+    "1",
+    "--max-running-requests",
+    "1",
+    "--twin-launch-scale",
+    "0.1",
+]
 
 
 def _benchmark():
@@ -40,9 +58,15 @@ def test_device_applies_posted_events_at_their_instants():
         now = gpu.get("/v1/clock").json()["device_ns"]
         t0 = now + 75_000_000_000  # 75 twin s = 1.5 s of wall time ahead: room for a slow host to deliver the post
         t1 = t0 + 10_000_000_000
-        r = gpu.post("/v1/engines/e1/activity", json={"events": [
-            {"at_ns": t0, "busy": True, "dynamic_power_w": 40.0, "util": 1.0},
-            {"at_ns": t1, "busy": False, "dynamic_power_w": 0.0, "util": 0.0}]})
+        r = gpu.post(
+            "/v1/engines/e1/activity",
+            json={
+                "events": [
+                    {"at_ns": t0, "busy": True, "dynamic_power_w": 40.0, "util": 1.0},
+                    {"at_ns": t1, "busy": False, "dynamic_power_w": 0.0, "util": 0.0},
+                ]
+            },
+        )
         assert r.status_code == 200 and r.json()["thermal_factor"] == 1.0 and r.json()["device_ns"] < t0
         clock = gpu.get("/v1/clock").json()
         anchor, scale = clock["anchor_wall_ns"], clock["time_scale"]
@@ -60,15 +84,20 @@ def test_device_applies_posted_events_at_their_instants():
         state = gpu.get("/v1/state").json()
         assert state["late_events"] == 0
         # an event in the device's past is applied now and counted as late (never rewrites what was read)
-        gpu.post("/v1/engines/e1/activity", json={"at_ns": state["device_ns"] - 10**9, "busy": True, "dynamic_power_w": 5.0})
+        gpu.post(
+            "/v1/engines/e1/activity", json={"at_ns": state["device_ns"] - 10**9, "busy": True, "dynamic_power_w": 5.0}
+        )
         assert gpu.get("/v1/state").json()["late_events"] == 1
         bad = gpu.post("/v1/engines/e1/activity", json={"events": [{"at_ns": "soon"}]})
         assert bad.status_code == 400 and "at_ns" in bad.json()["error"]["message"]
 
 
 def _generate(url: str, rid: str, headers: dict | None) -> dict:
-    body = {"text": "Write a python function that parses JSON.", "rid": rid,
-            "sampling_params": {"max_new_tokens": 512, "temperature": 0, "ignore_eos": True}}
+    body = {
+        "text": "Write a python function that parses JSON.",
+        "rid": rid,
+        "sampling_params": {"max_new_tokens": 512, "temperature": 0, "ignore_eos": True},
+    }
     r = httpx.post(url + "/generate", json=body, headers=headers or {}, timeout=30.0)
     assert r.status_code == 200, r.text
     return r.json()["meta_info"]
@@ -88,8 +117,9 @@ def test_closed_loop_receipt_excludes_host_delay():
         time.sleep(0.15)
         plain_b = _generate(eng.url, "p-1", None)
         assert plain_b["twin_received_ns"] - plain_a["twin_finish_ns"] > 2.9e9
-        bad = httpx.post(eng.url + "/generate", json={"text": "x"}, headers={"X-Twin-Loop": "s two 1", "X-Twin-Seq": "0"},
-                         timeout=10)
+        bad = httpx.post(
+            eng.url + "/generate", json={"text": "x"}, headers={"X-Twin-Loop": "s two 1", "X-Twin-Seq": "0"}, timeout=10
+        )
         assert bad.status_code == 400 and "X-Twin-Loop" in bad.json()["error"]["message"]
         bad = httpx.post(eng.url + "/generate", json={"text": "x"}, headers={"X-Twin-Loop": "s 2 1"}, timeout=10)
         assert bad.status_code == 400 and "X-Twin-Seq" in bad.json()["error"]["message"]
@@ -101,8 +131,18 @@ def test_seeded_sweep_rows_equal_idle_and_under_3x_oversubscription(tmp_path):
     bench = _benchmark()
     # scale 10 and 256 tokens: a bs-1 request lasts ~170 ms of wall time, longer than a host round trip even under
     # this load, so the engine's lead grows instead of draining (docs/twin.md, "Load immunity": the lead is a budget)
-    args = type("Args", (), {"configs": "3:4:8", "batch_sizes": "1,4", "time_scale": 10.0, "output_tokens": 256,
-                             "seed": 3, "launch_scale": 0.1})()
+    args = type(
+        "Args",
+        (),
+        {
+            "configs": "3:4:8",
+            "batch_sizes": "1,4",
+            "time_scale": 10.0,
+            "output_tokens": 256,
+            "seed": 3,
+            "launch_scale": 0.1,
+        },
+    )()
     bench.run_sweep(tmp_path / "idle", args)
     load = bench.start_load(3)
     try:

@@ -16,17 +16,39 @@ import time
 
 import httpx
 import pytest
-
 from _twin_helpers import twin_engine, twin_gpu
+
 from harness.core.clocks import wall_ns
 from harness.twin.fit.calibrate import PROMPTS_PATH
 from harness.twin.model import base_power_w, percentile
 from harness.twin.profile import load_profile
 
-ARGS = ["--model-path", "unsloth/Llama-3.2-1B-Instruct", "--dtype", "float16", "--mem-fraction-static", "0.65",
-        "--cuda-graph-max-bs", "4", "--max-running-requests", "4", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "d", "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8", "--twin-seed", "3", "--twin-launch-scale", "0.02"]
+ARGS = [
+    "--model-path",
+    "unsloth/Llama-3.2-1B-Instruct",
+    "--dtype",
+    "float16",
+    "--mem-fraction-static",
+    "0.65",
+    "--cuda-graph-max-bs",
+    "4",
+    "--max-running-requests",
+    "4",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--twin-seed",
+    "3",
+    "--twin-launch-scale",
+    "0.02",
+]
 
 
 def measure_cell(scale: float, tmp_path) -> dict:
@@ -39,7 +61,10 @@ def measure_cell(scale: float, tmp_path) -> dict:
         barrier = threading.Barrier(4)
 
         def one(i: int) -> dict:
-            body = {"text": prompts[i % 4], "sampling_params": {"max_new_tokens": 320, "temperature": 0, "ignore_eos": True}}
+            body = {
+                "text": prompts[i % 4],
+                "sampling_params": {"max_new_tokens": 320, "temperature": 0, "ignore_eos": True},
+            }
             barrier.wait()
             return client.post(e.url + "/generate", json=body).json()["meta_info"]
 

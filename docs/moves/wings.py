@@ -97,18 +97,18 @@ MOVES: dict[str, str] = {
 
 NEW_PACKAGES = {
     "harness/core": "The house's plumbing: errors, optional extras, clocks, JSONL, the HTTP layer, Prometheus text, "
-                    "stop flags and command-line options derived from a pydantic model. Imports nothing above it.",
+    "stop flags and command-line options derived from a pydantic model. Imports nothing above it.",
     "harness/gpu": "One GPU abstraction (control side): NVML control calls, the power cap and locked SM clock as "
-                   "sweep dimensions, the setting applied per pass, and NVML's clock-event reason bits.",
+    "sweep dimensions, the setting applied per pass, and NVML's clock-event reason bits.",
     "harness/runs": "What a run is: the options it is planned with, its cells, its manifest, its rows (native and "
-                    "published layouts), the measurement fields of a row, its folder and the folder's writer lock.",
+    "published layouts), the measurement fields of a row, its folder and the folder's writer lock.",
     "harness/world": "What a run measures with: a GPU (real or twin), a sampler, a launcher and the world's clock; "
-                     "its health; the synthetic workload of one cell (the bench).",
+    "its health; the synthetic workload of one cell (the bench).",
     "harness/twin/device": "The twin GPU device: state, history, board settings and its HTTP contract.",
     "harness/twin/engine": "The twin engine: an sglang- or vLLM-compatible server on the twin clock.",
     "harness/twin/fit": "Fitting twin profiles: to the published measurements and to a run folder's own rows.",
     "harness/sweep": "Doing a sweep: checks, the runner, one session, the console, the CLI; the active strategy and "
-                     "the executors (local, Ray).",
+    "the executors (local, Ray).",
     "harness/report": "Reports: sweep tables per batch size, the energy band, passes, figures and the HTML page.",
 }
 
@@ -178,13 +178,19 @@ def _rewrite(renames: dict[str, str]) -> int:
 
 # paths computed from a moved file's own place: one folder deeper now
 DEPTH_FIXES = {
-    "harness/runs/manifest.py": ("Path(__file__).resolve().parent.parent",
-                                 "Path(__file__).resolve().parents[2]  # the checkout holding harness/"),
-    "harness/twin/fit/calibrate.py": ('Path(__file__).resolve().parents[1] / "data"',
-                                      'Path(__file__).resolve().parents[2] / "data"  # harness/data'),
+    "harness/runs/manifest.py": (
+        "Path(__file__).resolve().parent.parent",
+        "Path(__file__).resolve().parents[2]  # the checkout holding harness/",
+    ),
+    "harness/twin/fit/calibrate.py": (
+        'Path(__file__).resolve().parents[1] / "data"',
+        'Path(__file__).resolve().parents[2] / "data"  # harness/data',
+    ),
 }
 
-FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from (?P<pkg>harness[\w.]*) import (?P<names>[\w ,]+?)(?P<tail>[ \t]*(#.*)?)$", re.M)
+FROM_IMPORT = re.compile(
+    r"^(?P<indent>[ \t]*)from (?P<pkg>harness[\w.]*) import (?P<names>[\w ,]+?)(?P<tail>[ \t]*(#.*)?)$", re.M
+)
 
 
 def _rewrite_from_imports(old_modules: dict[str, str]) -> int:

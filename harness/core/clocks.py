@@ -81,7 +81,11 @@ class ScaledClock:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScaledClock":
-        return cls(scale=float(d["time_scale"]), anchor_wall_ns=int(d["anchor_wall_ns"]), anchor_mono_ns=int(d["anchor_mono_ns"]))
+        return cls(
+            scale=float(d["time_scale"]),
+            anchor_wall_ns=int(d["anchor_wall_ns"]),
+            anchor_mono_ns=int(d["anchor_mono_ns"]),
+        )
 
 
 WALL_CLOCK = ScaledClock(scale=1.0, anchor_wall_ns=0, anchor_mono_ns=0)

@@ -26,9 +26,12 @@ DIST = "eagle-energy-harness"
 
 # top-level module -> the extra that installs it
 EXTRA_OF: dict[str, str] = {
-    "torch": "policies", "sklearn": "policies", "joblib": "policies",
+    "torch": "policies",
+    "sklearn": "policies",
+    "joblib": "policies",
     "matplotlib": "report",
-    "pyarrow": "export", "datasets": "export",
+    "pyarrow": "export",
+    "datasets": "export",
     "ray": "ray",
 }
 
@@ -49,8 +52,9 @@ def dependency_error(exc: ModuleNotFoundError, purpose: str | None = None) -> Mi
         return None
     module = (exc.name or "").split(".")[0]
     what = f"{purpose} needs" if purpose else "this command needs"
-    return MissingDependencyError(f"{what} {module}, which is not installed (it comes with the [{extra}] extra)",
-                                  fix=install_hint(extra))
+    return MissingDependencyError(
+        f"{what} {module}, which is not installed (it comes with the [{extra}] extra)", fix=install_hint(extra)
+    )
 
 
 @contextmanager

@@ -67,8 +67,9 @@ class Request:
 class Response:
     """A complete answer: a JSON ``body``, or ``text`` (with its content type)."""
 
-    def __init__(self, status: int = 200, body: Any = None, *, text: str | None = None,
-                 content_type: str | None = None) -> None:
+    def __init__(
+        self, status: int = 200, body: Any = None, *, text: str | None = None, content_type: str | None = None
+    ) -> None:
         self.status = status
         self.body = body
         self.text = text
@@ -234,11 +235,13 @@ class Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(host: str, port: int, router: Router, server_header: str = "harness",
-                dumps: Callable[[Any], bytes] = _dumps) -> Server:
+def make_server(
+    host: str, port: int, router: Router, server_header: str = "harness", dumps: Callable[[Any], bytes] = _dumps
+) -> Server:
     """Bind ``router`` on host:port (0 = any free port: ``server.server_address[1]``); OSError if it cannot bind."""
-    handler = type("Handler", (JsonHandler,), {"router": router, "server_header": server_header,
-                                               "dumps": staticmethod(dumps)})
+    handler = type(
+        "Handler", (JsonHandler,), {"router": router, "server_header": server_header, "dumps": staticmethod(dumps)}
+    )
     return Server((host, port), handler)
 
 

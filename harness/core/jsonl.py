@@ -22,8 +22,10 @@ def write_error(path: Path, exc: OSError, fix: str = "choose a writable output f
     import errno
 
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OutputError(f"cannot write {path}: no space left on the device (nothing written is lost)",
-                           fix=f"{DISK_FULL_FIX} (for a sweep: harness sweep --resume RUN_DIR)")
+        return OutputError(
+            f"cannot write {path}: no space left on the device (nothing written is lost)",
+            fix=f"{DISK_FULL_FIX} (for a sweep: harness sweep --resume RUN_DIR)",
+        )
     return OutputError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
 
 
@@ -35,7 +37,9 @@ def read_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> list[dict[s
 def iter_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> Iterator[dict[str, Any]]:
     p = Path(path)
     if not p.exists():
-        raise MissingFileError(f"file not found: {p}", fix="check the path (a run folder holds rows.jsonl and dataset.jsonl)")
+        raise MissingFileError(
+            f"file not found: {p}", fix="check the path (a run folder holds rows.jsonl and dataset.jsonl)"
+        )
     data = p.read_bytes()
     lines = data.split(b"\n")
     torn_tail = not data.endswith(b"\n") and data != b""
@@ -59,7 +63,10 @@ def iter_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> Iterator[di
                 fix="repair or remove that line; a run folder can be resumed with --resume",
             ) from None
         if not isinstance(rec, dict):
-            raise DataError(f"{p}:{i}: expected a JSON object per line, got {type(rec).__name__}", fix="each line must be one JSON object")
+            raise DataError(
+                f"{p}:{i}: expected a JSON object per line, got {type(rec).__name__}",
+                fix="each line must be one JSON object",
+            )
         yield rec
 
 
@@ -100,7 +107,9 @@ class JsonlAppender:
             repair_torn_tail(self.path)
             self._f = open(self.path, "ab")
         except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc.strerror}", fix="choose a writable --out folder") from None
+            raise OutputError(
+                f"cannot write {self.path}: {exc.strerror}", fix="choose a writable --out folder"
+            ) from None
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one line; a failed write (full disk) is cut back off, so the file never keeps a torn line."""
@@ -168,6 +177,8 @@ def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
     try:
         text = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
     except ValueError as exc:
-        raise DataError(f"cannot write {path}: {exc} (NaN or infinity in a record)",
-                        fix="find the row with harness dataset validate and fix or drop it") from None
+        raise DataError(
+            f"cannot write {path}: {exc} (NaN or infinity in a record)",
+            fix="find the row with harness dataset validate and fix or drop it",
+        ) from None
     _write_atomic(path, text)

@@ -88,10 +88,16 @@ def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> li
             py = Optional[str if f.parse else _scalar(info.annotation)]
             default = None
         decls = [f.flag or "--" + name.replace("_", "-")]
-        option = typer.Option(*decls, help=info.description, rich_help_panel=f.panel, show_default=_shown_default(info, f),
-                              metavar="|".join(map(str, choices)) if choices else None)
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=Annotated[py, option]))
+        option = typer.Option(
+            *decls,
+            help=info.description,
+            rich_help_panel=f.panel,
+            show_default=_shown_default(info, f),
+            metavar="|".join(map(str, choices)) if choices else None,
+        )
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[py, option])
+        )
     return params
 
 
@@ -109,7 +115,10 @@ def given_on_command_line(ctx: Any, values: dict[str, Any], model: type[BaseMode
     out: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         source = ctx.get_parameter_source(name) if name in values else None
-        if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT"):  # typer's vendored click has its own enum
+        if getattr(source, "name", None) not in (
+            "COMMANDLINE",
+            "ENVIRONMENT",
+        ):  # typer's vendored click has its own enum
             continue
         f = flag_of(info)
         raw = values[name]
@@ -122,29 +131,39 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UsageError(f"--config {path}: cannot read it ({exc.strerror})", fix="pass an existing YAML or JSON file") from None
+        raise UsageError(
+            f"--config {path}: cannot read it ({exc.strerror})", fix="pass an existing YAML or JSON file"
+        ) from None
     import yaml
 
     try:  # YAML 1.2 is a superset of JSON: one parser reads both
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UsageError(f"--config {path}: not valid YAML or JSON ({exc})",
-                         fix="fix the file (harness sweep --print-config writes a valid one)") from None
+        raise UsageError(
+            f"--config {path}: not valid YAML or JSON ({exc})",
+            fix="fix the file (harness sweep --print-config writes a valid one)",
+        ) from None
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise UsageError(f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}",
-                         fix="write one option per line, e.g. repeats: 3")
+        raise UsageError(
+            f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}",
+            fix="write one option per line, e.g. repeats: 3",
+        )
     unknown = sorted(set(data) - set(model.model_fields))
     if unknown:
-        raise UsageError(f"--config {path}: unknown option(s) {', '.join(map(repr, unknown))}",
-                         fix="use the names --print-config writes: " + ", ".join(model.model_fields))
+        raise UsageError(
+            f"--config {path}: unknown option(s) {', '.join(map(repr, unknown))}",
+            fix="use the names --print-config writes: " + ", ".join(model.model_fields),
+        )
     try:
         model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"--config {path}: {key}: {err['msg']} (got {err.get('input')!r})",
-                         fix="fix that key (harness sweep --print-config shows valid values)") from None
+        raise UsageError(
+            f"--config {path}: {key}: {err['msg']} (got {err.get('input')!r})",
+            fix="fix that key (harness sweep --print-config shows valid values)",
+        ) from None
     return data
 
 
@@ -159,8 +178,9 @@ def build(model: type[BaseModel], values: dict[str, Any]) -> Any:
         flag = flag_name(name, info) if info is not None else "an option"
         choices = _choices(info.annotation) if info is not None else None
         if choices:
-            raise UsageError(f"unknown {flag} {err.get('input')!r}",
-                             fix=f"use {flag} " + " or ".join(map(str, choices))) from None
+            raise UsageError(
+                f"unknown {flag} {err.get('input')!r}", fix=f"use {flag} " + " or ".join(map(str, choices))
+            ) from None
         raise UsageError(f"{flag}: {err['msg']} (got {err.get('input')!r})", fix=f"see --help for {flag}") from None
 
 

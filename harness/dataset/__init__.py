@@ -11,19 +11,72 @@ One module per concern: ``source`` (which file, which layout, per-row facts), ``
 from harness.dataset.compare import METRICS, CellDiff, CompareResult, RankAgreement, compare, pooled_cv
 from harness.dataset.engines import EngineSide, engine_label, engine_sides
 from harness.dataset.export import ExportFormat, export, to_arrow
-from harness.dataset.loader import CONSUMER_SOFT_CODES, WINDOW_RULE_HELP, Loaded, WindowRule, load, load_many
-from harness.dataset.loader import print_notes
+from harness.dataset.loader import (
+    CONSUMER_SOFT_CODES,
+    WINDOW_RULE_HELP,
+    Loaded,
+    WindowRule,
+    load,
+    load_many,
+    print_notes,
+)
 from harness.dataset.merge import MergeResult, merge, write_rows
-from harness.dataset.source import PILOT_ROWS, PILOT_SOURCES, Layout, config_problem, detect_layout, invalid_window
-from harness.dataset.source import resolve_input
-from harness.dataset.validate import Inspection, Issue, Plan, ValidationReport, check_rows, inspect, is_pilot
-from harness.dataset.validate import validate_file
+from harness.dataset.source import (
+    PILOT_ROWS,
+    PILOT_SOURCES,
+    Layout,
+    config_problem,
+    detect_layout,
+    invalid_window,
+    resolve_input,
+)
+from harness.dataset.validate import (
+    Inspection,
+    Issue,
+    Plan,
+    ValidationReport,
+    check_rows,
+    inspect,
+    is_pilot,
+    validate_file,
+)
 
 __all__ = [
-    "EngineSide", "engine_label", "engine_sides",
-    "CONSUMER_SOFT_CODES", "METRICS", "PILOT_ROWS", "PILOT_SOURCES", "WINDOW_RULE_HELP", "CellDiff", "CompareResult",
-    "ExportFormat", "Inspection", "Issue", "Layout", "Loaded", "MergeResult", "Plan", "RankAgreement", "ValidationReport",
-    "WindowRule", "check_rows", "compare", "config_problem", "detect_layout", "export", "inspect", "invalid_window",
-    "is_pilot", "load", "load_many", "merge", "pooled_cv", "print_notes", "resolve_input", "to_arrow", "validate_file",
+    "EngineSide",
+    "engine_label",
+    "engine_sides",
+    "CONSUMER_SOFT_CODES",
+    "METRICS",
+    "PILOT_ROWS",
+    "PILOT_SOURCES",
+    "WINDOW_RULE_HELP",
+    "CellDiff",
+    "CompareResult",
+    "ExportFormat",
+    "Inspection",
+    "Issue",
+    "Layout",
+    "Loaded",
+    "MergeResult",
+    "Plan",
+    "RankAgreement",
+    "ValidationReport",
+    "WindowRule",
+    "check_rows",
+    "compare",
+    "config_problem",
+    "detect_layout",
+    "export",
+    "inspect",
+    "invalid_window",
+    "is_pilot",
+    "load",
+    "load_many",
+    "merge",
+    "pooled_cv",
+    "print_notes",
+    "resolve_input",
+    "to_arrow",
+    "validate_file",
     "write_rows",
 ]

@@ -9,8 +9,8 @@ from typing import Sequence
 
 from pydantic import BaseModel
 
-from harness.dataset.validate import is_pilot
 from harness.core.errors import UsageError
+from harness.dataset.validate import is_pilot
 from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import SweepRow
 
@@ -150,15 +150,28 @@ def compare(
             band = max(min_band, k * math.sqrt(cva**2 / len(xa) + cvb**2 / len(xb)))
             rel = (mb - ma) / abs(ma)
             cells.append(
-                CellDiff(batch_size=bs, config=cfg.as_tuple(), metric=m, a_mean=ma, b_mean=mb, a_n=len(xa), b_n=len(xb),
-                         rel_diff=rel, band=band, within=abs(rel) <= band)
+                CellDiff(
+                    batch_size=bs,
+                    config=cfg.as_tuple(),
+                    metric=m,
+                    a_mean=ma,
+                    b_mean=mb,
+                    a_n=len(xa),
+                    b_n=len(xb),
+                    rel_diff=rel,
+                    band=band,
+                    within=abs(rel) <= band,
+                )
             )
     ranks: list[RankAgreement] = []
     for bs in sorted({c[0] for c in common}):
         cfgs = [c for (b, c) in common if b == bs]
         for m, higher_better in (("speed_tok_s", True), ("joules_per_token", False)):
-            pairs = [(c, statistics.fmean(ca[(bs, c)][m]), statistics.fmean(cb[(bs, c)][m])) for c in cfgs
-                     if ca[(bs, c)].get(m) and cb[(bs, c)].get(m)]
+            pairs = [
+                (c, statistics.fmean(ca[(bs, c)][m]), statistics.fmean(cb[(bs, c)][m]))
+                for c in cfgs
+                if ca[(bs, c)].get(m) and cb[(bs, c)].get(m)
+            ]
             if len(pairs) < 2:
                 continue
             va, vb = [p[1] for p in pairs], [p[2] for p in pairs]
@@ -173,12 +186,31 @@ def compare(
                 rho = tau = 1.0 if same else -1.0
             spearman = None if math.isnan(rho) else rho
             kendall = None if math.isnan(tau) else tau
-            ranks.append(RankAgreement(batch_size=bs, metric=m, n_configs=len(pairs), spearman=spearman, kendall=kendall,
-                                       top_a=top_a, top_b=top_b, agrees=kendall is not None and kendall >= min_tau))
+            ranks.append(
+                RankAgreement(
+                    batch_size=bs,
+                    metric=m,
+                    n_configs=len(pairs),
+                    spearman=spearman,
+                    kendall=kendall,
+                    top_a=top_a,
+                    top_b=top_b,
+                    agrees=kendall is not None and kendall >= min_tau,
+                )
+            )
     within = sum(1 for c in cells if c.within)
     return CompareResult(
-        a=a_name, b=b_name, k=k, min_band=min_band, noise_cv=noise, noise_source=source, cells=cells, ranks=ranks,
+        a=a_name,
+        b=b_name,
+        k=k,
+        min_band=min_band,
+        noise_cv=noise,
+        noise_source=source,
+        cells=cells,
+        ranks=ranks,
         only_a=[_cell_label(c) for c in sorted(set(ca) - set(cb), key=lambda c: (c[0], c[1].as_tuple()))],
         only_b=[_cell_label(c) for c in sorted(set(cb) - set(ca), key=lambda c: (c[0], c[1].as_tuple()))],
-        cell_agreement=(within / len(cells)) if cells else 0.0, min_cell_agreement=min_cell_agreement, min_tau=min_tau,
+        cell_agreement=(within / len(cells)) if cells else 0.0,
+        min_cell_agreement=min_cell_agreement,
+        min_tau=min_tau,
     )

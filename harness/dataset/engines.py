@@ -75,9 +75,19 @@ def engine_sides(datasets: Sequence[tuple[str, Sequence[SweepRow]]]) -> list[Eng
             with_s = [c for c, (s, _) in means.items() if s is not None]
             recipe = min(with_j, key=lambda c: means[c][1] or 0.0) if with_j else None
             fastest = max(with_s, key=lambda c: means[c][0] or 0.0) if with_s else None
-            out.append(EngineSide(
-                dataset=name, engine=engine_label([r for r in rows if r.batch_size == bs]), batch_size=bs,
-                configs=len(means), baseline_tok_s=base[0], baseline_j_per_token=base[1], recipe=recipe,
-                recipe_tok_s=means[recipe][0] if recipe else None, recipe_j_per_token=means[recipe][1] if recipe else None,
-                fastest=fastest, fastest_tok_s=means[fastest][0] if fastest else None))
+            out.append(
+                EngineSide(
+                    dataset=name,
+                    engine=engine_label([r for r in rows if r.batch_size == bs]),
+                    batch_size=bs,
+                    configs=len(means),
+                    baseline_tok_s=base[0],
+                    baseline_j_per_token=base[1],
+                    recipe=recipe,
+                    recipe_tok_s=means[recipe][0] if recipe else None,
+                    recipe_j_per_token=means[recipe][1] if recipe else None,
+                    fastest=fastest,
+                    fastest_tok_s=means[fastest][0] if fastest else None,
+                )
+            )
     return out

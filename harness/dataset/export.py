@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from harness.dataset.merge import write_rows
 from harness.core.errors import OutputError, UsageError
 from harness.core.extras import needs
+from harness.dataset.merge import write_rows
 from harness.runs.rows import NATIVE_KEYS, PUBLISHED_KEYS, SweepRow, to_native, to_published
 
 ExportFormat = Literal["hf", "parquet", "jsonl"]
@@ -19,13 +19,46 @@ ExportFormat = Literal["hf", "parquet", "jsonl"]
 def _arrow_schema(columns: Sequence[str]) -> Any:
     import pyarrow as pa
 
-    ints = {"index", "repeat", "batch_size", "steps", "topk", "num_draft_tokens", "total_output_tokens", "row_schema",
-            "attempt", "recorded_wall_ns", "window_start_ns", "window_end_ns", "window_sample_count",
-            "window_clock_event_reasons_or", "clock_event_reasons", "n_requests", "pilot_server_batch_size"}
+    ints = {
+        "index",
+        "repeat",
+        "batch_size",
+        "steps",
+        "topk",
+        "num_draft_tokens",
+        "total_output_tokens",
+        "row_schema",
+        "attempt",
+        "recorded_wall_ns",
+        "window_start_ns",
+        "window_end_ns",
+        "window_sample_count",
+        "window_clock_event_reasons_or",
+        "clock_event_reasons",
+        "n_requests",
+        "pilot_server_batch_size",
+    }
     bools = {"is_baseline", "gpu_throttling", "window_valid", "gpu_throttling_power_thermal", "pilot_success"}
-    strings = {"hardware", "error", "speed_source", "run_id", "cell_id", "energy_source", "accept_length_source",
-               "gpu_name", "gpu_uuid", "sglang_version", "attention_backend", "pilot_suite", "pilot_task", "pilot_config_name",
-               "engine", "extras", "energy_window", "window_energy"}
+    strings = {
+        "hardware",
+        "error",
+        "speed_source",
+        "run_id",
+        "cell_id",
+        "energy_source",
+        "accept_length_source",
+        "gpu_name",
+        "gpu_uuid",
+        "sglang_version",
+        "attention_backend",
+        "pilot_suite",
+        "pilot_task",
+        "pilot_config_name",
+        "engine",
+        "extras",
+        "energy_window",
+        "window_energy",
+    }
     fields = []
     for c in columns:
         if c in ints:
@@ -60,8 +93,15 @@ def to_arrow(rows: Sequence[SweepRow], *, native: bool = False) -> Any:
     return pa.Table.from_pydict(data, schema=_arrow_schema(columns))
 
 
-def export(rows: Sequence[SweepRow], fmt: ExportFormat, out_dir: str | Path, *, native: bool = False,
-           name: str = "eagle3_energy_sweep", force: bool = False) -> Path:
+def export(
+    rows: Sequence[SweepRow],
+    fmt: ExportFormat,
+    out_dir: str | Path,
+    *,
+    native: bool = False,
+    name: str = "eagle3_energy_sweep",
+    force: bool = False,
+) -> Path:
     """Export to ``out_dir``: ``hf`` (a folder ``datasets.load_from_disk`` opens), ``parquet`` or ``jsonl`` file.
 
     Written to a temporary sibling folder and renamed into place, so a failure leaves nothing behind. An existing

@@ -8,21 +8,33 @@ from typing import Iterable, Literal
 
 from pydantic import Field
 
+from harness.core.errors import DataError, UsageError
 from harness.dataset.source import Layout, ReadRows, invalid_window, window_summary
 from harness.dataset.validate import inspect
-from harness.core.errors import DataError, UsageError
 from harness.runs.rows import SweepRow
 
 WindowRule = Literal["exclude", "keep", "fail"]
 """What consumers do with successful rows whose measurement window is invalid (``window_valid`` false)."""
 
-WINDOW_RULE_HELP = "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+WINDOW_RULE_HELP = (
+    "successful rows whose measurement window is invalid: exclude (default), keep (use as measured) or fail"
+)
 """The ``--invalid-windows`` help and fix hint (one text for every consumer command)."""
 
-CONSUMER_SOFT_CODES = frozenset({
-    "config_missing", "batch_size_missing", "index_gap", "baseline_missing", "baseline_failed", "unplanned_missing",
-    "dataset_missing", "dataset_mismatch", "dataset_unreadable", "manifest",
-})
+CONSUMER_SOFT_CODES = frozenset(
+    {
+        "config_missing",
+        "batch_size_missing",
+        "index_gap",
+        "baseline_missing",
+        "baseline_failed",
+        "unplanned_missing",
+        "dataset_missing",
+        "dataset_mismatch",
+        "dataset_unreadable",
+        "manifest",
+    }
+)
 """Validation errors a consumer may proceed past (as warnings): an unfinished run, a stale derived dataset.jsonl, an
 unreadable manifest. Every other validation error (schema, non-finite numbers, key order, duplicate cells, index
 conflicts, invalid configs) stops every consumer."""
@@ -44,11 +56,15 @@ class Loaded(ReadRows):
         """One line per thing a consumer should tell the user (exclusions, kept invalid windows, warnings)."""
         out = [f"{w}" for w in self.warnings]
         if self.excluded:
-            out.append(f"{len(self.excluded)} rows with an invalid measurement window excluded ({window_summary(self.excluded)}); "
-                       "--invalid-windows keep uses them")
+            out.append(
+                f"{len(self.excluded)} rows with an invalid measurement window excluded ({window_summary(self.excluded)}); "
+                "--invalid-windows keep uses them"
+            )
         if self.flagged:
-            out.append(f"{len(self.flagged)} rows with an invalid measurement window kept by --invalid-windows keep "
-                       f"({window_summary(self.flagged)})")
+            out.append(
+                f"{len(self.flagged)} rows with an invalid measurement window kept by --invalid-windows keep "
+                f"({window_summary(self.flagged)})"
+            )
         return out
 
 
@@ -78,20 +94,37 @@ def load(path: str | Path, *, published_only: bool = False, windows: WindowRule 
     if fatal:
         listed = "; ".join(f"{i.code}{f' at {i.where}' if i.where else ''}: {i.message}" for i in fatal[:4])
         more = f" (+{len(fatal) - 4} more)" if len(fatal) > 4 else ""
-        raise DataError(f"{insp.path} cannot be used: {listed}{more}",
-                        fix=f"harness dataset validate {path} lists every problem; fix or remove those rows")
-    warnings = [f"{i.code}: {i.message}" + (f" ({i.where})" if i.where else "")
-                for i in report.errors if i.code in CONSUMER_SOFT_CODES][:5]
+        raise DataError(
+            f"{insp.path} cannot be used: {listed}{more}",
+            fix=f"harness dataset validate {path} lists every problem; fix or remove those rows",
+        )
+    warnings = [
+        f"{i.code}: {i.message}" + (f" ({i.where})" if i.where else "")
+        for i in report.errors
+        if i.code in CONSUMER_SOFT_CODES
+    ][:5]
     bad = [r for r in insp.rows if invalid_window(r)]
     if bad and windows == "fail":
-        raise DataError(f"{insp.path}: {len(bad)} rows have an invalid measurement window ({window_summary(bad)})",
-                        fix="--invalid-windows exclude leaves them out, --invalid-windows keep uses them as measured")
+        raise DataError(
+            f"{insp.path}: {len(bad)} rows have an invalid measurement window ({window_summary(bad)})",
+            fix="--invalid-windows exclude leaves them out, --invalid-windows keep uses them as measured",
+        )
     rows = [r for r in insp.rows if not (windows == "exclude" and invalid_window(r))]
-    return Loaded(path=insp.path, layout=report.layout, records=insp.records, all_rows=insp.all_rows, rows=rows,
-                  excluded=bad if windows == "exclude" else [], flagged=bad if windows == "keep" else [], warnings=warnings)
+    return Loaded(
+        path=insp.path,
+        layout=report.layout,
+        records=insp.records,
+        all_rows=insp.all_rows,
+        rows=rows,
+        excluded=bad if windows == "exclude" else [],
+        flagged=bad if windows == "keep" else [],
+        warnings=warnings,
+    )
 
 
-def load_many(paths: Iterable[str | Path], *, published_only: bool = False, windows: WindowRule = "exclude") -> list[SweepRow]:
+def load_many(
+    paths: Iterable[str | Path], *, published_only: bool = False, windows: WindowRule = "exclude"
+) -> list[SweepRow]:
     out: list[SweepRow] = []
     for p in paths:
         loaded = load(p, published_only=published_only, windows=windows)

@@ -7,9 +7,9 @@ from typing import Sequence
 
 from pydantic import BaseModel, Field
 
-from harness.dataset.validate import is_pilot
 from harness.core.errors import DataError
 from harness.core.jsonl import write_jsonl_atomic
+from harness.dataset.validate import is_pilot
 from harness.runs.rows import SweepRow, to_native, to_published
 
 
@@ -43,7 +43,9 @@ def merge(
     by_index: dict[int, int] = {}
     for pos, r in enumerate(grid):
         if r.index in by_index:
-            raise DataError(f"grid rows share index {r.index}", fix="validate the grid file first (harness dataset validate)")
+            raise DataError(
+                f"grid rows share index {r.index}", fix="validate the grid file first (harness dataset validate)"
+            )
         by_index[r.index] = pos
     if sorted(by_index) != list(range(len(grid))):
         raise DataError(
@@ -58,7 +60,10 @@ def merge(
             raise DataError(f"retry input holds a pilot row (index {r.index})", fix="pass pilot rows with --pilots")
         slot = by_index.get(r.index)
         if slot is None:
-            raise DataError(f"retry row index {r.index} is not in the grid (0..{len(grid) - 1})", fix="a retry row keeps the index of the row it replaces")
+            raise DataError(
+                f"retry row index {r.index} is not in the grid (0..{len(grid) - 1})",
+                fix="a retry row keeps the index of the row it replaces",
+            )
         target = out[slot]
         if (target.repeat, target.batch_size, target.config) != (r.repeat, r.batch_size, r.config):
             raise DataError(
@@ -74,7 +79,9 @@ def merge(
             ignored += 1
             notes.append(f"index {r.index}: retry failed too ({r.error[:80]}); error row kept")
             continue
-        frac = r.retry_mem_fraction if r.retry_mem_fraction is not None else (r.mem_fraction or default_retry_mem_fraction)
+        frac = (
+            r.retry_mem_fraction if r.retry_mem_fraction is not None else (r.mem_fraction or default_retry_mem_fraction)
+        )
         out[slot] = r.model_copy(update={"retry_mem_fraction": frac, "hardware": r.hardware})
         replaced += 1
     next_index = len(out)
@@ -87,7 +94,9 @@ def merge(
             )
         out.append(r.model_copy(update={"index": next_index}))
         next_index += 1
-    return MergeResult(rows=out, n_grid=len(grid), n_replaced=replaced, n_retry_ignored=ignored, n_pilots=len(pil), notes=notes)
+    return MergeResult(
+        rows=out, n_grid=len(grid), n_replaced=replaced, n_retry_ignored=ignored, n_pilots=len(pil), notes=notes
+    )
 
 
 def write_rows(path: str | Path, rows: Sequence[SweepRow], *, native: bool = False) -> None:

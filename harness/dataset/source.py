@@ -24,12 +24,14 @@ def resolve_input(path: str | Path) -> Path:
             if (p / name).is_file():
                 return p / name
         raise MissingFileError(
-            f"{p} is a folder without rows.jsonl, dataset.jsonl or {PILOT_ROWS}", fix="pass a run folder or a JSONL file"
+            f"{p} is a folder without rows.jsonl, dataset.jsonl or {PILOT_ROWS}",
+            fix="pass a run folder or a JSONL file",
         )
     if not p.exists():
-        raise MissingFileError(f"file not found: {p}", fix="check the path (a run folder holds rows.jsonl and dataset.jsonl)")
+        raise MissingFileError(
+            f"file not found: {p}", fix="check the path (a run folder holds rows.jsonl and dataset.jsonl)"
+        )
     return p
-
 
 
 def detect_layout(records: Sequence[dict[str, Any]]) -> Layout:

@@ -9,13 +9,33 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field
 
-from harness.dataset.source import PILOT_SOURCES, Layout, ReadRows, config_problem, detect_layout, invalid_window
-from harness.dataset.source import resolve_input, window_summary
 from harness.core.errors import DataError, HarnessError
-from harness.grid import ACTIONS, SpecConfig
 from harness.core.jsonl import read_jsonl
-from harness.runs.rows import GRID_SPEED_SOURCES, NATIVE_KEYS, PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, SweepRow
-from harness.runs.rows import from_native, key_order_problem, non_finite_fields, pass_of, resolve_latest, to_published
+from harness.dataset.source import (
+    PILOT_SOURCES,
+    Layout,
+    ReadRows,
+    config_problem,
+    detect_layout,
+    invalid_window,
+    resolve_input,
+    window_summary,
+)
+from harness.grid import ACTIONS, SpecConfig
+from harness.runs.rows import (
+    GRID_SPEED_SOURCES,
+    NATIVE_KEYS,
+    PILOT_ERROR_PREFIX,
+    PUBLISHED_KEYS,
+    RowStore,
+    SweepRow,
+    from_native,
+    key_order_problem,
+    non_finite_fields,
+    pass_of,
+    resolve_latest,
+    to_published,
+)
 
 
 class Issue(BaseModel):
@@ -110,8 +130,10 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
     check_rows(resolved, report, subset=subset, plan=plan)
     invalid = [r for r in resolved if invalid_window(r)]
     if invalid:
-        msg = (f"{len(invalid)} successful rows have an invalid measurement window ({window_summary(invalid)}); "
-               "consumers exclude them unless --invalid-windows keep")
+        msg = (
+            f"{len(invalid)} successful rows have an invalid measurement window ({window_summary(invalid)}); "
+            "consumers exclude them unless --invalid-windows keep"
+        )
         (report.error if strict else report.warn)("invalid_window", msg)
     if Path(path).is_dir() and p.name == RowStore.ROWS:
         _check_run_folder_pair(Path(path), rows, report)
@@ -144,9 +166,14 @@ def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
         report.error("manifest", f"{exc.message}; the grid is judged without the run's plan")
         return None
     cells = plan_cells(opts)
-    return Plan(configs=opts.spec_configs, batch_sizes=list(opts.batch_sizes), repeats=opts.repeats,
-                indexes={c.cell_id: c.index for c in cells},
-                cells={c.cell_id: (c.repeat, c.batch_size, c.config) for c in cells}, active=opts.strategy == "active")
+    return Plan(
+        configs=opts.spec_configs,
+        batch_sizes=list(opts.batch_sizes),
+        repeats=opts.repeats,
+        indexes={c.cell_id: c.index for c in cells},
+        cells={c.cell_id: (c.repeat, c.batch_size, c.config) for c in cells},
+        active=opts.strategy == "active",
+    )
 
 
 def _check_run_folder_pair(run_dir: Path, native: Sequence[SweepRow], report: ValidationReport) -> None:
@@ -176,8 +203,11 @@ def _check_plan_coverage(grid: Sequence[SweepRow], plan: Plan, report: Validatio
     if stray:
         report.error("unplanned_cell", f"rows for cells the run did not plan: {', '.join(stray[:6])}")
     if plan.active:
-        report.warn("active_subset", f"--strategy active: {len(ids & set(plan.cells))} of {len(plan.cells)} planned "
-                                     "cells measured (the others could not change the recipe)")
+        report.warn(
+            "active_subset",
+            f"--strategy active: {len(ids & set(plan.cells))} of {len(plan.cells)} planned "
+            "cells measured (the others could not change the recipe)",
+        )
         return
     seen = {(r.repeat, r.batch_size) for r in grid}
     empty = [(rep, bs) for rep in range(plan.repeats) for bs in plan.batch_sizes if (rep, bs) not in seen]
@@ -203,7 +233,9 @@ def _native_order_problem(rec: dict[str, Any]) -> str | None:
     return f"unknown keys {unknown}" if unknown else None
 
 
-def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bool = False, plan: Plan | None = None) -> None:
+def check_rows(
+    rows: Sequence[SweepRow], report: ValidationReport, *, subset: bool = False, plan: Plan | None = None
+) -> None:
     """The dataset rules (schema aside): configs, baselines, completeness, pilot rules, index contiguity.
 
     With a ``plan`` (a run folder's manifest) completeness is judged against the planned grid: every planned cell
@@ -224,7 +256,10 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         report.error("index_duplicate", f"indexes used by more than one cell: {dup[:10]}")
     if sorted(set(indexes)) != list(range(len(set(indexes)))) and not (plan is not None and plan.active):
         missing = sorted(set(range(max(indexes) + 1)) - set(indexes))
-        report.error("index_gap", f"indexes are not contiguous from 0: missing {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+        report.error(
+            "index_gap",
+            f"indexes are not contiguous from 0: missing {missing[:10]}{' ...' if len(missing) > 10 else ''}",
+        )
     if indexes != sorted(indexes):
         report.warn("index_order", "rows are not in ascending index order")
 
@@ -236,12 +271,22 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
             report.error("invalid_config", config_problem(cfg, published_only=False) or "", where)
         elif plan is not None:
             if cfg not in plan.configs or r.batch_size not in plan.batch_sizes or (r.repeat or 0) >= plan.repeats:
-                report.error("unplanned_cell", f"bs={r.batch_size} {cfg} repeat {r.repeat} is not in the run's planned grid", where)
+                report.error(
+                    "unplanned_cell",
+                    f"bs={r.batch_size} {cfg} repeat {r.repeat} is not in the run's planned grid",
+                    where,
+                )
             elif r.cell_id and plan.indexes.get(r.cell_id, r.index) != r.index:
-                report.error("index_mismatch", f"{r.cell_id} has index {r.index}; the plan gives {plan.indexes[r.cell_id]}", where)
+                report.error(
+                    "index_mismatch",
+                    f"{r.cell_id} has index {r.index}; the plan gives {plan.indexes[r.cell_id]}",
+                    where,
+                )
         elif cfg not in ACTIONS:
             # a custom grid (--steps/--topk/--draft-tokens) may hold valid configs outside the published 19
-            (report.warn if subset else report.error)("unknown_config", config_problem(cfg, published_only=True) or "", where)
+            (report.warn if subset else report.error)(
+                "unknown_config", config_problem(cfg, published_only=True) or "", where
+            )
         if r.is_baseline != cfg.is_baseline:
             report.error("is_baseline", f"is_baseline is {r.is_baseline} for config {cfg}", where)
         if r.repeat is None:
@@ -251,7 +296,11 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
                 report.warn("error_with_speed", "an error row carries a speed", where)
             continue
         if r.speed_source not in GRID_SPEED_SOURCES:
-            report.error("speed_source", f"grid row speed_source is {r.speed_source!r}; expected one of {GRID_SPEED_SOURCES}", where)
+            report.error(
+                "speed_source",
+                f"grid row speed_source is {r.speed_source!r}; expected one of {GRID_SPEED_SOURCES}",
+                where,
+            )
         needed = ("accept_length", "speed_tok_s", "wall_clock_s", "total_output_tokens")
         missing_vals = [k for k in needed if getattr(r, k) is None]
         if missing_vals:
@@ -282,17 +331,28 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         where = f"repeat {rep}, batch size {bs}"
         twice = sorted({c for (c, _cap), n in Counter(per_cap[(rep, bs)]).items() if n > 1})
         if twice:
-            hint = ("" if any(any(p) for _c, p in per_cap[(rep, bs)]) else
-                    " (a sweep over several power caps or SM clocks? The published layout has no cap or clock column: "
-                    "load the run folder or its rows.jsonl)")
-            report.error("config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}{hint}", where)
+            hint = (
+                ""
+                if any(any(p) for _c, p in per_cap[(rep, bs)])
+                else " (a sweep over several power caps or SM clocks? The published layout has no cap or clock column: "
+                "load the run folder or its rows.jsonl)"
+            )
+            report.error(
+                "config_duplicate", f"configs appear more than once: {', '.join(map(str, twice))}{hint}", where
+            )
         lacking = [c for c in (plan.configs if plan is not None else ACTIONS) if c in expected and c not in cfgs]
         if lacking and not partial:
-            report.error("config_missing", f"{len(set(cfgs))} of {len(expected)} configs; missing {', '.join(map(str, lacking))}", where)
+            report.error(
+                "config_missing",
+                f"{len(set(cfgs))} of {len(expected)} configs; missing {', '.join(map(str, lacking))}",
+                where,
+            )
     for rep in report.repeats:
         bss = {bs for (r_, bs) in groups if r_ == rep}
         if bss != set(report.batch_sizes) and not partial:
-            report.error("batch_size_missing", f"repeat {rep} lacks batch sizes {sorted(set(report.batch_sizes) - bss)}")
+            report.error(
+                "batch_size_missing", f"repeat {rep} lacks batch sizes {sorted(set(report.batch_sizes) - bss)}"
+            )
 
     # baselines: every batch size needs at least one successful baseline; each group should have one
     for bs in report.batch_sizes:
@@ -313,9 +373,15 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         if not (r.error or "").startswith(PILOT_ERROR_PREFIX):
             report.error("pilot_error", f"a pilot row's error must start with {PILOT_ERROR_PREFIX!r}", where)
         if r.speed_source not in PILOT_SOURCES:
-            report.error("pilot_speed_source", f"pilot speed_source is {r.speed_source!r}; expected one of {sorted(PILOT_SOURCES)}", where)
+            report.error(
+                "pilot_speed_source",
+                f"pilot speed_source is {r.speed_source!r}; expected one of {sorted(PILOT_SOURCES)}",
+                where,
+            )
         if r.batch_size != 1:
-            report.error("pilot_batch_size", f"a pilot row has batch_size 1 (the real concurrency), got {r.batch_size}", where)
+            report.error(
+                "pilot_batch_size", f"a pilot row has batch_size 1 (the real concurrency), got {r.batch_size}", where
+            )
         if r.repeat is not None or r.step_time_s is not None:
             report.error("pilot_nulls", "a pilot row has null repeat and step_time_s", where)
         if r.speed_source == "terminalbench_pilot":
@@ -325,4 +391,6 @@ def check_rows(rows: Sequence[SweepRow], report: ValidationReport, *, subset: bo
         if r.config not in ACTIONS:
             report.error("unknown_config", f"pilot config {r.config} is not one of the published actions", where)
         if r.index <= last_grid:
-            report.error("pilot_position", "pilot rows come after every grid row (their index continues the grid's)", where)
+            report.error(
+                "pilot_position", "pilot rows come after every grid row (their index continues the grid's)", where
+            )

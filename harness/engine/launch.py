@@ -16,23 +16,33 @@ from typing import Sequence
 
 from pydantic import BaseModel
 
+from harness.core.clocks import wall_ns
+from harness.core.errors import EngineLaunchError
 from harness.engine import proc as procs
 from harness.engine.sglang_argv import EngineSpec, build_argv, engine_env
 from harness.engine.sglang_client import EngineClient
-from harness.core.errors import EngineLaunchError
 from harness.grid import SpecConfig
-from harness.core.clocks import wall_ns
 
 DEFAULT_MEM_FRACTIONS: tuple[float, ...] = (0.65, 0.55)
 PORT_IN_USE = re.compile(r"address already in use|errno 98", re.I)
-OOM_PATTERN = re.compile(r"out of memory|outofmemory|not enough memory|cuda error: out of memory|insufficient memory", re.I)
+OOM_PATTERN = re.compile(
+    r"out of memory|outofmemory|not enough memory|cuda error: out of memory|insufficient memory", re.I
+)
 
 
 class ServerLaunchError(EngineLaunchError):
     """A server that did not become ready: it exited, ran out of memory, or timed out."""
 
-    def __init__(self, message: str, *, oom: bool = False, log_tail: str = "", log_path: str | None = None,
-                 returncode: int | None = None, fix: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        oom: bool = False,
+        log_tail: str = "",
+        log_path: str | None = None,
+        returncode: int | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, fix=fix)
         self.oom = oom
         self.log_tail = log_tail
@@ -55,8 +65,14 @@ class LadderExhausted(ServerLaunchError):
     """Every mem fraction of the ladder failed to launch."""
 
     def __init__(self, message: str, attempts: list[LaunchAttempt], last: ServerLaunchError) -> None:
-        super().__init__(message, oom=last.oom, log_tail=last.log_tail, log_path=last.log_path,
-                         returncode=last.returncode, fix=last.fix)
+        super().__init__(
+            message,
+            oom=last.oom,
+            log_tail=last.log_tail,
+            log_path=last.log_path,
+            returncode=last.returncode,
+            fix=last.fix,
+        )
         self.attempts = attempts
 
 
@@ -77,9 +93,22 @@ def first_error_line(tail: str) -> str:
 class RunningServer:
     """A ready server: its process, URL, client and log. Use as a context manager or call ``stop()``."""
 
-    def __init__(self, proc: subprocess.Popen, *, port: int, host: str, client: EngineClient, log_path: Path,
-                 config: SpecConfig, batch_size: int, mem_fraction: float, launch_s: float, argv: list[str],
-                 stop_timeout_s: float, twin_gpu_url: str | None = None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        *,
+        port: int,
+        host: str,
+        client: EngineClient,
+        log_path: Path,
+        config: SpecConfig,
+        batch_size: int,
+        mem_fraction: float,
+        launch_s: float,
+        argv: list[str],
+        stop_timeout_s: float,
+        twin_gpu_url: str | None = None,
+    ) -> None:
         self.proc = proc
         self.port = port
         self.base_url = f"http://{host}:{port}"
@@ -149,8 +178,16 @@ def make_client(spec: EngineSpec, base_url: str, request_timeout_s: float = 300.
 class EngineLauncher:
     """Launches servers of one ``EngineSpec``; logs go under ``run_dir/logs`` unless a path is given."""
 
-    def __init__(self, spec: EngineSpec, run_dir: str | Path, *, launch_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 60.0, request_timeout_s: float = 300.0, poll_s: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        run_dir: str | Path,
+        *,
+        launch_timeout_s: float = 900.0,
+        stop_timeout_s: float = 60.0,
+        request_timeout_s: float = 300.0,
+        poll_s: float | None = None,
+    ) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.launch_timeout_s = launch_timeout_s
@@ -159,9 +196,17 @@ class EngineLauncher:
         self.poll_s = poll_s if poll_s is not None else (0.2 if spec.kind == "twin" else 2.0)
         self.launches = 0
 
-    def launch(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None = None,
-               log_path: str | Path | None = None, *, seed: int | None = None,
-               cancel: threading.Event | None = None) -> RunningServer:
+    def launch(
+        self,
+        config: SpecConfig,
+        batch_size: int,
+        mem_fraction: float,
+        port: int | None = None,
+        log_path: str | Path | None = None,
+        *,
+        seed: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunningServer:
         """Start a server and wait for ``/health``; raise ``ServerLaunchError`` with the log tail on failure (also when
         ``cancel`` is set during the wait: the half-started server is stopped)."""
         for attempt in range(3):
@@ -173,10 +218,20 @@ class EngineLauncher:
                     raise
         raise AssertionError("unreachable")
 
-    def _launch_once(self, config: SpecConfig, batch_size: int, mem_fraction: float, port: int | None,
-                     log_path: str | Path | None, seed: int | None, cancel: threading.Event | None = None) -> RunningServer:
+    def _launch_once(
+        self,
+        config: SpecConfig,
+        batch_size: int,
+        mem_fraction: float,
+        port: int | None,
+        log_path: str | Path | None,
+        seed: int | None,
+        cancel: threading.Event | None = None,
+    ) -> RunningServer:
         port = port or procs.free_port(self.spec.host)
-        spec = self.spec if seed is None or self.spec.kind != "twin" else self.spec.model_copy(update={"twin_seed": seed})
+        spec = (
+            self.spec if seed is None or self.spec.kind != "twin" else self.spec.model_copy(update={"twin_seed": seed})
+        )
         argv = build_argv(spec, config, batch_size, mem_fraction, port)
         log = Path(log_path) if log_path else self.run_dir / "logs" / f"engine-{port}-{wall_ns()}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -194,40 +249,67 @@ class EngineLauncher:
             if spec.kind == "twin" and spec.twin_gpu_url:
                 release_twin_leases(spec.twin_gpu_url, proc.pid)
             raise
-        return RunningServer(proc, port=port, host=self.spec.host, client=client, log_path=log, config=config,
-                             batch_size=batch_size, mem_fraction=mem_fraction, launch_s=time.monotonic() - t0,
-                             argv=argv, stop_timeout_s=self.stop_timeout_s,
-                             twin_gpu_url=spec.twin_gpu_url if spec.kind == "twin" else None)
+        return RunningServer(
+            proc,
+            port=port,
+            host=self.spec.host,
+            client=client,
+            log_path=log,
+            config=config,
+            batch_size=batch_size,
+            mem_fraction=mem_fraction,
+            launch_s=time.monotonic() - t0,
+            argv=argv,
+            stop_timeout_s=self.stop_timeout_s,
+            twin_gpu_url=spec.twin_gpu_url if spec.kind == "twin" else None,
+        )
 
-    def _wait_ready(self, proc: subprocess.Popen, client: EngineClient, log: Path, t0: float,
-                    cancel: threading.Event | None = None) -> None:
+    def _wait_ready(
+        self, proc: subprocess.Popen, client: EngineClient, log: Path, t0: float, cancel: threading.Event | None = None
+    ) -> None:
         deadline = t0 + self.launch_timeout_s
         while True:
             if cancel is not None and cancel.is_set():
-                raise ServerLaunchError("launch cancelled", log_path=str(log), fix="nothing to fix: the caller stopped it")
+                raise ServerLaunchError(
+                    "launch cancelled", log_path=str(log), fix="nothing to fix: the caller stopped it"
+                )
             code = proc.poll()
             if code is not None:
                 tail = procs.log_tail(log)
                 oom = is_oom(tail)
                 what = "ran out of GPU memory" if oom else f"exited with code {code}"
                 raise ServerLaunchError(
-                    f"server {what} during launch: {first_error_line(tail)}", oom=oom, log_tail=tail, log_path=str(log),
-                    returncode=code, fix="lower --mem-fractions or the batch size" if oom else f"see the server log {log}")
+                    f"server {what} during launch: {first_error_line(tail)}",
+                    oom=oom,
+                    log_tail=tail,
+                    log_path=str(log),
+                    returncode=code,
+                    fix="lower --mem-fractions or the batch size" if oom else f"see the server log {log}",
+                )
             if client.health(timeout=min(5.0, max(0.5, self.poll_s * 5))):
                 return
             if time.monotonic() >= deadline:
                 tail = procs.log_tail(log)
                 raise ServerLaunchError(
-                    f"server not ready within --launch-timeout {self.launch_timeout_s:g} s", log_tail=tail,
-                    log_path=str(log), fix="raise --launch-timeout (first sglang starts compile kernels) or read the log")
+                    f"server not ready within --launch-timeout {self.launch_timeout_s:g} s",
+                    log_tail=tail,
+                    log_path=str(log),
+                    fix="raise --launch-timeout (first sglang starts compile kernels) or read the log",
+                )
             if cancel is not None:
                 cancel.wait(self.poll_s)
             else:
                 time.sleep(self.poll_s)
 
-    def launch_with_ladder(self, config: SpecConfig, batch_size: int,
-                           mem_fractions: Sequence[float] = DEFAULT_MEM_FRACTIONS, *, log_stem: str | Path | None = None,
-                           seed: int | None = None) -> tuple[RunningServer, list[LaunchAttempt]]:
+    def launch_with_ladder(
+        self,
+        config: SpecConfig,
+        batch_size: int,
+        mem_fractions: Sequence[float] = DEFAULT_MEM_FRACTIONS,
+        *,
+        log_stem: str | Path | None = None,
+        seed: int | None = None,
+    ) -> tuple[RunningServer, list[LaunchAttempt]]:
         """Try each mem fraction in turn; return the server and every attempt, or raise ``LadderExhausted``."""
         attempts: list[LaunchAttempt] = []
         last: ServerLaunchError | None = None
@@ -237,9 +319,13 @@ class EngineLauncher:
                 server = self.launch(config, batch_size, mf, log_path=log, seed=seed)
             except ServerLaunchError as exc:
                 last = exc
-                attempts.append(LaunchAttempt(mem_fraction=mf, ok=False, error=exc.message, oom=exc.oom, log_path=exc.log_path))
+                attempts.append(
+                    LaunchAttempt(mem_fraction=mf, ok=False, error=exc.message, oom=exc.oom, log_path=exc.log_path)
+                )
                 continue
-            attempts.append(LaunchAttempt(mem_fraction=mf, ok=True, launch_s=server.launch_s, log_path=str(server.log_path)))
+            attempts.append(
+                LaunchAttempt(mem_fraction=mf, ok=True, launch_s=server.launch_s, log_path=str(server.log_path))
+            )
             return server, attempts
         assert last is not None, "empty mem-fraction ladder"
         tried = ", ".join(f"{a.mem_fraction:g}" for a in attempts)

@@ -38,15 +38,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(argv: list[str], log_path: str | Path, env: dict[str, str] | None = None, cwd: str | Path | None = None) -> subprocess.Popen:
+def spawn(
+    argv: list[str], log_path: str | Path, env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> subprocess.Popen:
     """Start ``argv`` with stdout+stderr appended to ``log_path``, in a new session, dying with this process."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = dict(os.environ)
     full_env.update(env or {})
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                                cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent)
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> int | None:

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.engine.version import TWIN_VERSIONS, check_supported, version_tuple
 from harness.core.errors import UsageError
+from harness.engine.version import TWIN_VERSIONS, check_supported, version_tuple
 from harness.grid import SpecConfig
 
 SUPPORTED_VERSIONS: tuple[str, ...] = TWIN_VERSIONS
@@ -97,7 +97,9 @@ def parse_twin_fault(item: str) -> tuple[str, int | None, SpecConfig | None]:
     bs: int | None = None
     if bs_text and bs_text != "*":
         if not bs_text.isdigit() or int(bs_text) < 1:
-            raise UsageError(f"--twin-fault {item!r}: batch size {bs_text!r} is not a positive integer or *", fix=FAULT_FIX)
+            raise UsageError(
+                f"--twin-fault {item!r}: batch size {bs_text!r} is not a positive integer or *", fix=FAULT_FIX
+            )
         bs = int(bs_text)
     cfg = None
     if cfg_text:
@@ -128,21 +130,27 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}", fix="use e.g. --batch-sizes 1,4,8,16")
     if not 0.0 < mem_fraction < 1.0:
-        raise UsageError(f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55")
+        raise UsageError(
+            f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55"
+        )
     if spec.api == "vllm":
         from harness.engine.vllm_argv import VLLM_MODULE, vllm_flags
 
         flags = vllm_flags(spec, config, batch_size, mem_fraction, port)
         if spec.kind == "vllm":
             return [spec.python, "-m", VLLM_MODULE, *flags]
-        return _twin_argv(spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version])
+        return _twin_argv(
+            spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version]
+        )
     flags = sglang_flags(spec, config, batch_size, mem_fraction, port)
     if spec.kind == "sglang":
         return [spec.python, "-m", "sglang.launch_server", *flags]
     return _twin_argv(spec, config, batch_size, flags, ["--emulate-version", spec.sglang_version])
 
 
-def _twin_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, flags: list[str], emulate: list[str]) -> list[str]:
+def _twin_argv(
+    spec: EngineSpec, config: SpecConfig, batch_size: int, flags: list[str], emulate: list[str]
+) -> list[str]:
     """``harness twin engine`` with the emulated engine's ``flags`` and the twin's own."""
     if not spec.twin_gpu_url:
         raise UsageError("the twin engine needs a twin GPU URL", fix="pass --twin-gpu URL or let the harness start one")
@@ -158,24 +166,37 @@ def _twin_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, flags: lis
 def sglang_flags(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
     """sglang ``launch_server`` flags of one server (per sglang version)."""
     flags = [
-        "--model-path", spec.model_path,
-        "--host", spec.host,
-        "--port", str(port),
-        "--dtype", spec.dtype,
-        "--mem-fraction-static", f"{mem_fraction:g}",
-        cuda_graph_flag(spec.sglang_version), str(batch_size),
-        "--max-running-requests", str(batch_size),
-        "--log-level", spec.log_level,
+        "--model-path",
+        spec.model_path,
+        "--host",
+        spec.host,
+        "--port",
+        str(port),
+        "--dtype",
+        spec.dtype,
+        "--mem-fraction-static",
+        f"{mem_fraction:g}",
+        cuda_graph_flag(spec.sglang_version),
+        str(batch_size),
+        "--max-running-requests",
+        str(batch_size),
+        "--log-level",
+        spec.log_level,
     ]
     if spec.attention_backend:
         flags += ["--attention-backend", spec.attention_backend]
     if not config.is_baseline:
         flags += [
-            "--speculative-algorithm", "EAGLE3",
-            "--speculative-draft-model-path", spec.draft_model_path,
-            "--speculative-num-steps", str(config.steps),
-            "--speculative-eagle-topk", str(config.topk),
-            "--speculative-num-draft-tokens", str(config.draft_tokens),
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            spec.draft_model_path,
+            "--speculative-num-steps",
+            str(config.steps),
+            "--speculative-eagle-topk",
+            str(config.topk),
+            "--speculative-num-draft-tokens",
+            str(config.draft_tokens),
         ]
     if spec.enable_metrics:
         flags.append("--enable-metrics")

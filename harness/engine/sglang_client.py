@@ -19,8 +19,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel
 
-from harness.engine.version import version_tuple
 from harness.core.errors import HarnessError
+from harness.engine.version import version_tuple
 
 ErrorKind = Literal["timeout", "http", "connection", "protocol"]
 
@@ -161,12 +161,16 @@ def _error_message(resp: httpx.Response) -> str:
 class EngineClient:
     """HTTP client of one server at ``base_url`` speaking sglang ``version``."""
 
-    def __init__(self, base_url: str, version: str = "0.5.2", *, request_timeout: float = 300.0, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self, base_url: str, version: str = "0.5.2", *, request_timeout: float = 300.0, connect_timeout: float = 5.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.version = version
         self.request_timeout = float(request_timeout)
         self.connect_timeout = float(connect_timeout)
-        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(10.0, connect=connect_timeout), trust_env=False)
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=httpx.Timeout(10.0, connect=connect_timeout), trust_env=False
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -182,19 +186,29 @@ class EngineClient:
         try:
             resp = self._http.request(method, path, timeout=httpx.Timeout(timeout, connect=self.connect_timeout), **kw)
         except httpx.TimeoutException:
-            raise EngineRequestError(f"{method} {self.base_url}{path} timed out after {timeout:g} s", "timeout") from None
+            raise EngineRequestError(
+                f"{method} {self.base_url}{path} timed out after {timeout:g} s", "timeout"
+            ) from None
         except httpx.HTTPError as exc:
-            raise EngineRequestError(f"{method} {self.base_url}{path} failed: {exc}", "connection",
-                                     fix="is the server running? see its log") from None
+            raise EngineRequestError(
+                f"{method} {self.base_url}{path} failed: {exc}", "connection", fix="is the server running? see its log"
+            ) from None
         if resp.status_code >= 400:
-            raise EngineRequestError(f"HTTP {resp.status_code} from {method} {path}: {_error_message(resp)}", "http", resp.status_code)
+            raise EngineRequestError(
+                f"HTTP {resp.status_code} from {method} {path}: {_error_message(resp)}", "http", resp.status_code
+            )
         return resp
 
     # --- endpoints ----------------------------------------------------------------------------------------------
     def health(self, timeout: float = 5.0) -> bool:
         """True when ``/health`` answers 200 (503 while starting, refused before binding)."""
         try:
-            return self._http.get("/health", timeout=httpx.Timeout(timeout, connect=min(timeout, self.connect_timeout))).status_code == 200
+            return (
+                self._http.get(
+                    "/health", timeout=httpx.Timeout(timeout, connect=min(timeout, self.connect_timeout))
+                ).status_code
+                == 200
+            )
         except httpx.HTTPError:
             return False
 
@@ -224,15 +238,33 @@ class EngineClient:
         path = "/model_info" if version_tuple(self.version) >= (0, 5, 6) else "/get_model_info"
         return self._request("GET", path).json()
 
-    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 128, temperature: float = 0.0,
-             model: str = "default", timeout: float | None = None, **extra: Any) -> dict[str, Any]:
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        model: str = "default",
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
         """``/v1/chat/completions`` (non-streaming); returns the JSON body (``choices``, ``usage``)."""
         body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, **extra}
         return self._request("POST", "/v1/chat/completions", json=body, timeout=timeout or self.request_timeout).json()
 
-    def generate(self, text: str | None = None, *, input_ids: list[int] | None = None, max_new_tokens: int = 512,
-                 temperature: float = 0.0, ignore_eos: bool = True, stream: bool = True, rid: str | None = None,
-                 timeout: float | None = None, headers: dict[str, str] | None = None) -> GenerateResult:
+    def generate(
+        self,
+        text: str | None = None,
+        *,
+        input_ids: list[int] | None = None,
+        max_new_tokens: int = 512,
+        temperature: float = 0.0,
+        ignore_eos: bool = True,
+        stream: bool = True,
+        rid: str | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> GenerateResult:
         """One ``/generate`` request; raises ``EngineRequestError`` (timeout, HTTP status, connection, protocol).
         ``headers``: extra HTTP headers (the bench's closed-loop hints for the twin; sglang ignores them)."""
         path, payload = self._generate_request(text, input_ids, max_new_tokens, temperature, ignore_eos, stream, rid)
@@ -241,8 +273,10 @@ class EngineClient:
         t0 = time.monotonic()
         timed_out = threading.Event()
         try:
-            with self._http.stream("POST", path, json=payload, headers=headers,
-                                   timeout=httpx.Timeout(limit, connect=self.connect_timeout)) as resp:
+            with self._http.stream(
+                "POST", path, json=payload, headers=headers, timeout=httpx.Timeout(limit, connect=self.connect_timeout)
+            ) as resp:
+
                 def expire() -> None:
                     timed_out.set()
                     resp.close()
@@ -253,8 +287,11 @@ class EngineClient:
                 try:
                     if resp.status_code >= 400:
                         resp.read()
-                        raise EngineRequestError(f"HTTP {resp.status_code} from POST {path}: {_error_message(resp)}",
-                                                 "http", resp.status_code)
+                        raise EngineRequestError(
+                            f"HTTP {resp.status_code} from POST {path}: {_error_message(resp)}",
+                            "http",
+                            resp.status_code,
+                        )
                     if stream:
                         out = self._read_stream(resp, t0, limit)
                     else:
@@ -266,18 +303,29 @@ class EngineClient:
             raise
         except (httpx.TimeoutException, httpx.StreamClosed, httpx.ReadError, httpx.RemoteProtocolError) as exc:
             if timed_out.is_set() or isinstance(exc, httpx.TimeoutException) or time.monotonic() - t0 >= limit:
-                raise EngineRequestError(f"request to {self.base_url}{path} did not finish within --request-timeout "
-                                         f"{limit:g} s (runaway generation or hung server)", "timeout",
-                                         fix="raise --request-timeout if the server is just slow") from None
-            raise EngineRequestError(f"connection to {self.base_url}{path} broke mid-request: {exc!r}", "connection") from None
+                raise EngineRequestError(
+                    f"request to {self.base_url}{path} did not finish within --request-timeout "
+                    f"{limit:g} s (runaway generation or hung server)",
+                    "timeout",
+                    fix="raise --request-timeout if the server is just slow",
+                ) from None
+            raise EngineRequestError(
+                f"connection to {self.base_url}{path} broke mid-request: {exc!r}", "connection"
+            ) from None
         except Exception as exc:  # the watchdog closing the stream can surface as many types; unknown ones re-raise
             if timed_out.is_set():
-                raise EngineRequestError(f"request to {self.base_url}{path} did not finish within --request-timeout "
-                                         f"{limit:g} s (runaway generation or hung server)", "timeout",
-                                         fix="raise --request-timeout if the server is just slow") from None
+                raise EngineRequestError(
+                    f"request to {self.base_url}{path} did not finish within --request-timeout "
+                    f"{limit:g} s (runaway generation or hung server)",
+                    "timeout",
+                    fix="raise --request-timeout if the server is just slow",
+                ) from None
             if isinstance(exc, httpx.HTTPError):
-                raise EngineRequestError(f"POST {self.base_url}{path} failed: {exc!r}", "connection",
-                                         fix="is the server running? see its log") from None
+                raise EngineRequestError(
+                    f"POST {self.base_url}{path} failed: {exc!r}",
+                    "connection",
+                    fix="is the server running? see its log",
+                ) from None
             if isinstance(exc, (ValueError, KeyError, TypeError, AttributeError)):
                 raise EngineRequestError(f"unreadable {path} answer: {exc!r}", "protocol") from None
             raise
@@ -285,8 +333,16 @@ class EngineClient:
         out.client_sent_wall_ns = sent_wall
         return out
 
-    def _generate_request(self, text: str | None, input_ids: list[int] | None, max_new_tokens: int, temperature: float,
-                          ignore_eos: bool, stream: bool, rid: str | None) -> tuple[str, dict[str, Any]]:
+    def _generate_request(
+        self,
+        text: str | None,
+        input_ids: list[int] | None,
+        max_new_tokens: int,
+        temperature: float,
+        ignore_eos: bool,
+        stream: bool,
+        rid: str | None,
+    ) -> tuple[str, dict[str, Any]]:
         """The route and JSON body of one generation (sglang: native ``/generate``)."""
         payload: dict[str, Any] = {
             "sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos},

@@ -40,14 +40,18 @@ def check_supported(version: str, *, engine: str = "sglang") -> str:
     """The version itself when the harness supports it for ``engine``; a ``UsageError`` naming the range otherwise."""
     if engine == "twin":
         if version not in TWIN_VERSIONS:
-            raise UsageError(f"the twin engine emulates sglang {' and '.join(TWIN_VERSIONS)}, not {version!r}",
-                             fix=f"pass --sglang-version {TWIN_DEFAULT_VERSION}, {TWIN_VERSIONS[-1]} or auto")
+            raise UsageError(
+                f"the twin engine emulates sglang {' and '.join(TWIN_VERSIONS)}, not {version!r}",
+                fix=f"pass --sglang-version {TWIN_DEFAULT_VERSION}, {TWIN_VERSIONS[-1]} or auto",
+            )
         return version
     vt = version_tuple(version)
     if len(vt) < 3 or not version_tuple(SUPPORTED_RANGE[0]) <= vt <= version_tuple(SUPPORTED_RANGE[1]):
-        raise UsageError(f"sglang {version} is outside the supported range {supported_text()}",
-                         fix=f"install an sglang from {supported_text()} (e.g. SGLANG_TAG=v0.5.2-cu126 or "
-                             "v0.5.23-cu129 with docker compose), or extend harness/engine/sglang_argv.py for it")
+        raise UsageError(
+            f"sglang {version} is outside the supported range {supported_text()}",
+            fix=f"install an sglang from {supported_text()} (e.g. SGLANG_TAG=v0.5.2-cu126 or "
+            "v0.5.23-cu129 with docker compose), or extend harness/engine/sglang_argv.py for it",
+        )
     return version
 
 
@@ -57,27 +61,35 @@ def detect_installed(python: str, timeout_s: float = 120.0, package: str = "sgla
     if package != "sglang":
         return _detect_other(python, timeout_s, package)
     try:
-        done = subprocess.run([python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            [python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True, timeout=timeout_s
+        )
     except FileNotFoundError:
-        raise UsageError(f"cannot detect the sglang version: no interpreter {python!r}",
-                         fix="pass --sglang-version X (supported " + supported_text() + ")") from None
+        raise UsageError(
+            f"cannot detect the sglang version: no interpreter {python!r}",
+            fix="pass --sglang-version X (supported " + supported_text() + ")",
+        ) from None
     except subprocess.TimeoutExpired:
-        raise UsageError(f"cannot detect the sglang version: {python} did not answer within {timeout_s:g} s",
-                         fix="pass --sglang-version X (supported " + supported_text() + ")") from None
+        raise UsageError(
+            f"cannot detect the sglang version: {python} did not answer within {timeout_s:g} s",
+            fix="pass --sglang-version X (supported " + supported_text() + ")",
+        ) from None
     if done.returncode != 0 or not done.stdout.strip():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"sglang is not installed for {python} ({last})",
-                         fix="run the sweep in sglang's environment (the gpu image, or `pip install sglang`), "
-                             "or pass --sglang-version X (supported " + supported_text() + ")")
+        raise UsageError(
+            f"sglang is not installed for {python} ({last})",
+            fix="run the sweep in sglang's environment (the gpu image, or `pip install sglang`), "
+            "or pass --sglang-version X (supported " + supported_text() + ")",
+        )
     return done.stdout.strip().splitlines()[-1]
 
 
 def _detect_other(python: str, timeout_s: float, package: str) -> str:
     fix = f"run the sweep in {package}'s environment or pass --{package}-version X"
     try:
-        done = subprocess.run([python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            [python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True, timeout=timeout_s
+        )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"cannot detect the {package} version with {python}: {exc}", fix=fix) from None
     if done.returncode != 0 or not done.stdout.strip():
@@ -92,15 +104,19 @@ def check_vllm_supported(version: str, *, twin: bool = False) -> str:
 
     if twin:
         if version not in VLLM_TWIN_VERSIONS:
-            raise UsageError(f"the twin engine emulates vLLM {', '.join(VLLM_TWIN_VERSIONS)}, not {version!r}",
-                             fix=f"pass --vllm-version {VLLM_TWIN_VERSIONS[-1]} or auto")
+            raise UsageError(
+                f"the twin engine emulates vLLM {', '.join(VLLM_TWIN_VERSIONS)}, not {version!r}",
+                fix=f"pass --vllm-version {VLLM_TWIN_VERSIONS[-1]} or auto",
+            )
         return version
     lo, hi = VLLM_SUPPORTED_RANGE
     vt = version_tuple(version)
     if len(vt) < 3 or not version_tuple(lo) <= vt <= version_tuple(hi):
-        raise UsageError(f"vLLM {version} is outside the supported range {lo} to {hi}",
-                         fix=f"install a vLLM from {lo} to {hi} (e.g. VLLM_TAG=v{hi} with docker compose --profile "
-                             "vllm), or extend harness/engine/vllm_argv.py for it")
+        raise UsageError(
+            f"vLLM {version} is outside the supported range {lo} to {hi}",
+            fix=f"install a vLLM from {lo} to {hi} (e.g. VLLM_TAG=v{hi} with docker compose --profile "
+            "vllm), or extend harness/engine/vllm_argv.py for it",
+        )
     return version
 
 

@@ -34,9 +34,11 @@ def tree_rule(config: SpecConfig) -> str | None:
     """Why vLLM cannot run ``config`` as the harness maps it, or None (baseline and topk == 1 chains)."""
     if config.is_baseline or config.topk == 1:
         return None
-    return (f"config {config.steps}:{config.topk}:{config.draft_tokens} is an EAGLE tree (topk {config.topk}); "
-            "no supported vLLM verifies a draft tree (0.34.0 has no token tree; 0.11.0's speculative_token_tree is "
-            "drafted as a tree but verified as a chain, docs/engines.md), so only the baseline and steps:1:steps+1 map")
+    return (
+        f"config {config.steps}:{config.topk}:{config.draft_tokens} is an EAGLE tree (topk {config.topk}); "
+        "no supported vLLM verifies a draft tree (0.34.0 has no token tree; 0.11.0's speculative_token_tree is "
+        "drafted as a tree but verified as a chain, docs/engines.md), so only the baseline and steps:1:steps+1 map"
+    )
 
 
 def vllm_configs(configs: list[SpecConfig]) -> list[SpecConfig]:
@@ -57,13 +59,20 @@ def speculative_config(spec: "EngineSpec", config: SpecConfig) -> dict[str, Any]
 def vllm_flags(spec: "EngineSpec", config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
     """The api_server flags of one server (the same set for every supported version)."""
     flags = [
-        "--model", spec.model_path,
-        "--host", spec.host,
-        "--port", str(port),
-        "--dtype", spec.dtype,
-        "--gpu-memory-utilization", f"{mem_fraction:g}",
-        "--max-num-seqs", str(batch_size),
-        "--uvicorn-log-level", spec.log_level,
+        "--model",
+        spec.model_path,
+        "--host",
+        spec.host,
+        "--port",
+        str(port),
+        "--dtype",
+        spec.dtype,
+        "--gpu-memory-utilization",
+        f"{mem_fraction:g}",
+        "--max-num-seqs",
+        str(batch_size),
+        "--uvicorn-log-level",
+        spec.log_level,
     ]
     if spec.twin_seed is not None and spec.kind != "twin":
         flags += ["--seed", str(spec.twin_seed)]

@@ -10,7 +10,6 @@ cell), and the speed falls back to the window's tokens per second per request.
 from __future__ import annotations
 
 import time
-
 from typing import Any
 
 from harness.engine.sglang_client import EngineClient, EngineRequestError, GenerateResult, ServerInfo
@@ -43,17 +42,37 @@ def accept_length(before: dict[str, float], after: dict[str, float]) -> float | 
 class VllmClient(EngineClient):
     """HTTP client of one vLLM server (or the twin in vLLM mode) serving ``model``."""
 
-    def __init__(self, base_url: str, version: str = "0.34.0", *, model: str = "default", request_timeout: float = 300.0,
-                 connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        version: str = "0.34.0",
+        *,
+        model: str = "default",
+        request_timeout: float = 300.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
         super().__init__(base_url, version, request_timeout=request_timeout, connect_timeout=connect_timeout)
         self.model = model
         self._counters: dict[str, float] = {}
 
-    def _generate_request(self, text: str | None, input_ids: list[int] | None, max_new_tokens: int, temperature: float,
-                          ignore_eos: bool, stream: bool, rid: str | None) -> tuple[str, dict[str, Any]]:
-        payload: dict[str, Any] = {"model": self.model, "prompt": input_ids if input_ids is not None else (text or ""),
-                                   "max_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos,
-                                   "stream": stream}
+    def _generate_request(
+        self,
+        text: str | None,
+        input_ids: list[int] | None,
+        max_new_tokens: int,
+        temperature: float,
+        ignore_eos: bool,
+        stream: bool,
+        rid: str | None,
+    ) -> tuple[str, dict[str, Any]]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": input_ids if input_ids is not None else (text or ""),
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+            "stream": stream,
+        }
         if stream:
             payload["stream_options"] = {"include_usage": True}
         if rid is not None:
@@ -74,8 +93,13 @@ class VllmClient(EngineClient):
 
     def _final(self, body: dict[str, Any]) -> GenerateResult:
         choice = (body.get("choices") or [{}])[0]
-        return _result(choice.get("text") or "", choice.get("finish_reason"), body.get("usage") or {},
-                       body.get("twin") or {}, body.get("id"))
+        return _result(
+            choice.get("text") or "",
+            choice.get("finish_reason"),
+            body.get("usage") or {},
+            body.get("twin") or {},
+            body.get("id"),
+        )
 
     def server_info(self) -> ServerInfo:
         """The accept length since the previous call (from ``/metrics``) and the server's ``/version``."""
@@ -101,9 +125,13 @@ class VllmClient(EngineClient):
             if not (isinstance(body, dict) and body.get("success") is False):
                 return
             time.sleep(pause_s)
-        raise EngineRequestError(f"POST {self.base_url}/reset_prefix_cache kept answering {{\"success\": false}} "
-                                 f"({attempts} tries, {pause_s:g} s apart): the server still holds KV blocks", "http", 200,
-                                 fix="a request is still running on the server; wait for it or raise the flush attempts")
+        raise EngineRequestError(
+            f'POST {self.base_url}/reset_prefix_cache kept answering {{"success": false}} '
+            f"({attempts} tries, {pause_s:g} s apart): the server still holds KV blocks",
+            "http",
+            200,
+            fix="a request is still running on the server; wait for it or raise the flush attempts",
+        )
 
     def model_info(self) -> dict[str, Any]:
         return {"models": self.models(), "version": self.version}
@@ -114,13 +142,20 @@ class VllmClient(EngineClient):
         return super().chat(messages, **kw)
 
 
-def _result(text: str, finish: str | None, usage: dict[str, Any], twin: dict[str, Any], rid: str | None) -> GenerateResult:
+def _result(
+    text: str, finish: str | None, usage: dict[str, Any], twin: dict[str, Any], rid: str | None
+) -> GenerateResult:
     """A finished completion; the twin in vLLM mode adds its device-clock stamps under ``twin`` (real vLLM: none)."""
     stamped = twin.get("received_ns") is not None and twin.get("finish_ns") is not None
     return GenerateResult(
-        text=text, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=int(usage.get("completion_tokens") or 0),
-        e2e_latency_s=twin.get("e2e_latency_s"), finish_reason=finish, rid=rid,
+        text=text,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        e2e_latency_s=twin.get("e2e_latency_s"),
+        finish_reason=finish,
+        rid=rid,
         server_received_ns=twin.get("received_ns") if stamped else None,
         server_finish_ns=twin.get("finish_ns") if stamped else None,
         server_first_token_ns=twin.get("first_token_ns") if stamped else None,
-        server_clock="twin_device" if stamped else None)
+        server_clock="twin_device" if stamped else None,
+    )

@@ -37,8 +37,11 @@ class PassSetting:
     def __init__(self, device: Any, mode: SettingMode, manifest: Any, save: Callable[[], None] = lambda: None) -> None:
         self.device = device
         self.mode = mode
-        self.state: dict[str, Any] = (manifest.setting_records(self.key) if hasattr(manifest, "setting_records")
-                                      else manifest.setdefault(self.key, {}))
+        self.state: dict[str, Any] = (
+            manifest.setting_records(self.key)
+            if hasattr(manifest, "setting_records")
+            else manifest.setdefault(self.key, {})
+        )
         self.state["mode"] = mode
         self.save = save
         self.current: str | None = None

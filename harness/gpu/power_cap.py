@@ -16,8 +16,8 @@ from typing import Any, Callable, Protocol
 import httpx
 from pydantic import BaseModel
 
-from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 from harness.core.errors import ServiceUnavailableError, UsageError
+from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 
 PowerCapMode = SettingMode
 
@@ -53,8 +53,10 @@ def parse_power_caps(text: str) -> list[str]:
     for part in [p for p in text.split(",") if p.strip()]:
         m = _CAP.match(part)
         if not m or float(m.group(1)) <= 0:
-            raise UsageError(f"cannot parse power cap {part.strip()!r} in --power-caps {text!r}",
-                             fix="give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%")
+            raise UsageError(
+                f"cannot parse power cap {part.strip()!r} in --power-caps {text!r}",
+                fix="give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%",
+            )
         label = f"{float(m.group(1)):g}" + ("%" if m.group(2) == "%" else "")
         if label in out:
             raise UsageError(f"power cap {label} is listed twice in --power-caps", fix="list each cap once")
@@ -73,15 +75,19 @@ def resolve_cap(label: str, limits: CapLimits) -> float:
     """Watts of a cap label against the device's limits; refuses values outside its constraints (as NVML does)."""
     if label.endswith("%"):
         if not limits.default_w:
-            raise PowerCapError(f"power cap {label} needs the GPU's default limit, which it does not report",
-                                fix="give the cap in watts, e.g. --power-caps 250")
+            raise PowerCapError(
+                f"power cap {label} needs the GPU's default limit, which it does not report",
+                fix="give the cap in watts, e.g. --power-caps 250",
+            )
         watts = round(limits.default_w * float(label[:-1]) / 100.0, 3)
     else:
         watts = float(label)
     lo, hi = limits.min_w, limits.max_w
     if (lo is not None and watts < lo) or (hi is not None and watts > hi):
-        raise PowerCapError(f"power cap {label} ({watts:g} W) is outside this GPU's limits [{lo:g}, {hi:g}] W",
-                            fix=f"choose caps between {lo:g} and {hi:g} W (nvidia-smi -q -d POWER shows the limits)")
+        raise PowerCapError(
+            f"power cap {label} ({watts:g} W) is outside this GPU's limits [{lo:g}, {hi:g}] W",
+            fix=f"choose caps between {lo:g} and {hi:g} W (nvidia-smi -q -d POWER shows the limits)",
+        )
     return watts
 
 
@@ -102,8 +108,9 @@ class TwinSettingDevice:
             with httpx.Client(timeout=10.0, trust_env=False) as http:
                 resp = http.request(method, f"{self.url}{self.route}", json=body)
         except httpx.HTTPError as exc:
-            raise ServiceUnavailableError(f"the twin GPU at {self.url} is unreachable ({exc!r})",
-                                          fix="start it or fix --twin-gpu") from None
+            raise ServiceUnavailableError(
+                f"the twin GPU at {self.url} is unreachable ({exc!r})", fix="start it or fix --twin-gpu"
+            ) from None
         data = resp.json()
         if resp.status_code >= 400:
             msg = (data.get("error") or {}).get("message", resp.text)
@@ -118,8 +125,13 @@ class TwinCapDevice(TwinSettingDevice):
 
     def limits(self) -> CapLimits:
         d = self._call("GET")
-        return CapLimits(current_w=d.get("power_limit_w"), enforced_w=d.get("power_limit_w"), min_w=d.get("power_limit_min_w"),
-                         max_w=d.get("power_limit_max_w"), default_w=d.get("power_limit_default_w"))
+        return CapLimits(
+            current_w=d.get("power_limit_w"),
+            enforced_w=d.get("power_limit_w"),
+            min_w=d.get("power_limit_min_w"),
+            max_w=d.get("power_limit_max_w"),
+            default_w=d.get("power_limit_default_w"),
+        )
 
     def set_limit(self, watts: float) -> None:
         self._call("POST", {"power_limit_w": watts})
@@ -142,10 +154,20 @@ class NvmlDevice:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         except pynvml.NVMLError as exc:
-            raise self.error(f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)") from None
+            raise self.error(
+                f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)"
+            ) from None
 
-    def set_call(self, call: Callable[..., Any], *args: int, doing: str, refused: str, root_fix: str, refused_fix: str,
-                 unsupported_fix: str | None = None) -> None:
+    def set_call(
+        self,
+        call: Callable[..., Any],
+        *args: int,
+        doing: str,
+        refused: str,
+        root_fix: str,
+        refused_fix: str,
+        unsupported_fix: str | None = None,
+    ) -> None:
         """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
         error become ``self.error`` naming the NVML error text and the fix."""
         nv = self.nv
@@ -184,16 +206,24 @@ class NvmlCapDevice(NvmlDevice):
             lo, hi = (x / 1000.0 for x in nv.nvmlDeviceGetPowerManagementLimitConstraints(self.handle))
         except nv.NVMLError:
             lo = hi = None
-        return CapLimits(current_w=self._w(nv.nvmlDeviceGetPowerManagementLimit), enforced_w=self._w(nv.nvmlDeviceGetEnforcedPowerLimit),
-                         min_w=lo, max_w=hi, default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit))
+        return CapLimits(
+            current_w=self._w(nv.nvmlDeviceGetPowerManagementLimit),
+            enforced_w=self._w(nv.nvmlDeviceGetEnforcedPowerLimit),
+            min_w=lo,
+            max_w=hi,
+            default_w=self._w(nv.nvmlDeviceGetPowerManagementDefaultLimit),
+        )
 
     def set_limit(self, watts: float) -> None:
-        self.set_call(self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)),
-                      doing=f"setting the power limit to {watts:g} W", refused=f"the power limit {watts:g} W",
-                      root_fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
-                               "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)",
-                      refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints")
-
+        self.set_call(
+            self.nv.nvmlDeviceSetPowerManagementLimit,
+            int(round(watts * 1000)),
+            doing=f"setting the power limit to {watts:g} W",
+            refused=f"the power limit {watts:g} W",
+            root_fix="run the sweep as root (or with sudo), or pass --power-cap-mode record to only record "
+            "the limit in force (set it beforehand with sudo nvidia-smi -pl WATTS)",
+            refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints",
+        )
 
 
 class PowerCapController(PassSetting):
@@ -206,8 +236,10 @@ class PowerCapController(PassSetting):
     def read(self) -> tuple[float | None, dict[str, Any]]:
         limits = self.device.limits()
         if self.mode == "set" and limits.current_w is None:
-            raise PowerCapError("the GPU does not report its current power limit, so a cap set now could not be restored",
-                                fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)")
+            raise PowerCapError(
+                "the GPU does not report its current power limit, so a cap set now could not be restored",
+                fix="pass --power-cap-mode record and set the limit yourself (sudo nvidia-smi -pl WATTS)",
+            )
         self._limits = limits
         return limits.current_w, {"limits": {k: v for k, v in limits.model_dump().items() if k != "enforced_w"}}
 

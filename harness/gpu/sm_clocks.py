@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 from harness.core.errors import UsageError
+from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 from harness.gpu.power_cap import NvmlDevice, TwinSettingDevice
 
 UNLOCKED = "max"
@@ -63,11 +63,15 @@ def parse_sm_clocks(text: str) -> list[str]:
         elif m and int(m.group(1)) > 0:
             label = str(int(m.group(1)))
         else:
-            raise UsageError(f"cannot parse SM clock {part.strip()!r} in --sm-clocks {text!r}",
-                             fix="give MHz or max (unlocked), e.g. --sm-clocks 1980,1410,990 or max,1410")
+            raise UsageError(
+                f"cannot parse SM clock {part.strip()!r} in --sm-clocks {text!r}",
+                fix="give MHz or max (unlocked), e.g. --sm-clocks 1980,1410,990 or max,1410",
+            )
         if label in out:
-            raise UsageError(f"SM clock {label} is listed twice in --sm-clocks (max and default both mean unlocked)",
-                             fix="list each clock once")
+            raise UsageError(
+                f"SM clock {label} is listed twice in --sm-clocks (max and default both mean unlocked)",
+                fix="list each clock once",
+            )
         out.append(label)
     if not out:
         raise UsageError("--sm-clocks is empty", fix="e.g. --sm-clocks 1980,1410,990")
@@ -92,13 +96,17 @@ def resolve_clock(label: str, info: ClockInfo) -> int | None:
     sup = info.supported_mhz
     if sup and mhz not in sup:
         near = " or ".join(f"{c}" for c in nearest_supported(mhz, sup))
-        raise SmClockError(f"SM clock {mhz} MHz is not one this GPU supports (nearest: {near} MHz; it supports "
-                           f"{min(sup)}-{max(sup)} MHz, {len(sup)} clocks)",
-                           fix=f"use a supported clock, e.g. --sm-clocks {near.split(' or ')[-1]} "
-                               "(nvidia-smi -q -d SUPPORTED_CLOCKS lists them)")
+        raise SmClockError(
+            f"SM clock {mhz} MHz is not one this GPU supports (nearest: {near} MHz; it supports "
+            f"{min(sup)}-{max(sup)} MHz, {len(sup)} clocks)",
+            fix=f"use a supported clock, e.g. --sm-clocks {near.split(' or ')[-1]} "
+            "(nvidia-smi -q -d SUPPORTED_CLOCKS lists them)",
+        )
     if info.max_mhz is not None and mhz > info.max_mhz:
-        raise SmClockError(f"SM clock {mhz} MHz is above this GPU's maximum {info.max_mhz} MHz",
-                           fix=f"use clocks up to {info.max_mhz} MHz, or max (unlocked)")
+        raise SmClockError(
+            f"SM clock {mhz} MHz is above this GPU's maximum {info.max_mhz} MHz",
+            fix=f"use clocks up to {info.max_mhz} MHz, or max (unlocked)",
+        )
     return mhz
 
 
@@ -110,8 +118,11 @@ class TwinClockDevice(TwinSettingDevice):
 
     def clocks(self) -> ClockInfo:
         d = self._call("GET")
-        return ClockInfo(locked_mhz=d.get("sm_clock_locked_mhz"), max_mhz=d.get("max_sm_clock_mhz"),
-                         supported_mhz=list(d.get("supported_sm_clocks_mhz") or []))
+        return ClockInfo(
+            locked_mhz=d.get("sm_clock_locked_mhz"),
+            max_mhz=d.get("max_sm_clock_mhz"),
+            supported_mhz=list(d.get("supported_sm_clocks_mhz") or []),
+        )
 
     def lock(self, mhz: int) -> None:
         self._call("POST", {"sm_clock_locked_mhz": int(mhz)})
@@ -136,14 +147,21 @@ class NvmlClockDevice(NvmlDevice):
         from harness.gpu.nvml_control import NvmlControl  # the GPU check's reader of the same NVML calls
 
         got = NvmlControl(self.nv, self.handle).clocks()
-        return ClockInfo(locked_mhz=self.locked_mhz, max_mhz=got.get("max_sm_mhz"), supported_mhz=got.get("sm_mhz") or [])
+        return ClockInfo(
+            locked_mhz=self.locked_mhz, max_mhz=got.get("max_sm_mhz"), supported_mhz=got.get("sm_mhz") or []
+        )
 
     def _set(self, what: str, call: Any, *args: int) -> None:
-        self.set_call(call, *args, doing=what, refused=what,
-                      root_fix="run the sweep as root (sudo; in Docker also --cap-add SYS_ADMIN), or drop --sm-clocks "
-                               "and lock the clocks yourself beforehand (sudo nvidia-smi -lgc MHZ,MHZ)",
-                      refused_fix="choose a clock from nvmlDeviceGetSupportedGraphicsClocks (nvidia-smi -q -d SUPPORTED_CLOCKS)",
-                      unsupported_fix="drop --sm-clocks (locked clocks need a Volta or newer GPU)")
+        self.set_call(
+            call,
+            *args,
+            doing=what,
+            refused=what,
+            root_fix="run the sweep as root (sudo; in Docker also --cap-add SYS_ADMIN), or drop --sm-clocks "
+            "and lock the clocks yourself beforehand (sudo nvidia-smi -lgc MHZ,MHZ)",
+            refused_fix="choose a clock from nvmlDeviceGetSupportedGraphicsClocks (nvidia-smi -q -d SUPPORTED_CLOCKS)",
+            unsupported_fix="drop --sm-clocks (locked clocks need a Volta or newer GPU)",
+        )
 
     def lock(self, mhz: int) -> None:
         self._set(f"locking the SM clock at {mhz} MHz", self.nv.nvmlDeviceSetGpuLockedClocks, int(mhz), int(mhz))
@@ -165,9 +183,14 @@ class SmClockController(PassSetting):
     def read(self) -> tuple[float | None, dict[str, Any]]:
         info = self._info = self.device.clocks()
         sup = info.supported_mhz
-        facts = {"max_mhz": info.max_mhz, "supported_range_mhz": [min(sup), max(sup)] if sup else None,
-                 "supported_count": len(sup), "original_source": "device" if self.device.lock_readable
-                 else "assumed unlocked (NVML has no getter for a lock; restore = nvmlDeviceResetGpuLockedClocks)"}
+        facts = {
+            "max_mhz": info.max_mhz,
+            "supported_range_mhz": [min(sup), max(sup)] if sup else None,
+            "supported_count": len(sup),
+            "original_source": "device"
+            if self.device.lock_readable
+            else "assumed unlocked (NVML has no getter for a lock; restore = nvmlDeviceResetGpuLockedClocks)",
+        }
         return info.locked_mhz, {"clocks": facts}
 
     def resolve(self, label: str, facts: dict[str, Any]) -> float | None:

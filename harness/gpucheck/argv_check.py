@@ -13,8 +13,10 @@ def launch_lines() -> dict[str, Any]:
         from harness.engine.sglang_argv import EngineSpec, build_argv
         from harness.grid import ACTIONS
     except ImportError as exc:
-        return {"error": f"harness.engine.sglang_argv is not importable here ({exc}): run `benchmarks/gpu_check.py --argv` on a "
-                         "machine with the project installed (the argv does not depend on the GPU beyond its family)"}
+        return {
+            "error": f"harness.engine.sglang_argv is not importable here ({exc}): run `benchmarks/gpu_check.py --argv` on a "
+            "machine with the project installed (the argv does not depend on the GPU beyond its family)"
+        }
     spec = EngineSpec(kind="sglang", python="python3")
     lines = [build_argv(spec, cfg, SWEEP_BATCH_SIZE, SWEEP_MEM_FRACTION, PORT) for cfg in ACTIONS]
     out: dict[str, Any] = {"configs": len(lines), "sglang_version_flags": spec.sglang_version, "argv": lines,

@@ -18,8 +18,14 @@ class LoadResult:
     stand_in: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "seconds": round(self.seconds, 3), "steps": self.steps, "device": self.device,
-                "stand_in": self.stand_in, "steps_per_s": round(self.steps / self.seconds, 3) if self.seconds > 0 else None}
+        return {
+            "kind": self.kind,
+            "seconds": round(self.seconds, 3),
+            "steps": self.steps,
+            "device": self.device,
+            "stand_in": self.stand_in,
+            "steps_per_s": round(self.steps / self.seconds, 3) if self.seconds > 0 else None,
+        }
 
 
 class Loads:
@@ -67,7 +73,9 @@ class Loads:
         def step() -> None:
             self.torch.matmul(self.a, self.b)
 
-        return self._timed("matmul_bf16" if self.cuda else "matmul_f32_cpu_stand_in", seconds, step, 8 if self.cuda else 1)
+        return self._timed(
+            "matmul_bf16" if self.cuda else "matmul_f32_cpu_stand_in", seconds, step, 8 if self.cuda else 1
+        )
 
     def decode(self, seconds: float, batch: int) -> LoadResult:
         """One step = a batch of ``batch`` token vectors through every weight matrix (reads all weights once)."""

@@ -14,14 +14,22 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.gpu.nvml_control import NvmlCallError, NvmlControl, pick_clocks
 from harness.gpucheck.argv_check import launch_lines
 from harness.gpucheck.guard import RestoreGuard
 from harness.gpucheck.loads import Loads
-from harness.gpu.nvml_control import NvmlCallError, NvmlControl, pick_clocks
 from harness.gpucheck.record import Recorder, SmiPoller, window
 
 BASE_BUDGET_S = 240.0
-DURATIONS = {"idle": 12.0, "ramp": 20.0, "sustained": 25.0, "decode": 10.0, "cap": 20.0, "clock_matmul": 10.0, "clock_decode": 8.0}
+DURATIONS = {
+    "idle": 12.0,
+    "ramp": 20.0,
+    "sustained": 25.0,
+    "decode": 10.0,
+    "cap": 20.0,
+    "clock_matmul": 10.0,
+    "clock_decode": 8.0,
+}
 
 
 UNTIMED = ("setup", "twin", "launch_argv")  # phases that run even past the budget (no GPU load, about a second)
@@ -109,7 +117,9 @@ class Check:
         def after(samples: list[dict[str, Any]]) -> bool:
             return bool(samples) and samples[-1]["t_wall_ns"] >= t_ns
 
-        while time.monotonic() < stop and not (after(self.rec.records) and (not smi or self.smi.error or not self.smi.exe or after(self.smi.samples))):
+        while time.monotonic() < stop and not (
+            after(self.rec.records) and (not smi or self.smi.error or not self.smi.exe or after(self.smi.samples))
+        ):
             time.sleep(0.02)
 
     def measure(self, name: str, fn: Any, *args: Any) -> dict[str, Any]:
@@ -127,8 +137,10 @@ class Check:
                 w["energy_per_step_j"] = round(w["energy_counter_j"] / res.steps, 6)
         w["t0_ns"], w["t1_ns"] = t0, t1
         self.out["windows"][name] = w
-        log(f"window {name}: {w.get('avg_power_w')} W avg, counter {w.get('energy_counter_j')} J, "
-            f"integral err {w.get('err_integral_vs_counter')}, smi err {w.get('err_smi_power_draw_vs_counter')}")
+        log(
+            f"window {name}: {w.get('avg_power_w')} W avg, counter {w.get('energy_counter_j')} J, "
+            f"integral err {w.get('err_integral_vs_counter')}, smi err {w.get('err_smi_power_draw_vs_counter')}"
+        )
         return w
 
 
@@ -180,8 +192,15 @@ def ramp(chk: Check, loads: Loads) -> None:
 def uuid_map(chk: Check) -> dict[str, Any]:
     """torch's device UUID vs NVML's, here and in a child under ``CUDA_VISIBLE_DEVICES=<NVML UUID>``."""
     nv = chk.probe._nv
-    nvml = {i: chk.probe._call("uuid", "nvmlDeviceGetUUID", nv.nvmlDeviceGetHandleByIndex(i), errors=[]) for i in range(nv.nvmlDeviceGetCount())}
-    out: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "nvml_uuids": nvml, "gpu_index": chk.gpu_index}
+    nvml = {
+        i: chk.probe._call("uuid", "nvmlDeviceGetUUID", nv.nvmlDeviceGetHandleByIndex(i), errors=[])
+        for i in range(nv.nvmlDeviceGetCount())
+    }
+    out: dict[str, Any] = {
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nvml_uuids": nvml,
+        "gpu_index": chk.gpu_index,
+    }
     assert chk.loads is not None
     if not chk.loads.cuda:
         out["torch"] = "no CUDA device (stand-in run): torch UUID not available"
@@ -210,7 +229,9 @@ def power_cap(chk: Check, rec: dict[str, Any]) -> None:
     sustained = chk.out["windows"].get("sustained", {}).get("avg_power_w")
     original = lim.get("management_w")
     if original is None:
-        raise NvmlCallError("nvmlDeviceGetPowerManagementLimit: unreadable, so a cap could not be restored; not setting one")
+        raise NvmlCallError(
+            "nvmlDeviceGetPowerManagementLimit: unreadable, so a cap could not be restored; not setting one"
+        )
     lo, default = lim.get("min_w") or 0.0, lim.get("default_w") or original
     target = round(max(lo, min(0.6 * default, 0.7 * sustained if sustained else 0.6 * default)))
     rec["target_w"] = target
@@ -255,7 +276,9 @@ def sm_clocks(chk: Check, rec: dict[str, Any]) -> None:
         try:
             chk.ctl.lock_sm(mhz)
         except NvmlCallError as exc:
-            (chk.guard.pop if mhz != picks[0] else chk.guard.discard)("sm_clocks")  # unlock only if an earlier lock held
+            (chk.guard.pop if mhz != picks[0] else chk.guard.discard)(
+                "sm_clocks"
+            )  # unlock only if an earlier lock held
             rec["refused"] = str(exc)
             chk.finding("sm_clocks", f"locking SM clocks at {mhz} MHz was refused: {exc}")
             return
@@ -297,4 +320,9 @@ def twin(chk: Check) -> dict[str, Any]:
     if "capped_matmul" in ws and cap_target:
         segs.append((ws["capped_matmul"]["t0_ns"], ws["capped_matmul"]["t1_ns"], float(cap_target)))
     res = replay(params, chk.rec.records, segs)
-    return {"profile_device_params": params, "dvfs_exponent_fit": gamma, "replay": res, "validation": validate_with_pydantic(params)}
+    return {
+        "profile_device_params": params,
+        "dvfs_exponent_fit": gamma,
+        "replay": res,
+        "validation": validate_with_pydantic(params),
+    }

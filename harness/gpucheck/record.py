@@ -30,13 +30,21 @@ class Recorder:
 
     def _tick(self) -> None:
         reading, t_wall, t_mono, latency_ms = probe_timing(self.probe)
-        self.records.append({"kind": "sample", "t_wall_ns": t_wall, "t_mono_ns": t_mono, "probe_latency_ms": latency_ms, **reading})
+        self.records.append(
+            {"kind": "sample", "t_wall_ns": t_wall, "t_mono_ns": t_mono, "probe_latency_ms": latency_ms, **reading}
+        )
 
     def _loop(self) -> None:
         def overrun(missed: int) -> None:
             self.overruns += missed
 
-        run_ticks(self.period_s, self._stop, self._tick, overrun, lambda exc: self.loop_errors.append(f"{type(exc).__name__}: {exc}"))
+        run_ticks(
+            self.period_s,
+            self._stop,
+            self._tick,
+            overrun,
+            lambda exc: self.loop_errors.append(f"{type(exc).__name__}: {exc}"),
+        )
 
     def start(self) -> "Recorder":
         self._thread.start()
@@ -162,7 +170,11 @@ def window(records: list[dict[str, Any]], smi: list[dict[str, Any]], start_ns: i
     out["avg_power_w"] = _r(counter_j / seconds) if counter_j is not None and seconds > 0 else None
     pw = [float(r["power_w"]) for r in inside if r.get("power_w") is not None]
     out["max_power_w"] = _r(max(pw)) if pw else None
-    for key, field in (("avg_util_pct", "utilization_pct"), ("avg_sm_clock_mhz", "sm_clock_mhz"), ("avg_temp_c", "temperature_c")):
+    for key, field in (
+        ("avg_util_pct", "utilization_pct"),
+        ("avg_sm_clock_mhz", "sm_clock_mhz"),
+        ("avg_temp_c", "temperature_c"),
+    ):
         vals = [float(r[field]) for r in inside if r.get(field) is not None]
         out[key] = _r(sum(vals) / len(vals)) if vals else None
     bits = 0

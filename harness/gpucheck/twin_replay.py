@@ -42,12 +42,16 @@ def derive_params(idle_w: float, loaded_w: float, limits: dict[str, Any], memory
     if temps and loaded_w > idle_w + 1:
         t_idle, t_load = temps
         r_th = max(0.005, (t_load - t_idle) / (loaded_w - idle_w))
-        params.update(thermal_resistance_c_per_w=round(r_th, 5), ambient_c=round(t_idle - r_th * idle_w, 2), ambient_spread_c=0.0)
+        params.update(
+            thermal_resistance_c_per_w=round(r_th, 5), ambient_c=round(t_idle - r_th * idle_w, 2), ambient_spread_c=0.0
+        )
     params["_dynamic_full_load_w"] = round(max(0.0, loaded_w - idle_w), 2)
     return params
 
 
-def replay(params: dict[str, Any], records: list[dict[str, Any]], segments: list[tuple[int, int, float]]) -> dict[str, Any]:
+def replay(
+    params: dict[str, Any], records: list[dict[str, Any]], segments: list[tuple[int, int, float]]
+) -> dict[str, Any]:
     """Drive the twin with the measured utilization (``records``' ``utilization_pct``) and power limit over each
     (start_ns, end_ns, limit_w) segment; compare its power at every sample and its energy with the counter's."""
     dev = {k: v for k, v in params.items() if not k.startswith("_")}
@@ -57,7 +61,11 @@ def replay(params: dict[str, Any], records: list[dict[str, Any]], segments: list
     twin_j = meas_j = 0.0
     curve: list[tuple[float, float, float]] = []
     for start_ns, end_ns, limit_w in segments:
-        rs = [r for r in records if start_ns <= r["t_wall_ns"] <= end_ns and r.get("power_w") is not None and r.get("energy_mj") is not None]
+        rs = [
+            r
+            for r in records
+            if start_ns <= r["t_wall_ns"] <= end_ns and r.get("power_w") is not None and r.get("energy_mj") is not None
+        ]
         if len(rs) < 3:
             continue
         gpu = _ReplayGpu(profile, seed=0)  # type: ignore[arg-type]  # a duck-typed profile: the model reads .device only
@@ -80,7 +88,9 @@ def replay(params: dict[str, Any], records: list[dict[str, Any]], segments: list
             errs.append(p_twin - p_meas)
             twin_j += p_twin * dt
             meas_j += p_meas * dt
-            curve.append((round((b["t_wall_ns"] - records[0]["t_wall_ns"]) / 1e9, 2), round(p_meas, 1), round(p_twin, 1)))
+            curve.append(
+                (round((b["t_wall_ns"] - records[0]["t_wall_ns"]) / 1e9, 2), round(p_meas, 1), round(p_twin, 1))
+            )
     if not errs:
         return {"error": "too few samples with power and energy to replay"}
     return {

@@ -23,7 +23,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width text table (readable in any log)."""
     w_check = max([5, *(len(r["check"]) for r in rows)])
     w_fig = min(60, max([6, *(len(r["figure"]) for r in rows)]))
-    lines = [f"{'check':<{w_check}}  status  {'figure':<{w_fig}}  detail", f"{'-' * w_check}  ------  {'-' * w_fig}  ------"]
+    lines = [
+        f"{'check':<{w_check}}  status  {'figure':<{w_fig}}  detail",
+        f"{'-' * w_check}  ------  {'-' * w_fig}  ------",
+    ]
     lines += [f"{r['check']:<{w_check}}  {r['status']:<6}  {r['figure']:<{w_fig}}  {r['detail']}" for r in rows]
     return "\n".join(lines)
 
@@ -41,5 +44,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         t.add_column(col, overflow="fold")
     style = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
     for r in rows:
-        t.add_row(escape(r["check"]), f"[{style[r['status']]}]{r['status']}[/]", escape(r["figure"]), escape(r["detail"]))
+        t.add_row(
+            escape(r["check"]), f"[{style[r['status']]}]{r['status']}[/]", escape(r["figure"]), escape(r["detail"])
+        )
     Console(width=160).print(t)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from harness.report.sweep import BatchSummary, CellSummary
     from harness.report.passes import Pass
+    from harness.report.sweep import BatchSummary, CellSummary
 
 
 def config_label(config: Sequence[int]) -> str:
@@ -24,8 +24,16 @@ def config_label(config: Sequence[int]) -> str:
 def pareto_front(cells: Sequence["CellSummary"]) -> list["CellSummary"]:
     """The cells no other cell beats on both speed (higher) and J/token (lower), by J/token."""
     pts = [c for c in cells if c.speed_tok_s is not None and c.joules_per_token is not None]
-    front = [c for c in pts if not any((o.speed_tok_s or 0) >= (c.speed_tok_s or 0) and (o.joules_per_token or 0) <= (c.joules_per_token or 0)
-                                       and (o.speed_tok_s, o.joules_per_token) != (c.speed_tok_s, c.joules_per_token) for o in pts)]
+    front = [
+        c
+        for c in pts
+        if not any(
+            (o.speed_tok_s or 0) >= (c.speed_tok_s or 0)
+            and (o.joules_per_token or 0) <= (c.joules_per_token or 0)
+            and (o.speed_tok_s, o.joules_per_token) != (c.speed_tok_s, c.joules_per_token)
+            for o in pts
+        )
+    ]
     return sorted(front, key=lambda c: c.joules_per_token or 0.0)
 
 
@@ -33,7 +41,9 @@ def pareto_figures(groups: Sequence[tuple["Pass", Sequence["BatchSummary"]]], ou
     """``pareto.png`` (one pass) or ``pareto_<Pass.slug>.png`` per pass (``pareto_cap60w.png``, ``..._clk1410mhz``)."""
     if len(groups) == 1:
         return [pareto_figure(groups[0][1], out_dir / "pareto.png")]
-    return [pareto_figure(summaries, out_dir / f"pareto_{key.slug}.png", f" at {key.label}") for key, summaries in groups]
+    return [
+        pareto_figure(summaries, out_dir / f"pareto_{key.slug}.png", f" at {key.label}") for key, summaries in groups
+    ]
 
 
 def pareto_figure(summaries: Sequence["BatchSummary"], path: Path, title_suffix: str = "") -> Path:
@@ -49,15 +59,38 @@ def pareto_figure(summaries: Sequence["BatchSummary"], path: Path, title_suffix:
         pts = [c for c in s.cells if c.speed_tok_s is not None and c.joules_per_token is not None]
         for c in pts:
             colour = "tab:green" if c.in_band else "tab:gray"
-            ax.errorbar(c.joules_per_token, c.speed_tok_s, xerr=c.jpt_sd or 0.0, yerr=c.speed_sd or 0.0, fmt="o", ms=5,
-                        color=colour, ecolor=colour, elinewidth=0.8, capsize=2)
-            ax.annotate(config_label(c.config), (c.joules_per_token, c.speed_tok_s), fontsize=6, xytext=(3, 2),
-                        textcoords="offset points")
+            ax.errorbar(
+                c.joules_per_token,
+                c.speed_tok_s,
+                xerr=c.jpt_sd or 0.0,
+                yerr=c.speed_sd or 0.0,
+                fmt="o",
+                ms=5,
+                color=colour,
+                ecolor=colour,
+                elinewidth=0.8,
+                capsize=2,
+            )
+            ax.annotate(
+                config_label(c.config),
+                (c.joules_per_token, c.speed_tok_s),
+                fontsize=6,
+                xytext=(3, 2),
+                textcoords="offset points",
+            )
         front = pareto_front(pts)
         ax.plot([c.joules_per_token for c in front], [c.speed_tok_s for c in front], color="tab:blue", lw=1, alpha=0.7)
         if s.best_in_band is not None:
             b = s.best_in_band
-            ax.scatter([b.joules_per_token], [b.speed_tok_s], s=140, facecolors="none", edgecolors="tab:red", linewidths=1.6, zorder=3)
+            ax.scatter(
+                [b.joules_per_token],
+                [b.speed_tok_s],
+                s=140,
+                facecolors="none",
+                edgecolors="tab:red",
+                linewidths=1.6,
+                zorder=3,
+            )
         ax.set_title(f"batch size {s.batch_size}{title_suffix}", fontsize=9)
         ax.set_xlabel("J/token (lower is better)")
         ax.set_ylabel("speed, tok/s per sequence")
@@ -87,25 +120,40 @@ def _batch_table(s: "BatchSummary") -> str:
     for c in s.cells:
         mark = "best in band" if c.config == best else ("in band" if c.in_band else "")
         cls = ' class="best"' if c.config == best else (' class="band"' if c.in_band else "")
-        rows.append(f"<tr{cls}><td>{config_label(c.config)}</td><td>{c.n_ok}/{c.n_ok + c.n_error}</td>"
-                    f"<td>{_fmt(c.speed_tok_s, '.1f', c.speed_sd)}</td><td>{_fmt(c.joules_per_token, '.4f', c.jpt_sd)}</td>"
-                    f"<td>{_fmt(c.avg_power_watts, '.1f')}</td><td>{_fmt(c.utilization, '.3f')}</td><td>{mark}</td></tr>")
+        rows.append(
+            f"<tr{cls}><td>{config_label(c.config)}</td><td>{c.n_ok}/{c.n_ok + c.n_error}</td>"
+            f"<td>{_fmt(c.speed_tok_s, '.1f', c.speed_sd)}</td><td>{_fmt(c.joules_per_token, '.4f', c.jpt_sd)}</td>"
+            f"<td>{_fmt(c.avg_power_watts, '.1f')}</td><td>{_fmt(c.utilization, '.3f')}</td><td>{mark}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-CSS = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0 1.5em}"
-       "td,th{border:1px solid #bbb;padding:3px 8px;font-size:13px;text-align:right}th{background:#eee}"
-       "tr.band{background:#e6f4e6}tr.best{background:#c8e8c8;font-weight:bold}img{max-width:100%;border:1px solid #ddd}")
+CSS = (
+    "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border:1px solid #bbb;padding:3px 8px;font-size:13px;text-align:right}th{background:#eee}"
+    "tr.band{background:#e6f4e6}tr.best{background:#c8e8c8;font-weight:bold}img{max-width:100%;border:1px solid #ddd}"
+)
 
 
-def write_html(path: Path, *, source: str, groups: Sequence[tuple["Pass", Sequence["BatchSummary"]]], summary: dict[str, Any],
-               figures: Sequence[Path]) -> Path:
+def write_html(
+    path: Path,
+    *,
+    source: str,
+    groups: Sequence[tuple["Pass", Sequence["BatchSummary"]]],
+    summary: dict[str, Any],
+    figures: Sequence[Path],
+) -> Path:
     """``report.html``: the run, the recipe per cap, a table per batch size and every figure inline."""
-    parts = [f"<h1>Sweep report</h1><p>source: <code>{html.escape(source)}</code>; band {summary['band'][0]}–{summary['band'][1]} "
-             "of the enforced power cap; means over the successful repeats (± SD).</p>"]
+    parts = [
+        f"<h1>Sweep report</h1><p>source: <code>{html.escape(source)}</code>; band {summary['band'][0]}–{summary['band'][1]} "
+        "of the enforced power cap; means over the successful repeats (± SD).</p>"
+    ]
     for (key, _), cap in zip(groups, summary["caps"]):
         recipe = cap["recipe"]
-        items = "".join(f"<li>batch size {html.escape(str(bs))}: {config_label(v) if v else 'none in band'}</li>" for bs, v in recipe.items())
+        items = "".join(
+            f"<li>batch size {html.escape(str(bs))}: {config_label(v) if v else 'none in band'}</li>"
+            for bs, v in recipe.items()
+        )
         parts.append(f"<h2>Recipe at {html.escape(key.label)}</h2><ul>{items}</ul>")
     for key, summaries in groups:
         for s in summaries:
@@ -113,8 +161,10 @@ def write_html(path: Path, *, source: str, groups: Sequence[tuple["Pass", Sequen
             parts.append(f"<h3>{html.escape(key.label)}, batch size {s.batch_size}</h3>{_batch_table(s)}{why}")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode()
-        parts.append(f"<h3>{html.escape(Path(fig).stem)}</h3><img alt=\"{html.escape(Path(fig).stem)}\" src=\"data:image/png;base64,{data}\">")
-    doc = f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Sweep report</title><style>{CSS}</style></head><body>{''.join(parts)}</body></html>"
+        parts.append(
+            f'<h3>{html.escape(Path(fig).stem)}</h3><img alt="{html.escape(Path(fig).stem)}" src="data:image/png;base64,{data}">'
+        )
+    doc = f'<!doctype html><html><head><meta charset="utf-8"><title>Sweep report</title><style>{CSS}</style></head><body>{"".join(parts)}</body></html>'
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc)
     return path

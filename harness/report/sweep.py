@@ -64,7 +64,9 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def power_limit_of(rows: Sequence[SweepRow], run_dir: Path | None = None, override: float | None = None) -> tuple[float, str]:
+def power_limit_of(
+    rows: Sequence[SweepRow], run_dir: Path | None = None, override: float | None = None
+) -> tuple[float, str]:
     """The power limit used for utilization: the option, else the rows, else manifest.json, else the published 80 W."""
     if override is not None:
         return float(override), "--power-limit"
@@ -127,19 +129,37 @@ def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSumma
             speeds = [float(r.speed_tok_s) for r in ok if r.speed_tok_s is not None]
             jpts = [float(r.joules_per_token) for r in ok if r.joules_per_token is not None]
             power = _mean([float(r.avg_power_watts) for r in ok if r.avg_power_watts is not None])
-            cells.append(CellSummary(
-                batch_size=bs, config=cfg.as_tuple(), n_ok=len(ok), n_error=len(rs) - len(ok), speed_tok_s=_mean(speeds),
-                joules_per_token=_mean(jpts), jpt_sd=statistics.stdev(jpts) if len(jpts) >= 2 else None,
-                avg_power_watts=power, utilization=(power / power_limit_w) if power is not None else None,
-                speed_sd=statistics.stdev(speeds) if len(speeds) >= 2 else None,
-            ))
+            cells.append(
+                CellSummary(
+                    batch_size=bs,
+                    config=cfg.as_tuple(),
+                    n_ok=len(ok),
+                    n_error=len(rs) - len(ok),
+                    speed_tok_s=_mean(speeds),
+                    joules_per_token=_mean(jpts),
+                    jpt_sd=statistics.stdev(jpts) if len(jpts) >= 2 else None,
+                    avg_power_watts=power,
+                    utilization=(power / power_limit_w) if power is not None else None,
+                    speed_sd=statistics.stdev(speeds) if len(speeds) >= 2 else None,
+                )
+            )
         in_band = [c for c in cells if c.in_band and c.speed_tok_s is not None]
         best = max(in_band, key=lambda c: c.speed_tok_s or 0.0) if in_band else None
         measured = [c for c in cells if c.utilization is not None]
         closest = min(measured, key=lambda c: _band_distance(c.utilization or 0.0)) if measured and not best else None
-        out.append(BatchSummary(batch_size=bs, baseline=_measured(cells, BASELINE), reference=_measured(cells, REFERENCE), best_in_band=best,
-                                in_band=in_band, closest_to_band=closest, cells=cells,
-                                n_error_rows=sum(c.n_error for c in cells), why_none=no_band_hint(cells, power_limit_w, bs)))
+        out.append(
+            BatchSummary(
+                batch_size=bs,
+                baseline=_measured(cells, BASELINE),
+                reference=_measured(cells, REFERENCE),
+                best_in_band=best,
+                in_band=in_band,
+                closest_to_band=closest,
+                cells=cells,
+                n_error_rows=sum(c.n_error for c in cells),
+                why_none=no_band_hint(cells, power_limit_w, bs),
+            )
+        )
     return out
 
 
@@ -159,9 +179,21 @@ def _vs(cell: CellSummary | None, base: CellSummary | None) -> str:
 
 def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
     """One batch size: baseline, reference, best in band, with speed, J/token, power and utilization."""
-    t = Table(title=f"batch size {s.batch_size}  (band {BAND[0]:.2f}-{BAND[1]:.2f} of {power_limit_w:g} W)", title_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (("role", "left"), ("config", "left"), ("speed tok/s", "right"), ("vs baseline", "right"),
-                      ("J/token", "right"), ("avg W", "right"), ("utilization", "right"), ("in band", "center"), ("ok/err", "right"))
+    t = Table(
+        title=f"batch size {s.batch_size}  (band {BAND[0]:.2f}-{BAND[1]:.2f} of {power_limit_w:g} W)",
+        title_justify="left",
+    )
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("role", "left"),
+        ("config", "left"),
+        ("speed tok/s", "right"),
+        ("vs baseline", "right"),
+        ("J/token", "right"),
+        ("avg W", "right"),
+        ("utilization", "right"),
+        ("in band", "center"),
+        ("ok/err", "right"),
+    )
     for col, just in columns:
         t.add_column(col, justify=just)
     roles = [("baseline", s.baseline), ("reference", s.reference), ("best in band", s.best_in_band)]
@@ -171,11 +203,25 @@ def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
         if c is None:
             t.add_row(role, "[dim]none[/]", *["-"] * 7)
             continue
-        t.add_row(role, str(SpecConfig(*c.config)), _fmt(c.speed_tok_s, ".1f"), _vs(c, s.baseline), _fmt(c.joules_per_token, ".4f"),
-                  _fmt(c.avg_power_watts, ".1f"), _fmt(c.utilization, ".3f"), "[green]yes[/]" if c.in_band else "no",
-                  f"{c.n_ok}/{c.n_error}")
-    t.caption = escape(s.why_none) if s.why_none else (f"{len(s.in_band)} config{'s' if len(s.in_band) != 1 else ''} in band: "
-                                                       + (", ".join(str(SpecConfig(*c.config)) for c in s.in_band) or "none"))
+        t.add_row(
+            role,
+            str(SpecConfig(*c.config)),
+            _fmt(c.speed_tok_s, ".1f"),
+            _vs(c, s.baseline),
+            _fmt(c.joules_per_token, ".4f"),
+            _fmt(c.avg_power_watts, ".1f"),
+            _fmt(c.utilization, ".3f"),
+            "[green]yes[/]" if c.in_band else "no",
+            f"{c.n_ok}/{c.n_error}",
+        )
+    t.caption = (
+        escape(s.why_none)
+        if s.why_none
+        else (
+            f"{len(s.in_band)} config{'s' if len(s.in_band) != 1 else ''} in band: "
+            + (", ".join(str(SpecConfig(*c.config)) for c in s.in_band) or "none")
+        )
+    )
     return t
 
 
@@ -190,12 +236,27 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
     groups = cap_groups(rows, limit, power_limit_w)
     multi = len(groups) > 1
     what = "u = W/row's cap" if multi else f"u = W/{groups[0][0].cap_w:g}"
-    t = Table(title=f"sweep summary (tok/s, x baseline; {what}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
-              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    t = Table(
+        title=f"sweep summary (tok/s, x baseline; {what}, band {BAND[0]:.2f}-{BAND[1]:.2f})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
     if multi:
         t.add_column("cap W" if all(k.clock is None for k, _ in groups) else "pass", justify="right", no_wrap=True)
-    summary_columns: tuple[tuple[str, JustifyMethod], ...] = (("bs", "right"), ("baseline", "right"), ("ref (3,4,8)", "right"), ("u", "right"),
-                      ("best in band", "left"), ("its speed", "right"), ("u", "right"), ("n", "right"), ("err", "right"))
+    summary_columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("bs", "right"),
+        ("baseline", "right"),
+        ("ref (3,4,8)", "right"),
+        ("u", "right"),
+        ("best in band", "left"),
+        ("its speed", "right"),
+        ("u", "right"),
+        ("n", "right"),
+        ("err", "right"),
+    )
     for col, just in summary_columns:
         t.add_column(col, justify=just, no_wrap=True)
 
@@ -211,8 +272,16 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
             best = ["[dim]none[/]", f"[dim]~{SpecConfig(*c.config)}[/]", _fmt(c.utilization, ".2f")]
         else:
             best = ["[dim]none[/]", "-", "-"]
-        t.add_row(*([key.label.removesuffix(" W") if key.clock is None else key.label] if multi else []), str(s.batch_size), _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"), speed(ref, s.baseline),
-                  _fmt(ref.utilization if ref else None, ".2f"), *best, str(len(s.in_band)), str(s.n_error_rows))
+        t.add_row(
+            *([key.label.removesuffix(" W") if key.clock is None else key.label] if multi else []),
+            str(s.batch_size),
+            _fmt(s.baseline.speed_tok_s if s.baseline else None, ".1f"),
+            speed(ref, s.baseline),
+            _fmt(ref.utilization if ref else None, ".2f"),
+            *best,
+            str(len(s.in_band)),
+            str(s.n_error_rows),
+        )
     t.caption = "n: configs in band; ~: closest if none; err: error rows"
     return t
 
@@ -223,14 +292,18 @@ SummaryGroups = Sequence[tuple[Pass, Sequence[BatchSummary]]]
 def recipes(groups: SummaryGroups) -> dict[str, dict[str, Any]]:
     """Per pass (``Pass.id``: the cap in W, ``@clock`` with --sm-clocks) and batch size: the fastest config inside the
     band (``None`` when none is), as ``s,k,d`` lists."""
-    return {key.id: {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
-            for key, summaries in groups}
+    return {
+        key.id: {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
+        for key, summaries in groups
+    }
 
 
 def recipe_table(groups: SummaryGroups) -> Table:
     """The recipe per pass: rows are batch sizes, columns passes, each cell the best config in the band (speed, u)."""
     what = "power cap" if all(k.clock is None for k, _ in groups) else "power cap and SM clock"
-    t = Table(title=f"recipe per {what}: fastest config inside the band (~: closest when none is)", title_justify="left")
+    t = Table(
+        title=f"recipe per {what}: fastest config inside the band (~: closest when none is)", title_justify="left"
+    )
     t.add_column("bs", justify="right")
     for key, _ in groups:
         t.add_column(key.label)
@@ -241,9 +314,13 @@ def recipe_table(groups: SummaryGroups) -> Table:
             s = by[cap].get(bs)
             c = s.best_in_band if s else None
             if c is not None:
-                cells.append(f"{SpecConfig(*c.config)} {_fmt(c.speed_tok_s, '.1f')} tok/s u={_fmt(c.utilization, '.2f')}")
+                cells.append(
+                    f"{SpecConfig(*c.config)} {_fmt(c.speed_tok_s, '.1f')} tok/s u={_fmt(c.utilization, '.2f')}"
+                )
             elif s is not None and s.closest_to_band is not None:
-                cells.append(f"[dim]~{SpecConfig(*s.closest_to_band.config)} u={_fmt(s.closest_to_band.utilization, '.2f')}[/]")
+                cells.append(
+                    f"[dim]~{SpecConfig(*s.closest_to_band.config)} u={_fmt(s.closest_to_band.utilization, '.2f')}[/]"
+                )
             else:
                 cells.append("-")
         t.add_row(str(bs), *cells)
@@ -258,7 +335,14 @@ def error_table(rows: Sequence[SweepRow]) -> Table | None:
     for col in ("index", "repeat", "bs", "config", "mem fraction", "error"):
         t.add_column(col, overflow="fold" if col == "error" else "ellipsis")
     for r in errs:
-        t.add_row(str(r.index), str(r.repeat), str(r.batch_size), str(r.config), _fmt(r.mem_fraction, "g"), escape(r.error or ""))
+        t.add_row(
+            str(r.index),
+            str(r.repeat),
+            str(r.batch_size),
+            str(r.config),
+            _fmt(r.mem_fraction, "g"),
+            escape(r.error or ""),
+        )
     return t
 
 
@@ -301,7 +385,13 @@ def _speed_vs_utilization_per_cap(groups: SummaryGroups, out_dir: Path, plt: Any
             if s is not None and s.best_in_band is not None:
                 b = s.best_in_band
                 ax.scatter([b.utilization], [b.speed_tok_s], s=70, facecolors="none", edgecolors=colour, linewidths=1.8)
-                ax.annotate("%d,%d,%d" % b.config, (b.utilization, b.speed_tok_s), fontsize=6, xytext=(3, 3), textcoords="offset points")
+                ax.annotate(
+                    "%d,%d,%d" % b.config,
+                    (b.utilization, b.speed_tok_s),
+                    fontsize=6,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
         ax.set_title(f"batch size {bs} (circled: best in band per pass)", fontsize=8)
         ax.set_xlabel("utilization (avg W / the row's cap)")
         ax.set_ylabel("speed (tok/s per sequence)")
@@ -327,13 +417,30 @@ def _single_cap_figures(summaries: Sequence[BatchSummary], out_dir: Path, power_
         ax.axvspan(*BAND, color="tab:green", alpha=0.18, label="energy band")
         pts = [c for c in s.cells if c.utilization is not None and c.speed_tok_s is not None]
         ax.scatter([c.utilization for c in pts], [c.speed_tok_s for c in pts], s=18, color="tab:blue", label="config")
-        for role, c, colour in (("baseline", s.baseline, "black"), ("reference", s.reference, "tab:orange"),
-                                ("best in band", s.best_in_band, "tab:red")):
+        for role, c, colour in (
+            ("baseline", s.baseline, "black"),
+            ("reference", s.reference, "tab:orange"),
+            ("best in band", s.best_in_band, "tab:red"),
+        ):
             if c is not None and c.utilization is not None and c.speed_tok_s is not None:
-                ax.scatter([c.utilization], [c.speed_tok_s], s=60, facecolors="none", edgecolors=colour, linewidths=1.6, label=role)
+                ax.scatter(
+                    [c.utilization],
+                    [c.speed_tok_s],
+                    s=60,
+                    facecolors="none",
+                    edgecolors=colour,
+                    linewidths=1.6,
+                    label=role,
+                )
         for c in pts:
-            ax.annotate("%d,%d,%d" % c.config, (c.utilization, c.speed_tok_s), fontsize=5, alpha=0.7,
-                        xytext=(2, 2), textcoords="offset points")
+            ax.annotate(
+                "%d,%d,%d" % c.config,
+                (c.utilization, c.speed_tok_s),
+                fontsize=5,
+                alpha=0.7,
+                xytext=(2, 2),
+                textcoords="offset points",
+            )
         ax.set_title(f"batch size {s.batch_size}")
         ax.set_xlabel(f"utilization (avg W / {power_limit_w:g} W)")
         ax.set_ylabel("speed (tok/s per sequence)")
@@ -384,8 +491,8 @@ def sweep_report(
     Rows come from the one loader (``harness.dataset.load``): invalid-window rows are left out unless ``windows``
     is ``keep``; duplicate cells, NaN and torn lines stop the report.
     """
-    from harness.dataset import load, print_notes
     from harness.core.jsonl import write_json_atomic
+    from harness.dataset import load, print_notes
 
     console = console or Console()
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
@@ -399,9 +506,12 @@ def sweep_report(
     multi = len(groups) > 1
     if multi:
         clocks = any(key.clock is not None for key, _ in groups)
-        console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows at {len(groups)} "
-                      + ("passes: " if clocks else "power caps: ") + ", ".join(key.label for key, _ in groups)
-                      + (" (each row's enforced cap and locked SM clock)" if clocks else " (each row's enforced cap)"))
+        console.print(
+            f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows at {len(groups)} "
+            + ("passes: " if clocks else "power caps: ")
+            + ", ".join(key.label for key, _ in groups)
+            + (" (each row's enforced cap and locked SM clock)" if clocks else " (each row's enforced cap)")
+        )
     else:
         limit = groups[0][0].cap_w if limit_src == "rows" else limit
         console.print(f"[bold]{escape(str(loaded.path))}[/]: {len(rows)} rows; power limit {limit:g} W ({limit_src})")
@@ -423,19 +533,38 @@ def sweep_report(
 
         written = write_cap_figures(groups, out) + pareto_figures(groups, out)
     summary = {
-        "source": str(loaded.path), "invalid_windows": windows,
-        "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged], "power_limit_w": None if multi else limit, "power_limit_source": limit_src, "band": list(BAND),
-        "batch_sizes": [{**s.model_dump(mode="json"), **(_pass_fields(key) if multi else {})} for key, summaries in groups for s in summaries],
+        "source": str(loaded.path),
+        "invalid_windows": windows,
+        "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged],
+        "power_limit_w": None if multi else limit,
+        "power_limit_source": limit_src,
+        "band": list(BAND),
+        "batch_sizes": [
+            {**s.model_dump(mode="json"), **(_pass_fields(key) if multi else {})}
+            for key, summaries in groups
+            for s in summaries
+        ],
         "caps": [{**_pass_fields(key), "recipe": recipes([(key, summaries)])[key.id]} for key, summaries in groups],
-        "error_rows": [{"index": r.index, "repeat": r.repeat, "batch_size": r.batch_size, "config": r.config.as_tuple(),
-                        "error": r.error} for r in rows if r.is_error],
+        "error_rows": [
+            {
+                "index": r.index,
+                "repeat": r.repeat,
+                "batch_size": r.batch_size,
+                "config": r.config.as_tuple(),
+                "error": r.error,
+            }
+            for r in rows
+            if r.is_error
+        ],
         "figures": [str(p) for p in written],
     }
     if figures:
         from harness.report.html import write_html
 
         write_json_atomic(out / "summary.json", summary)
-        written.append(write_html(out / "report.html", source=str(loaded.path), groups=groups, summary=summary, figures=written))
+        written.append(
+            write_html(out / "report.html", source=str(loaded.path), groups=groups, summary=summary, figures=written)
+        )
         for p in written + [out / "summary.json"]:
             console.print(f"wrote {p}", markup=False)
     return summary

@@ -37,7 +37,9 @@ def prepare_run_dir(out: Path, *, force: bool, lock: RunLock | None = None) -> N
     if has_run and not force:
         if lock is not None:
             lock.release()
-        raise OutputError(f"{out} already holds a run", fix=f"continue it with --resume {out}, or pass --force to start over")
+        raise OutputError(
+            f"{out} already holds a run", fix=f"continue it with --resume {out}, or pass --force to start over"
+        )
     if has_run and force:
         for f in RUN_FILES:
             (out / f).unlink(missing_ok=True)

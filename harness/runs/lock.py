@@ -16,8 +16,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import OutputError
 from harness.core.clocks import to_iso, wall_ns
+from harness.core.errors import OutputError
 
 LOCK_NAME = ".lock"
 
@@ -62,19 +62,24 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise OutputError(f"cannot create the run lock {self.path}: {exc.strerror}",
-                              fix="choose a writable run folder") from None
+            raise OutputError(
+                f"cannot create the run lock {self.path}: {exc.strerror}", fix="choose a writable run folder"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             holder = describe_holder(_read_holder(self.path))
-            raise RunFolderBusy(f"{self.run_dir} is being written by {holder}",
-                                fix="wait for that run to finish (harness status shows it), or stop it before --resume") from None
+            raise RunFolderBusy(
+                f"{self.run_dir} is being written by {holder}",
+                fix="wait for that run to finish (harness status shows it), or stop it before --resume",
+            ) from None
         except OSError as exc:
             os.close(fd)
-            raise OutputError(f"cannot lock {self.path}: {exc.strerror}",
-                              fix="put the run folder on a local file system (one that supports flock)") from None
+            raise OutputError(
+                f"cannot lock {self.path}: {exc.strerror}",
+                fix="put the run folder on a local file system (one that supports flock)",
+            ) from None
         self.info = holder_info()
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(self.info) + "\n").encode(), 0)

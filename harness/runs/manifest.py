@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer
 
+from harness.core.clocks import to_iso, wall_ns
 from harness.core.errors import DataError, HarnessError, MissingFileError
 from harness.core.jsonl import write_json_atomic
-from harness.core.clocks import to_iso, wall_ns
 
 MANIFEST = "manifest.json"
 SCHEMA = 1
@@ -34,8 +34,13 @@ def git_commit(path: str | Path | None = None) -> dict[str, Any]:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
         if head.returncode != 0:
             return {"commit": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True,
-                               text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None}
@@ -165,9 +170,24 @@ class SweepManifest(RunManifest):
     """``harness sweep``'s manifest (schema 1). ``launches`` counts every server start of every session."""
 
     OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
-        "writer", "world", "engine_identity", "power_cap", "sm_clocks", "infrastructure_events", "seeds", "wall_s",
-        "sglang_version", "sglang_version_requested", "attention_backend", "executor", "cell_gpus", "idle_power_w",
-        "active", "vllm_version", "skipped_configs"}
+        "writer",
+        "world",
+        "engine_identity",
+        "power_cap",
+        "sm_clocks",
+        "infrastructure_events",
+        "seeds",
+        "wall_s",
+        "sglang_version",
+        "sglang_version_requested",
+        "attention_backend",
+        "executor",
+        "cell_gpus",
+        "idle_power_w",
+        "active",
+        "vllm_version",
+        "skipped_configs",
+    }
 
     schema_: int = Field(SCHEMA, alias="schema")
     created_ns: int | None = None
@@ -208,14 +228,24 @@ class SweepManifest(RunManifest):
     @classmethod
     def new(cls, run_id: str, argv: list[str], options: dict[str, Any], **fields: Any) -> SweepManifest:
         now = wall_ns()
-        return cls(run_id=run_id, created_ns=now, created=to_iso(now), argv=argv, options=options,
-                   versions=versions(), git=git_commit(), **fields)
+        return cls(
+            run_id=run_id,
+            created_ns=now,
+            created=to_iso(now),
+            argv=argv,
+            options=options,
+            versions=versions(),
+            git=git_commit(),
+            **fields,
+        )
 
     def begin_session(self, argv: list[str], *, resumed: bool, retry_errors: bool) -> SweepSession:
         """Start this process's session: status running, the lock holder recorded, the launch count carried on."""
         self.running()
         self._launches_before = self.launches
-        session = SweepSession(started_ns=wall_ns(), argv=argv, resumed=resumed, retry_errors=retry_errors, writer=self.writer)
+        session = SweepSession(
+            started_ns=wall_ns(), argv=argv, resumed=resumed, retry_errors=retry_errors, writer=self.writer
+        )
         self.sessions.append(session)
         return session
 
@@ -254,8 +284,13 @@ class PilotManifest(RunManifest):
     """``harness pilot``'s manifest (schema ``pilot-run-v1``): options, configs, suite metadata, start/end, outputs."""
 
     COMPLETE: ClassVar[str] = "completed"
-    OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {"finished_at", "outputs", "world", "hardware",
-                                                                 "power_limit_w"}
+    OPTIONAL: ClassVar[frozenset[str]] = RunManifest.OPTIONAL | {
+        "finished_at",
+        "outputs",
+        "world",
+        "hardware",
+        "power_limit_w",
+    }
 
     schema_: str = Field("pilot-run-v1", alias="schema")
     suite: str
@@ -285,19 +320,27 @@ def read_manifest(run_dir: str | Path) -> SweepManifest:
     """The sweep manifest of ``run_dir``, every unknown key kept; a missing, broken or newer one is a clear error."""
     p = Path(run_dir) / MANIFEST
     if not p.exists():
-        raise MissingFileError(f"{p} not found: {run_dir} is not a sweep run folder", fix="pass the folder a sweep wrote (--out)")
+        raise MissingFileError(
+            f"{p} not found: {run_dir} is not a sweep run folder", fix="pass the folder a sweep wrote (--out)"
+        )
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
-        raise DataError(f"{p} is not valid JSON: {exc.msg}", fix="the manifest is written atomically; restore it from a backup") from None
+        raise DataError(
+            f"{p} is not valid JSON: {exc.msg}", fix="the manifest is written atomically; restore it from a backup"
+        ) from None
     if not isinstance(data, dict) or "run_id" not in data:
         raise DataError(f"{p} is not a sweep manifest", fix="pass the folder a sweep wrote (--out)")
     schema = data.get("schema", SCHEMA)
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise DataError(f"{p}: schema {schema!r} is not a manifest schema number", fix="restore the manifest a sweep wrote")
+        raise DataError(
+            f"{p}: schema {schema!r} is not a manifest schema number", fix="restore the manifest a sweep wrote"
+        )
     if schema > SCHEMA:
-        raise DataError(f"{p} has schema {schema}, newer than this harness reads ({SCHEMA})",
-                        fix="use the harness version that wrote this run (see the manifest's versions), or upgrade")
+        raise DataError(
+            f"{p} has schema {schema}, newer than this harness reads ({SCHEMA})",
+            fix="use the harness version that wrote this run (see the manifest's versions), or upgrade",
+        )
     try:
         return SweepManifest.model_validate({"schema": schema, **data})
     except ValidationError as exc:
@@ -313,8 +356,10 @@ def read_options(run_dir: str | Path) -> Any:
     manifest = read_manifest(run_dir)
     p = Path(run_dir) / MANIFEST
     if not isinstance(manifest.options, dict):
-        raise DataError(f"{p} has no 'options' (the sweep's planned grid)",
-                        fix="restore the manifest the sweep wrote; without it the run cannot be resumed or checked against its plan")
+        raise DataError(
+            f"{p} has no 'options' (the sweep's planned grid)",
+            fix="restore the manifest the sweep wrote; without it the run cannot be resumed or checked against its plan",
+        )
     try:
         return SweepOptions.model_validate(manifest.options)
     except ValidationError as exc:

@@ -67,8 +67,14 @@ def finite(x: float | int | None) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def measurement(window: WindowStats | None, before: GpuSample | None, after: GpuSample | None, *,
-                gpu_from: GpuFrom = "after", window_power_w: float | None = None) -> Measurement:
+def measurement(
+    window: WindowStats | None,
+    before: GpuSample | None,
+    after: GpuSample | None,
+    *,
+    gpu_from: GpuFrom = "after",
+    window_power_w: float | None = None,
+) -> Measurement:
     """The row fields of one measured interval (see the module doc); ``window_power_w`` is the average power the
     caller derived from the window (its energy over its device-clock duration), used when ``gpu_from="window"``."""
     w = window

@@ -13,13 +13,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from harness.engine.sglang_argv import DEFAULT_ATTENTION_BACKEND
 from harness.core.errors import UsageError
-from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.core.model_options import Flag
+from harness.engine.sglang_argv import DEFAULT_ATTENTION_BACKEND
+from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 
-GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = ("Grid", "Engine", "Workload", "World", "Power caps and SM clocks",
-                                                 "Executor (many GPUs)", "Strategy (active sweep)")
+GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = (
+    "Grid",
+    "Engine",
+    "Workload",
+    "World",
+    "Power caps and SM clocks",
+    "Executor (many GPUs)",
+    "Strategy (active sweep)",
+)
 """Help panels of ``harness sweep``."""
 
 
@@ -56,7 +63,9 @@ def parse_fractions(text: str) -> list[float]:
     try:
         values = [float(t) for t in text.replace(" ", ",").split(",") if t]
     except ValueError:
-        raise UsageError(f"--mem-fractions must be comma-separated numbers, got {text!r}", fix="e.g. --mem-fractions 0.65,0.55") from None
+        raise UsageError(
+            f"--mem-fractions must be comma-separated numbers, got {text!r}", fix="e.g. --mem-fractions 0.65,0.55"
+        ) from None
     if not values or any(not 0 < v < 1 for v in values):
         raise UsageError(f"--mem-fractions must be in (0, 1), got {text!r}", fix="e.g. --mem-fractions 0.65,0.55")
     return values
@@ -66,81 +75,124 @@ class SweepOptions(BaseModel):
     """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
 
     engine: Annotated[Literal["twin", "sglang", "vllm"], Flag(ENGINE)] = Field(
-        "twin", description="twin (GPU-free digital twin), sglang or vllm (a real GPU)")
+        "twin", description="twin (GPU-free digital twin), sglang or vllm (a real GPU)"
+    )
     twin_emulate: Annotated[Literal["sglang", "vllm"], Flag(ENGINE)] = Field(
-        "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)")
+        "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)"
+    )
     vllm_version: Annotated[str, Flag(ENGINE)] = Field(
-        "auto", description="auto (the vLLM installed where the server runs; the twin: 0.34.0) or a version from "
-                            "0.11.0 to 0.34.0; used when the engine is vLLM or the twin emulates it")
+        "auto",
+        description="auto (the vLLM installed where the server runs; the twin: 0.34.0) or a version from "
+        "0.11.0 to 0.34.0; used when the engine is vLLM or the twin emulates it",
+    )
     sglang_version: Annotated[str, Flag(ENGINE)] = Field(
-        "auto", description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
-                            "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one")
+        "auto",
+        description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
+        "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one",
+    )
     attention_backend: Annotated[str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer")] = Field(
-        DEFAULT_ATTENTION_BACKEND, description="pinned for every config (auto: sglang picks per config, which mixes "
-                                               "kernels on Hopper/Blackwell)")
-    configs: Annotated[list[tuple[int, int, int]], Flag(GRID, parse=_configs, default_text="the 19 published actions")] = Field(
+        DEFAULT_ATTENTION_BACKEND,
+        description="pinned for every config (auto: sglang picks per config, which mixes kernels on Hopper/Blackwell)",
+    )
+    configs: Annotated[
+        list[tuple[int, int, int]], Flag(GRID, parse=_configs, default_text="the 19 published actions")
+    ] = Field(
         default_factory=lambda: [a.as_tuple() for a in ACTIONS],
-        description="explicit configs s:k:d,... (instead of a --steps/--topk/--draft-tokens grid)")
+        description="explicit configs s:k:d,... (instead of a --steps/--topk/--draft-tokens grid)",
+    )
     batch_sizes: Annotated[list[int], Flag(GRID, parse=_batch_sizes, default_text="1,4,8,16")] = Field(
-        default_factory=lambda: list(PUBLISHED_BATCH_SIZES), description="batch sizes, e.g. 1,4,8,16 (published)")
+        default_factory=lambda: list(PUBLISHED_BATCH_SIZES), description="batch sizes, e.g. 1,4,8,16 (published)"
+    )
     repeats: Annotated[int, Flag(GRID)] = Field(1, ge=1, description="whole passes over the grid")
     launch_per: Annotated[Literal["cell", "config"], Flag(GRID)] = Field(
-        "cell", description="cell (published: a server per batch size and config) or config")
+        "cell", description="cell (published: a server per batch size and config) or config"
+    )
     mem_fractions: Annotated[list[float], Flag(ENGINE, parse=parse_fractions, default_text="0.65,0.55")] = Field(
-        default_factory=lambda: [0.65, 0.55], description="the retry ladder of --mem-fraction-static")
+        default_factory=lambda: [0.65, 0.55], description="the retry ladder of --mem-fraction-static"
+    )
     num_prompts: Annotated[int | None, Flag(BENCH, default_text="max(16, bs)")] = Field(
-        None, ge=1, description="measured requests per cell")
+        None, ge=1, description="measured requests per cell"
+    )
     output_tokens: Annotated[int, Flag(BENCH)] = Field(512, ge=1, description="max_new_tokens per request")
     prompts_file: Annotated[str | None, Flag(BENCH, flag="--prompts", default_text="the published 4")] = Field(
-        None, description="JSON list of prompts")
+        None, description="JSON list of prompts"
+    )
     request_timeout_s: Annotated[float, Flag(BENCH, flag="--request-timeout")] = Field(
-        300.0, gt=0, description="wall seconds before a request counts as hung")
+        300.0, gt=0, description="wall seconds before a request counts as hung"
+    )
     launch_timeout_s: Annotated[float, Flag(ENGINE, flag="--launch-timeout")] = Field(
-        900.0, gt=0, description="seconds for a server to become healthy")
+        900.0, gt=0, description="seconds for a server to become healthy"
+    )
     stop_timeout_s: Annotated[float, Flag(ENGINE, flag="--stop-timeout")] = Field(
-        60.0, gt=0, description="seconds for a server to stop before it is killed")
+        60.0, gt=0, description="seconds for a server to stop before it is killed"
+    )
     settle: Annotated[str, Flag(BENCH)] = Field("5", description="between cells: world seconds or cool:TEMP_C")
     seed: Annotated[int, Flag(WORLD)] = Field(0, description="seed of the twin GPU and twin engines")
     time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, gt=0, description="twin world speed-up (--quick: 20)")
     sampler_url: Annotated[str | None, Flag(WORLD, default_text="start one / in-process NVML")] = Field(
-        None, description="a running sampler")
+        None, description="a running sampler"
+    )
     twin_gpu_url: Annotated[str | None, Flag(WORLD, flag="--twin-gpu", default_text="start one")] = Field(
-        None, description="a running twin GPU device")
+        None, description="a running twin GPU device"
+    )
     model_path: Annotated[str | None, Flag(ENGINE, default_text="unsloth/Llama-3.2-1B-Instruct")] = Field(
-        None, description="target model")
+        None, description="target model"
+    )
     draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(None, description="EAGLE3 draft model")
     twin_faults: Annotated[list[str], Flag(WORLD, flag="--twin-fault", repeat=True)] = Field(
-        default_factory=list, description="test hook: NAME or NAME@BS or NAME@BS/s:k:d (oom, crash, runaway, "
-                                          "slow-health, http500)")
+        default_factory=list,
+        description="test hook: NAME or NAME@BS or NAME@BS/s:k:d (oom, crash, runaway, slow-health, http500)",
+    )
     hardware: Annotated[str | None, Flag(WORLD)] = Field(None, description="override the rows' hardware label")
-    stream: Annotated[bool | None, Flag(BENCH, flag="--stream/--no-stream", default_text="on for sglang, off for the twin")] = Field(
-        None, description="stream responses")
+    stream: Annotated[
+        bool | None, Flag(BENCH, flag="--stream/--no-stream", default_text="on for sglang, off for the twin")
+    ] = Field(None, description="stream responses")
     engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
-        default_factory=list, description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule")
+        default_factory=list,
+        description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule",
+    )
     power_caps: Annotated[list[str] | None, Flag(CAPS, parse=_power_caps)] = Field(
-        None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%")
+        None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"
+    )
     power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
-        "set", description="set (needs root on NVML; the original limit is restored) or record (only record the "
-                           "enforced limit)")
+        "set",
+        description="set (needs root on NVML; the original limit is restored) or record (only record the "
+        "enforced limit)",
+    )
     sm_clocks: Annotated[list[str] | None, Flag(CAPS, parse=_sm_clocks)] = Field(
-        None, description="locked SM clocks swept per pass (inside each cap), MHz or max (unlocked), e.g. 1980,1410,990 "
-                          "(needs root on NVML; unlocked again at the end; docs/smclocks.md)")
+        None,
+        description="locked SM clocks swept per pass (inside each cap), MHz or max (unlocked), e.g. 1980,1410,990 "
+        "(needs root on NVML; unlocked again at the end; docs/smclocks.md)",
+    )
     energy_window: Annotated[Literal["measured", "steady"], Flag(BENCH)] = Field(
-        "measured", description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)")
+        "measured",
+        description="which window feeds energy_joules: measured (published) or steady (ML.ENERGY steady state)",
+    )
     executor: Annotated[Literal["local", "ray"], Flag(EXEC)] = Field(
-        "local", description="local (cells one after another on this machine's GPU) or ray (each cell a Ray task on its "
-                             "own GPU; needs the [ray] extra)")
+        "local",
+        description="local (cells one after another on this machine's GPU) or ray (each cell a Ray task on its "
+        "own GPU; needs the [ray] extra)",
+    )
     ray_address: Annotated[str | None, Flag(EXEC, default_text="start a local cluster")] = Field(
-        None, description="with --executor ray: auto or HOST:PORT of a running cluster")
+        None, description="with --executor ray: auto or HOST:PORT of a running cluster"
+    )
     twin_gpus: Annotated[int | None, Flag(EXEC, default_text="1 locally, all of a given cluster")] = Field(
-        None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per Ray GPU")
+        None, ge=1, description="with --engine twin --executor ray: twin GPU devices, one per Ray GPU"
+    )
     strategy: Annotated[Literal["grid", "active"], Flag(ACTIVE)] = Field(
-        "grid", description="grid (every planned cell) or active (only the cells that can still change the recipe; "
-                            "docs/active.md)")
+        "grid",
+        description="grid (every planned cell) or active (only the cells that can still change the recipe; "
+        "docs/active.md)",
+    )
     budget: Annotated[float | None, Flag(ACTIVE, default_text="0.2 unless --budget-s")] = Field(
-        None, gt=0, le=1, description="active: GPU-seconds (launch + measure) as a fraction of the predicted full grid's")
+        None,
+        gt=0,
+        le=1,
+        description="active: GPU-seconds (launch + measure) as a fraction of the predicted full grid's",
+    )
     budget_s: Annotated[float | None, Flag(ACTIVE)] = Field(
-        None, gt=0, description="active: GPU-seconds (device time, launch + measure) the sweep may spend")
+        None, gt=0, description="active: GPU-seconds (device time, launch + measure) the sweep may spend"
+    )
 
     @property
     def stream_requests(self) -> bool:
@@ -177,8 +229,14 @@ class SweepOptions(BaseModel):
         return [SpecConfig(*c) for c in self.configs if SpecConfig(*c) not in kept]
 
 
-QUICK: dict[str, Any] = {"configs": [(0, 0, 0), (3, 4, 8), (3, 2, 4), (5, 2, 8)], "batch_sizes": [1, 16], "repeats": 1,
-                         "output_tokens": 256, "time_scale": 20.0, "settle": "0"}
+QUICK: dict[str, Any] = {
+    "configs": [(0, 0, 0), (3, 4, 8), (3, 2, 4), (5, 2, 8)],
+    "batch_sizes": [1, 16],
+    "repeats": 1,
+    "output_tokens": 256,
+    "time_scale": 20.0,
+    "settle": "0",
+}
 """``--quick``: the baseline, the reference, the published bs-16 pick (0.952 of the cap, the band's edge) and (5,2,8)
 (0.972, mid-band in the published bs-16 measurement) at bs 1 and 16; a twin run in seconds."""
 QUICK_VLLM_CONFIGS: list[tuple[int, int, int]] = [(0, 0, 0), (3, 1, 4), (1, 1, 2)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from harness.grid import SpecConfig
 from harness.gpu.power_cap import cap_slug
 from harness.gpu.sm_clocks import clock_slug
-from harness.runs.rows import grid_index, make_cell_id
+from harness.grid import SpecConfig
 from harness.runs.options import SweepOptions
+from harness.runs.rows import grid_index, make_cell_id
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        prefix = ([cap_slug(self.cap)] if self.cap is not None else []) + ([clock_slug(self.clock)] if self.clock is not None else [])
+        prefix = ([cap_slug(self.cap)] if self.cap is not None else []) + (
+            [clock_slug(self.clock)] if self.clock is not None else []
+        )
         return "-".join([*prefix, make_cell_id(self.repeat, self.batch_size, self.config)])
 
     @property
@@ -43,8 +45,11 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
     per_pass = len(configs) * len(sizes)
     cells: list[Cell] = []
     for r in range(opts.repeats):
-        pairs = ([(bs, c) for bs in sizes for c in configs] if opts.launch_per == "cell"
-                 else [(bs, c) for c in configs for bs in sizes])
+        pairs = (
+            [(bs, c) for bs in sizes for c in configs]
+            if opts.launch_per == "cell"
+            else [(bs, c) for c in configs for bs in sizes]
+        )
         for i, (cap, clock) in enumerate(settings):  # one pass per (repeat, cap, clock): each set once per pass
             offset = (r * (len(settings) - 1) + i) * per_pass  # passes after the first shift the published index
             cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap, clock) for bs, c in pairs]

@@ -115,7 +115,9 @@ class SweepRow(BaseModel):
     window_max_temp_c: Num | None = None
     window_max_power_w: Num | None = None
     window_clock_event_reasons_or: StrictInt | None = None  # OR of the raw mask over the window's samples
-    clock_event_reasons: StrictInt | None = None  # raw NVML mask of the after-run snapshot (published gpu_throttling source)
+    clock_event_reasons: StrictInt | None = (
+        None  # raw NVML mask of the after-run snapshot (published gpu_throttling source)
+    )
     gpu_throttling_power_thermal: StrictBool | None = None  # same snapshot, idle bit masked: power/thermal bits only
     energy_source: str | None = None  # counter | power_integration | None
     accept_length_source: str | None = None  # server_info | per_request | default
@@ -230,7 +232,10 @@ def from_published(record: dict[str, Any], *, where: str = "row") -> SweepRow:
         detail = "; ".join(
             x for x in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "") if x
         )
-        raise DataError(f"{where}: not a published-layout row ({detail})", fix="a published row has exactly the 26 keys of harness.runs.rows.PUBLISHED_KEYS")
+        raise DataError(
+            f"{where}: not a published-layout row ({detail})",
+            fix="a published row has exactly the 26 keys of harness.runs.rows.PUBLISHED_KEYS",
+        )
     return from_native(record, where=where)
 
 

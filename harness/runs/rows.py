@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
-from harness.gpu.clock_events import POWER_THERMAL_MASK
 from harness.core.errors import DataError, MissingFileError
-from harness.grid import SpecConfig
 from harness.core.jsonl import JsonlAppender, read_jsonl, write_jsonl_atomic
+from harness.gpu.clock_events import POWER_THERMAL_MASK
+from harness.grid import SpecConfig
 from harness.runs.row_model import (
     EXTRA_KEYS,
     GRID_SPEED_SOURCES,
@@ -39,11 +39,37 @@ from harness.runs.row_model import (
 )
 
 __all__ = [
-    "EXTRA_KEYS", "GRID_SPEED_SOURCES", "NATIVE_KEYS", "PILOT_ERROR_PREFIX", "PILOT_NOTE", "PILOT_SPEED_SOURCES",
-    "PUBLISHED_HARDWARE", "PUBLISHED_KEYS", "EngineInfo", "Num", "SpeedSource", "SweepRow", "from_native", "from_published",
-    "key_order_problem", "non_finite_fields", "to_native", "to_published",
-    "PILOT_ROWS", "RowStore", "error_row", "grid_index", "hardware_label", "load_rows", "make_cell_id", "make_pilot_cell_id", "pass_of", "pilot_row",
-    "resolve_latest", "resolve_latest_published", "throttling_flags",
+    "EXTRA_KEYS",
+    "GRID_SPEED_SOURCES",
+    "NATIVE_KEYS",
+    "PILOT_ERROR_PREFIX",
+    "PILOT_NOTE",
+    "PILOT_SPEED_SOURCES",
+    "PUBLISHED_HARDWARE",
+    "PUBLISHED_KEYS",
+    "EngineInfo",
+    "Num",
+    "SpeedSource",
+    "SweepRow",
+    "from_native",
+    "from_published",
+    "key_order_problem",
+    "non_finite_fields",
+    "to_native",
+    "to_published",
+    "PILOT_ROWS",
+    "RowStore",
+    "error_row",
+    "grid_index",
+    "hardware_label",
+    "load_rows",
+    "make_cell_id",
+    "make_pilot_cell_id",
+    "pass_of",
+    "pilot_row",
+    "resolve_latest",
+    "resolve_latest_published",
+    "throttling_flags",
 ]
 
 
@@ -97,7 +123,9 @@ def grid_index(
         b = list(batch_sizes).index(batch_size)
         c = list(configs).index(config)
     except ValueError:
-        raise DataError(f"cell bs={batch_size} {config} is not in the planned grid", fix="plan the cell before indexing it") from None
+        raise DataError(
+            f"cell bs={batch_size} {config} is not in the planned grid", fix="plan the cell before indexing it"
+        ) from None
     return repeat * len(batch_sizes) * len(configs) + b * len(configs) + c
 
 
@@ -170,7 +198,12 @@ def pilot_row(
         forced.update(gpu_temp_c_before=None, gpu_mem_used_mb=None, gpu_throttling=None)
     data = {**fields, **forced}
     return SweepRow(
-        hardware=hardware, index=index, steps=config.steps, topk=config.topk, num_draft_tokens=config.draft_tokens, **data
+        hardware=hardware,
+        index=index,
+        steps=config.steps,
+        topk=config.topk,
+        num_draft_tokens=config.draft_tokens,
+        **data,
     )
 
 
@@ -198,7 +231,9 @@ def resolve_latest(rows: Iterable[SweepRow], *, conflicts: list[str] | None = No
                 f"and bs={row.batch_size} {row.config} repeat {row.repeat}"
             )
             if conflicts is None:
-                raise DataError(msg, fix="each cell needs its own cell_id / index; a replacement must describe the same cell")
+                raise DataError(
+                    msg, fix="each cell needs its own cell_id / index; a replacement must describe the same cell"
+                )
             conflicts.append(msg)
             key = f"{key}#conflict{n}"
         latest[key] = row  # dict keeps first-insertion order; assignment replaces the value only
@@ -252,7 +287,7 @@ class RowStore:
                 f"{self.dataset_path} has {len(published)} rows but {self.rows_path} only {len(native)}",
                 fix="dataset.jsonl is derived from rows.jsonl; delete dataset.jsonl and reopen the run to rebuild it",
             )
-        for row in native[len(published):]:
+        for row in native[len(published) :]:
             assert self._dataset is not None
             self._dataset.append(to_published(row))
 
@@ -316,7 +351,9 @@ def load_rows(path: str | Path) -> list[SweepRow]:
             if store.dataset_path.exists():
                 p = store.dataset_path
             else:
-                raise MissingFileError(f"{p} holds no rows.jsonl or dataset.jsonl", fix="pass a run folder or a JSONL file")
+                raise MissingFileError(
+                    f"{p} holds no rows.jsonl or dataset.jsonl", fix="pass a run folder or a JSONL file"
+                )
         else:
             return store.latest()
     rows = [from_native(rec, where=f"{p}:{i}") for i, rec in enumerate(read_jsonl(p), 1)]

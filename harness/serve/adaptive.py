@@ -79,19 +79,27 @@ def step(state: AdaptiveState, obs: Observation, p: AdaptiveParams) -> Decision:
         acc = obs.accept_length if acc is None else p.alpha * obs.accept_length + (1 - p.alpha) * acc
     base = replace(state, accept_ema=acc, bs_ema=bs, ticks=state.ticks + 1)
     tiers = tuple(s for s in bucket_tiers(p.tiers, bs) if tier_config(s) in obs.alive) or tuple(
-        sorted({c.steps for c in obs.alive if c.topk <= 1}))
+        sorted({c.steps for c in obs.alive if c.topk <= 1})
+    )
     if not tiers:
         return Decision(replace(base, active=None))
     target = tier_config(_wanted(base, tiers, p))
-    detail: dict[str, float | int | str | None] = {"bs_ema": round(bs, 3), "accept_ema": None if acc is None else round(acc, 3)}
+    detail: dict[str, float | int | str | None] = {
+        "bs_ema": round(bs, 3),
+        "accept_ema": None if acc is None else round(acc, 3),
+    }
     if state.active is None or state.active not in obs.alive:
         why = "start" if state.active is None else "instance_lost"
-        return Decision(replace(base, active=target, candidate=None, candidate_ticks=0, accept_ema=None),
-                        Switch(state.active, target, why, detail))  # type: ignore[arg-type]
+        return Decision(
+            replace(base, active=target, candidate=None, candidate_ticks=0, accept_ema=None),
+            Switch(state.active, target, why, detail),  # type: ignore[arg-type]
+        )
     if target == state.active:
         return Decision(replace(base, candidate=None, candidate_ticks=0))
     ticks = base.candidate_ticks + 1 if base.candidate == target else 1
     if ticks >= p.dwell_ticks:  # the new tier's acceptance is learnt afresh
-        return Decision(replace(base, active=target, candidate=None, candidate_ticks=0, accept_ema=None),
-                        Switch(state.active, target, "load_change" if state.active.steps not in tiers else "accept_length", detail))
+        return Decision(
+            replace(base, active=target, candidate=None, candidate_ticks=0, accept_ema=None),
+            Switch(state.active, target, "load_change" if state.active.steps not in tiers else "accept_length", detail),
+        )
     return Decision(replace(base, candidate=target, candidate_ticks=ticks))

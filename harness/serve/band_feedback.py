@@ -86,8 +86,12 @@ class LoopState:
 
     def detail(self) -> dict[str, float | int | str | None]:
         off = self.offered()
-        return {"bias": round(self.bias, 4), "bs_slow": round(self.bs_slow, 3), "clean": int(self.clean),
-                "offered_tok_s": None if off is None else round(off, 1)}
+        return {
+            "bias": round(self.bias, 4),
+            "bs_slow": round(self.bs_slow, 3),
+            "clean": int(self.clean),
+            "offered_tok_s": None if off is None else round(off, 1),
+        }
 
 
 def _ema(old: float, new: float, dt: float, tau_s: float) -> float:
@@ -109,8 +113,9 @@ def bs_for_rate(model: UtilModel, cfg: SpecConfig, rate: float) -> float:
     return math.exp(hi)
 
 
-def predictions(model: UtilModel, routed: SpecConfig | None, batch_size: float, open_loop: bool,
-                offered: float | None = None) -> dict[SpecConfig, tuple[float, float]]:
+def predictions(
+    model: UtilModel, routed: SpecConfig | None, batch_size: float, open_loop: bool, offered: float | None = None
+) -> dict[SpecConfig, tuple[float, float]]:
     """{config: (utilization, tokens/s per request)} if the traffic went to that config: open loop, at the batch
     size where it serves ``offered`` tokens/s (default: what ``routed`` serves at ``batch_size``); else at
     ``batch_size``."""
@@ -126,8 +131,14 @@ def predictions(model: UtilModel, routed: SpecConfig | None, batch_size: float, 
     return out
 
 
-def closed_loop_step(state: LoopState, obs: Observed, model: UtilModel, params: LoopParams,
-                     band: tuple[float, float], routed: SpecConfig | None) -> tuple[SpecConfig | None, LoopState]:
+def closed_loop_step(
+    state: LoopState,
+    obs: Observed,
+    model: UtilModel,
+    params: LoopParams,
+    band: tuple[float, float],
+    routed: SpecConfig | None,
+) -> tuple[SpecConfig | None, LoopState]:
     """One tick: update the load estimates and the integrator (``routed`` None: do not integrate, e.g. in the
     fallback), return the pick (None when no modelled config is alive) and the new state."""
     n = float(obs.in_flight)
@@ -137,7 +148,13 @@ def closed_loop_step(state: LoopState, obs: Observed, model: UtilModel, params: 
         dt = max(0.0, obs.t_s - state.last_t)
         slow, win = _ema(state.bs_slow, n, dt, params.pick_tau_s), _ema(state.bs_win, n, dt, params.window_s / 2)
         rate = _ema(state.rate, obs.arrivals / dt, dt, params.rate_tau_s) if dt > 0 else state.rate
-    tokens = state.tokens if obs.tokens is None else obs.tokens if state.tokens is None else 0.8 * state.tokens + 0.2 * obs.tokens
+    tokens = (
+        state.tokens
+        if obs.tokens is None
+        else obs.tokens
+        if state.tokens is None
+        else 0.8 * state.tokens + 0.2 * obs.tokens
+    )
     clean = obs.clean_s >= params.window_s if obs.clean_s is not None else obs.in_flight > 0
     bias = state.bias
     if routed is not None and clean and obs.utilization is not None:

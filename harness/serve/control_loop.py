@@ -8,13 +8,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness.grid import SpecConfig
+from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 from harness.core.jsonl import JsonlAppender
+from harness.grid import SpecConfig
 from harness.serve import adaptive, controller
 from harness.serve.controller import Observation, Switch
 from harness.serve.pool import Instance, Pool
 from harness.telemetry.client import TelemetrySource
-from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 
 STALE_S = 2.0
 """A sample older than this (wall seconds) counts as lost telemetry."""
@@ -47,9 +47,14 @@ class BandDecider:
 
     def describe(self) -> dict[str, Any]:
         s = self.state
-        return {"decider": self.name, "picks": {str(b): c.as_list() for b, c in sorted(self.table.items())},
-                "bs_ema": s.bs_ema, "fallback": s.fallback, "band": list(self.params.band),
-                "closed_loop": self.params.model is not None}
+        return {
+            "decider": self.name,
+            "picks": {str(b): c.as_list() for b, c in sorted(self.table.items())},
+            "bs_ema": s.bs_ema,
+            "fallback": s.fallback,
+            "band": list(self.params.band),
+            "closed_loop": self.params.model is not None,
+        }
 
 
 class AdaptiveDecider:
@@ -91,8 +96,16 @@ def utilization(telemetry: TelemetrySource, stale_s: float = STALE_S) -> tuple[f
 class ControlLoop:
     """Owns the routing decision; ``route()`` is what the front asks per request."""
 
-    def __init__(self, pool: Pool, decider: Decider, telemetry: TelemetrySource, clock: ScaledClock,
-                 log_path: str | Path, tick_s: float = 0.05, on_switch: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        decider: Decider,
+        telemetry: TelemetrySource,
+        clock: ScaledClock,
+        log_path: str | Path,
+        tick_s: float = 0.05,
+        on_switch: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.pool = pool
         self.decider = decider
         self.telemetry = telemetry
@@ -139,9 +152,16 @@ class ControlLoop:
                 in_flight, went_idle, self._went_idle = self.in_flight, self._went_idle, False
             now = self.clock.now_ns() / 1e9
             clean_s = self._clean(now, in_flight, went_idle) - age_s * self.clock.scale
-            obs = Observation(t_s=now, in_flight=in_flight, utilization=u, alive=self.pool.alive(),
-                              accept_length=sum(accepts) / len(accepts) if accepts else None, clean_s=clean_s,
-                              arrivals=arrivals, tokens=sum(tokens) / len(tokens) if tokens else None)
+            obs = Observation(
+                t_s=now,
+                in_flight=in_flight,
+                utilization=u,
+                alive=self.pool.alive(),
+                accept_length=sum(accepts) / len(accepts) if accepts else None,
+                clean_s=clean_s,
+                arrivals=arrivals,
+                tokens=sum(tokens) / len(tokens) if tokens else None,
+            )
             self.telemetry_problem, self.last_utilization = problem, u
             active, switch = self.decider.tick(obs)
             if active != self._active:
@@ -164,9 +184,16 @@ class ControlLoop:
 
     def _record(self, sw: Switch, problem: str | None) -> None:
         self.switches += 1
-        rec: dict[str, Any] = {"t_wall_ns": wall_ns(), "t_mono_ns": mono_ns(), "t_device_ns": self.clock.now_ns(),
-                               "decider": self.decider.name, "old": sw.old.as_list() if sw.old else None,
-                               "new": sw.new.as_list(), "reason": sw.reason, **sw.detail}
+        rec: dict[str, Any] = {
+            "t_wall_ns": wall_ns(),
+            "t_mono_ns": mono_ns(),
+            "t_device_ns": self.clock.now_ns(),
+            "decider": self.decider.name,
+            "old": sw.old.as_list() if sw.old else None,
+            "new": sw.new.as_list(),
+            "reason": sw.reason,
+            **sw.detail,
+        }
         if sw.reason == "telemetry_lost":
             rec["telemetry_problem"] = problem
         if sw.reason == "instance_lost" and sw.old is not None:
@@ -218,11 +245,18 @@ class ControlLoop:
                 self._tokens.append(tokens)
 
     def describe(self) -> dict[str, Any]:
-        return {"active": self._active.as_list() if self._active else None, "in_flight": self.in_flight,
-                "switches": self.switches, "utilization": self.last_utilization,
-                "telemetry_problem": self.telemetry_problem, "instances": self.pool.describe(),
-                "switch_log": str(self.log_path), "one_at_a_time": self.pool.one_at_a_time,
-                "relaunches": len(self.pool.relaunches), **self.decider.describe()}
+        return {
+            "active": self._active.as_list() if self._active else None,
+            "in_flight": self.in_flight,
+            "switches": self.switches,
+            "utilization": self.last_utilization,
+            "telemetry_problem": self.telemetry_problem,
+            "instances": self.pool.describe(),
+            "switch_log": str(self.log_path),
+            "one_at_a_time": self.pool.one_at_a_time,
+            "relaunches": len(self.pool.relaunches),
+            **self.decider.describe(),
+        }
 
     def close(self) -> None:
         self._stop.set()

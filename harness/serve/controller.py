@@ -111,13 +111,18 @@ def _route_target(wanted: SpecConfig, alive: frozenset[SpecConfig], fallback: Sp
     return min(alive) if alive else None
 
 
-def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfig], params: ControllerParams) -> Decision:
+def step(
+    state: ControllerState, obs: Observation, table: Mapping[int, SpecConfig], params: ControllerParams
+) -> Decision:
     """One control tick (see the module doc)."""
     ema = obs.in_flight if state.ticks == 0 else params.bs_alpha * obs.in_flight + (1 - params.bs_alpha) * state.bs_ema
     table_bs, pick = pick_for(table, ema)
-    detail: dict[str, float | int | str | None] = {"bs_ema": round(ema, 3), "in_flight": obs.in_flight,
-                                                   "utilization": None if obs.utilization is None else round(obs.utilization, 4),
-                                                   "table_bs": table_bs}
+    detail: dict[str, float | int | str | None] = {
+        "bs_ema": round(ema, 3),
+        "in_flight": obs.in_flight,
+        "utilization": None if obs.utilization is None else round(obs.utilization, 4),
+        "table_bs": table_bs,
+    }
     lost = obs.utilization is None
     tel_ticks = 0 if lost else state.telemetry_ticks + 1
     fallback = state.fallback
@@ -153,7 +158,15 @@ def step(state: ControllerState, obs: Observation, table: Mapping[int, SpecConfi
     return Decision(replace(base, candidate=target, candidate_ticks=ticks))
 
 
-def _switched(base: ControllerState, old: SpecConfig | None, new: SpecConfig, reason: Reason, t_s: float,
-              detail: dict[str, float | int | str | None]) -> Decision:
-    return Decision(replace(base, active=new, candidate=None, candidate_ticks=0, last_switch_s=t_s),
-                    Switch(old, new, reason, detail))
+def _switched(
+    base: ControllerState,
+    old: SpecConfig | None,
+    new: SpecConfig,
+    reason: Reason,
+    t_s: float,
+    detail: dict[str, float | int | str | None],
+) -> Decision:
+    return Decision(
+        replace(base, active=new, candidate=None, candidate_ticks=0, last_switch_s=t_s),
+        Switch(old, new, reason, detail),
+    )

@@ -41,14 +41,23 @@ class Front:
     """The routes over a ``ControlLoop``; ``ask_accept`` asks engines for per-request spec details (the adaptive
     emulation needs the accept length) and hides them from clients that did not ask."""
 
-    def __init__(self, loop: ControlLoop, *, request_timeout_s: float = 600.0, ask_accept: bool = False,
-                 max_running: int | None = None) -> None:
+    def __init__(
+        self,
+        loop: ControlLoop,
+        *,
+        request_timeout_s: float = 600.0,
+        ask_accept: bool = False,
+        max_running: int | None = None,
+    ) -> None:
         self.loop = loop
         self.ask_accept = ask_accept
         self.max_running = max_running
         self._slots = threading.Condition()
-        self.http = httpx.Client(timeout=httpx.Timeout(request_timeout_s, connect=2.0), trust_env=False,
-                                 limits=httpx.Limits(max_connections=512, max_keepalive_connections=0))
+        self.http = httpx.Client(
+            timeout=httpx.Timeout(request_timeout_s, connect=2.0),
+            trust_env=False,
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=0),
+        )
 
     def router(self) -> Router:
         r = Router()
@@ -97,7 +106,9 @@ class Front:
                 except httpx.TransportError as exc:
                     self._release(inst)
                     if not isinstance(exc, httpx.ConnectError) and not inst.confirm_dead():
-                        return error(502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}")
+                        return error(
+                            502, f"engine instance {inst.config} failed mid-request: {type(exc).__name__}: {exc}"
+                        )
                     self.loop.lost(inst, f"{type(exc).__name__}: {exc}")
                     continue
                 except BaseException:
@@ -112,8 +123,9 @@ class Front:
             if not streaming:
                 self.loop.request_finished(accept, tokens)
 
-    def _send(self, inst: Instance, path: str, body: dict[str, Any],
-              client_asked: bool) -> tuple[Response | Stream, float | None, int | None]:
+    def _send(
+        self, inst: Instance, path: str, body: dict[str, Any], client_asked: bool
+    ) -> tuple[Response | Stream, float | None, int | None]:
         """One try on ``inst`` (its slot held by the caller): (response, accept length, completion tokens); a broken
         connection (``httpx.TransportError``) propagates to ``forward``."""
         if body.get("stream"):
@@ -165,7 +177,11 @@ class Front:
                     tokens = completion_tokens_of(_json_or_text(line[6:].encode())) or tokens
                 yield line + "\n"
         except httpx.HTTPError as exc:  # the instance died mid-stream: the client gets an error event, then the end
-            yield "data: " + json.dumps({"error": {"message": f"engine instance {inst.config} failed mid-stream: {exc}"}}) + "\n\n"
+            yield (
+                "data: "
+                + json.dumps({"error": {"message": f"engine instance {inst.config} failed mid-stream: {exc}"}})
+                + "\n\n"
+            )
         finally:
             resp.close()
             self._release(inst)

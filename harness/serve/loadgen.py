@@ -54,16 +54,33 @@ def one_request(http: httpx.Client, prompt: str, max_tokens: int, rec: Recorder)
 
 
 def client(url: str, timeout_s: float = 120.0) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=timeout_s, trust_env=False,
-                        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    return httpx.Client(
+        base_url=url,
+        timeout=timeout_s,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+    )
 
 
 class ClosedLoop:
     """``sessions`` threads each sending one request after the other until ``stop()``; ``think_s`` (wall) between."""
 
-    def __init__(self, url: str, sessions: int, max_tokens: int, prompts: Sequence[str], rec: Recorder,
-                 think_s: Sequence[float] = (0.0,)) -> None:
-        self.url, self.max_tokens, self.prompts, self.rec, self.think_s = url, max_tokens, list(prompts), rec, list(think_s)
+    def __init__(
+        self,
+        url: str,
+        sessions: int,
+        max_tokens: int,
+        prompts: Sequence[str],
+        rec: Recorder,
+        think_s: Sequence[float] = (0.0,),
+    ) -> None:
+        self.url, self.max_tokens, self.prompts, self.rec, self.think_s = (
+            url,
+            max_tokens,
+            list(prompts),
+            rec,
+            list(think_s),
+        )
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(sessions)]
 
@@ -86,7 +103,9 @@ class ClosedLoop:
             t.join(timeout=60)
 
 
-def replay(url: str, arrivals_s: Sequence[float], max_tokens: Sequence[int], prompts: Sequence[str], rec: Recorder) -> None:
+def replay(
+    url: str, arrivals_s: Sequence[float], max_tokens: Sequence[int], prompts: Sequence[str], rec: Recorder
+) -> None:
     """Send request i at ``arrivals_s[i]`` wall seconds from now (one thread per request), wait for all."""
     threads: list[threading.Thread] = []
     t0 = time.monotonic()
@@ -95,7 +114,11 @@ def replay(url: str, arrivals_s: Sequence[float], max_tokens: Sequence[int], pro
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            t = threading.Thread(target=one_request, args=(http, prompts[i % len(prompts)], max_tokens[i % len(max_tokens)], rec), daemon=True)
+            t = threading.Thread(
+                target=one_request,
+                args=(http, prompts[i % len(prompts)], max_tokens[i % len(max_tokens)], rec),
+                daemon=True,
+            )
             t.start()
             threads.append(t)
         for t in threads:

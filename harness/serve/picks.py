@@ -35,8 +35,9 @@ def from_recipe(path: str | Path) -> PickTable:
         raw = json.loads(p.read_text())
         return {int(bs): SpecConfig(*map(int, entry["config"])) for bs, entry in raw.items()}
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise DataError(f"{p} is not a recipe ({type(exc).__name__}: {exc})",
-                        fix="pass the recipe.json an active sweep wrote") from None
+        raise DataError(
+            f"{p} is not a recipe ({type(exc).__name__}: {exc})", fix="pass the recipe.json an active sweep wrote"
+        ) from None
 
 
 def from_policy(models: str | Path, algo: str, dataset: str | Path | None = None) -> PickTable:
@@ -58,13 +59,20 @@ def from_policy(models: str | Path, algo: str, dataset: str | Path | None = None
     return dict(picks[algo])
 
 
-def resolve(picks: str | None, recipe: str | Path | None, models: str | Path | None, algo: str | None,
-            dataset: str | Path | None = None) -> PickTable:
+def resolve(
+    picks: str | None,
+    recipe: str | Path | None,
+    models: str | Path | None,
+    algo: str | None,
+    dataset: str | Path | None = None,
+) -> PickTable:
     """Exactly one source: ``--picks``, ``--recipe`` or ``--models`` with ``--algo``."""
     given = [name for name, v in (("--picks", picks), ("--recipe", recipe), ("--models", models)) if v]
     if len(given) != 1:
-        raise UsageError(f"give exactly one pick source (got {', '.join(given) or 'none'})",
-                         fix="--picks 1=0:0:0,16=3:2:4, or --recipe RUN_DIR/recipe.json, or --models DIR --algo NAME")
+        raise UsageError(
+            f"give exactly one pick source (got {', '.join(given) or 'none'})",
+            fix="--picks 1=0:0:0,16=3:2:4, or --recipe RUN_DIR/recipe.json, or --models DIR --algo NAME",
+        )
     if picks:
         return parse_table(picks)
     if recipe:

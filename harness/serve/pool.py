@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from harness.engine.launch import EngineLauncher, RunningServer
 from harness.core.errors import UsageError
+from harness.engine.launch import EngineLauncher, RunningServer
 from harness.grid import SpecConfig
-
 
 InstanceState = Literal["ready", "idle", "draining", "launching"]
 """``ready``: takes requests. The rest only occur with one engine at a time (``relaunch.py``): ``idle`` (not
@@ -102,10 +101,19 @@ class Pool:
         return self.instances[config]
 
     def describe(self) -> list[dict[str, object]]:
-        return [{"config": c.as_list(), "url": i.base_url, "alive": i.alive(), "state": i.state,
-                 "lost_reason": i.lost_reason, "in_flight": i.in_flight, "served": i.served,
-                 "pid": i.server.pid if i.server else None}
-                for c, i in sorted(self.instances.items())]
+        return [
+            {
+                "config": c.as_list(),
+                "url": i.base_url,
+                "alive": i.alive(),
+                "state": i.state,
+                "lost_reason": i.lost_reason,
+                "in_flight": i.in_flight,
+                "served": i.served,
+                "pid": i.server.pid if i.server else None,
+            }
+            for c, i in sorted(self.instances.items())
+        ]
 
     def attach(self, on_lost: Callable[[], None], on_event: Callable[[dict[str, Any]], None]) -> None:
         """The control loop's hooks: ``on_lost`` when an instance is found lost outside a request, ``on_event`` for a
@@ -129,15 +137,23 @@ class Pool:
         self.close()
 
 
-def launch_pool(launcher: EngineLauncher, configs: Sequence[SpecConfig], max_batch_size: int, mem_fraction: float,
-                log_dir: str | Path, adaptive: EngineLauncher | None = None) -> Pool:
+def launch_pool(
+    launcher: EngineLauncher,
+    configs: Sequence[SpecConfig],
+    max_batch_size: int,
+    mem_fraction: float,
+    log_dir: str | Path,
+    adaptive: EngineLauncher | None = None,
+) -> Pool:
     """Launch one instance per config (each sized for ``max_batch_size``); ``adaptive``, when given, launches the
     topk == 1 configs (its spec carries sglang's ``--speculative-adaptive`` flags). A failed launch stops the others."""
     launched: list[Instance] = []
     try:
         for cfg in configs:
             use = adaptive if adaptive is not None and cfg.topk == 1 else launcher
-            server = use.launch(cfg, max_batch_size, mem_fraction, log_path=Path(log_dir) / f"engine-{cfg.label.replace(':', '-')}.log")
+            server = use.launch(
+                cfg, max_batch_size, mem_fraction, log_path=Path(log_dir) / f"engine-{cfg.label.replace(':', '-')}.log"
+            )
             launched.append(Instance(cfg, server.base_url, server))
     except BaseException:
         for inst in launched:

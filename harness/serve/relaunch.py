@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.engine.launch import EngineLauncher
+from harness.core.clocks import wall_ns
 from harness.core.errors import EngineLaunchError, UsageError
+from harness.engine.launch import EngineLauncher
 from harness.grid import SpecConfig
 from harness.serve.pool import Instance, Pool
-from harness.core.clocks import wall_ns
 
 DEFAULT_DRAIN_TIMEOUT_S = 120.0
 """Wall seconds a draining instance gets to finish its requests; then it is stopped and they are sent again."""
@@ -32,8 +32,16 @@ class RelaunchPool(Pool):
 
     one_at_a_time = True
 
-    def __init__(self, launcher: EngineLauncher, configs: Sequence[SpecConfig], max_batch_size: int,
-                 mem_fraction: float, log_dir: str | Path, *, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        launcher: EngineLauncher,
+        configs: Sequence[SpecConfig],
+        max_batch_size: int,
+        mem_fraction: float,
+        log_dir: str | Path,
+        *,
+        drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+    ) -> None:
         super().__init__([Instance(c, "", state="idle") for c in configs])
         self.launcher = launcher
         self.max_batch_size = max_batch_size
@@ -67,12 +75,16 @@ class RelaunchPool(Pool):
             while not (self.current is not None and self.current.config == self._target and self.current.ready()):
                 if not self.alive():
                     lost = "; ".join(f"{c}: {i.lost_reason}" for c, i in sorted(self.instances.items()))
-                    raise EngineLaunchError(f"no engine instance could be launched ({lost})",
-                                            fix="read the engine logs under the serve folder's logs/")
+                    raise EngineLaunchError(
+                        f"no engine instance could be launched ({lost})",
+                        fix="read the engine logs under the serve folder's logs/",
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise EngineLaunchError(f"no engine instance was ready within {timeout_s:g} s",
-                                            fix="raise the launch timeout or read the engine logs")
+                    raise EngineLaunchError(
+                        f"no engine instance was ready within {timeout_s:g} s",
+                        fix="raise the launch timeout or read the engine logs",
+                    )
                 self._cond.wait(min(left, 0.2))
 
     def _run(self) -> None:
@@ -94,8 +106,11 @@ class RelaunchPool(Pool):
 
     def _relaunch(self, target: SpecConfig) -> None:
         t0 = time.monotonic()
-        rec: dict[str, Any] = {"event": "relaunch", "old": self.current.config.as_list() if self.current else None,
-                               "new": target.as_list()}
+        rec: dict[str, Any] = {
+            "event": "relaunch",
+            "old": self.current.config.as_list() if self.current else None,
+            "new": target.as_list(),
+        }
         old = self.current
         if old is not None:
             old.state = "draining"
@@ -115,8 +130,13 @@ class RelaunchPool(Pool):
         inst.state = "launching"
         t2 = time.monotonic()
         try:
-            server = self.launcher.launch(target, self.max_batch_size, self.mem_fraction, cancel=self._cancel,
-                                          log_path=self.log_dir / f"engine-{target.label.replace(':', '-')}-{wall_ns()}.log")
+            server = self.launcher.launch(
+                target,
+                self.max_batch_size,
+                self.mem_fraction,
+                cancel=self._cancel,
+                log_path=self.log_dir / f"engine-{target.label.replace(':', '-')}-{wall_ns()}.log",
+            )
         except Exception as exc:  # noqa: BLE001 - any failed launch loses that config, whatever raised
             inst.state = "idle"
             if not self._closed:
@@ -147,8 +167,12 @@ class RelaunchPool(Pool):
             return self._target != old.config and not self._closed
 
     def _finish(self, rec: dict[str, Any], t0: float, t_launch: float, error: str | None = None) -> None:
-        rec.update(launch_s=round(time.monotonic() - t_launch, 3), downtime_s=round(time.monotonic() - t0, 3),
-                   ok=error is None, error=error)
+        rec.update(
+            launch_s=round(time.monotonic() - t_launch, 3),
+            downtime_s=round(time.monotonic() - t0, 3),
+            ok=error is None,
+            error=error,
+        )
         self.relaunches.append(rec)
         if self._on_event is not None:
             self._on_event(rec)
@@ -165,8 +189,14 @@ class RelaunchPool(Pool):
                 inst.server = None
 
 
-def relaunch_pool(launcher: EngineLauncher, configs: Sequence[SpecConfig], max_batch_size: int, mem_fraction: float,
-                  log_dir: str | Path, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> RelaunchPool:
+def relaunch_pool(
+    launcher: EngineLauncher,
+    configs: Sequence[SpecConfig],
+    max_batch_size: int,
+    mem_fraction: float,
+    log_dir: str | Path,
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+) -> RelaunchPool:
     if not configs:
         raise UsageError("no config to serve", fix="give --picks or --configs")
     return RelaunchPool(launcher, configs, max_batch_size, mem_fraction, log_dir, drain_timeout_s=drain_timeout_s)

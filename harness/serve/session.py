@@ -9,15 +9,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.engine.version import version_tuple
-from harness.engine.launch import ServerLaunchError
 from harness.core.errors import UsageError
-from harness.grid import BASELINE, SpecConfig
 from harness.core.httpserve import Server, serve_in_thread
+from harness.engine.launch import ServerLaunchError
+from harness.engine.version import version_tuple
+from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import AdaptiveParams
+from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.controller import ControllerParams
 from harness.serve.front import Front, make_front_server
-from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.picks import PickTable
 from harness.serve.pool import Pool, launch_pool
 from harness.serve.relaunch import DEFAULT_DRAIN_TIMEOUT_S, RelaunchPool
@@ -89,8 +89,9 @@ def serving_profile(run_dir: Path, instances: int) -> str:
 class ServeSession:
     """A running front: ``url``, ``loop``, ``pool``, ``world``; ``close()`` stops everything it started."""
 
-    def __init__(self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server,
-                 relaunch_why: str | None = None) -> None:
+    def __init__(
+        self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server, relaunch_why: str | None = None
+    ) -> None:
         self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
         self.relaunch_why = relaunch_why
         """Why the session serves one engine at a time (None: every instance runs)."""
@@ -128,17 +129,29 @@ def open_session(options: ServeOptions) -> ServeSession:
     configs = options.instance_configs()
     missing = sorted(set(options.picks.values()) - set(configs))
     if missing:
-        raise UsageError(f"picks name configs without an instance: {', '.join(map(str, missing))}",
-                         fix="add them to --configs or leave --configs out (then every picked config gets one)")
+        raise UsageError(
+            f"picks name configs without an instance: {', '.join(map(str, missing))}",
+            fix="add them to --configs or leave --configs out (then every picked config gets one)",
+        )
     if options.instances == "one" and options.mode == "adaptive":
-        raise UsageError("--mode adaptive switches tiers every few requests; with one engine at a time each switch "
-                         "is a relaunch", fix="use --mode band with --instances one (or --instances all)")
+        raise UsageError(
+            "--mode adaptive switches tiers every few requests; with one engine at a time each switch is a relaunch",
+            fix="use --mode band with --instances one (or --instances all)",
+        )
     run_dir = Path(options.run_dir)
     one = options.instances == "one"
     memory_x = options.twin_memory_x or (1 if one else len(configs))
     profile = serving_profile(run_dir, memory_x) if options.engine == "twin" and options.twin_gpu_url is None else None
-    world = open_world(options.engine, sampler_url=options.sampler_url, twin_gpu_url=options.twin_gpu_url,
-                       time_scale=options.time_scale, seed=options.seed, run_dir=run_dir, spec=_spec(options), profile=profile)
+    world = open_world(
+        options.engine,
+        sampler_url=options.sampler_url,
+        twin_gpu_url=options.twin_gpu_url,
+        time_scale=options.time_scale,
+        seed=options.seed,
+        run_dir=run_dir,
+        spec=_spec(options),
+        profile=profile,
+    )
     pool: Pool | None = None
     loop: ControlLoop | None = None
     try:
@@ -152,12 +165,21 @@ def open_session(options: ServeOptions) -> ServeSession:
                 why = f"launching {len(configs)} instances at once ran out of GPU memory ({exc.message})"
         params = options.controller
         if pool is None:
-            pool = RelaunchPool(world.launcher, configs, options.max_batch_size,
-                                options.mem_fraction or PUBLISHED_MEM_FRACTION, run_dir / "logs",
-                                drain_timeout_s=options.drain_timeout_s)
+            pool = RelaunchPool(
+                world.launcher,
+                configs,
+                options.max_batch_size,
+                options.mem_fraction or PUBLISHED_MEM_FRACTION,
+                run_dir / "logs",
+                drain_timeout_s=options.drain_timeout_s,
+            )
             params = replace(params, min_hold_s=max(params.min_hold_s, options.relaunch_hold_s))
-        decider: Decider = AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, params)
-        loop = ControlLoop(pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s)
+        decider: Decider = (
+            AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, params)
+        )
+        loop = ControlLoop(
+            pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s
+        )
         if why is not None:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
         pool.wait_ready(world.launcher.launch_timeout_s)
@@ -177,10 +199,17 @@ def _launch_all(options: ServeOptions, world: World, configs: list[SpecConfig], 
     """Every instance at once (topk-1 sglang instances with ``--speculative-adaptive`` when asked and supported)."""
     adaptive = None
     spec = world.launcher.spec
-    if options.speculative_adaptive and options.engine == "sglang" and version_tuple(spec.sglang_version) >= ADAPTIVE_SINCE:
+    if (
+        options.speculative_adaptive
+        and options.engine == "sglang"
+        and version_tuple(spec.sglang_version) >= ADAPTIVE_SINCE
+    ):
         from harness.engine.launch import EngineLauncher
 
-        adaptive = EngineLauncher(spec.model_copy(update={"extra_args": (*spec.extra_args, "--speculative-adaptive")}),
-                                  run_dir, launch_timeout_s=world.launcher.launch_timeout_s)
+        adaptive = EngineLauncher(
+            spec.model_copy(update={"extra_args": (*spec.extra_args, "--speculative-adaptive")}),
+            run_dir,
+            launch_timeout_s=world.launcher.launch_timeout_s,
+        )
     mf = options.mem_fraction or PUBLISHED_MEM_FRACTION / len(configs)
     return launch_pool(world.launcher, configs, options.max_batch_size, mf, run_dir / "logs", adaptive)

@@ -37,8 +37,13 @@ def band_distance(u: float, band: tuple[float, float], margin: float = 0.0) -> f
     return max(band[0] + margin - u, u - band[1] + margin, 0.0)
 
 
-def model_pick(row: Mapping[SpecConfig, tuple[float, float]], bias: float, band: tuple[float, float],
-               alive: frozenset[SpecConfig], margin: float = 0.0) -> SpecConfig | None:
+def model_pick(
+    row: Mapping[SpecConfig, tuple[float, float]],
+    bias: float,
+    band: tuple[float, float],
+    alive: frozenset[SpecConfig],
+    margin: float = 0.0,
+) -> SpecConfig | None:
     """The recipe rule on one row of predictions: the fastest live config whose utilization + ``bias`` is inside
     ``band`` (shrunk by ``margin``), else the one closest to it (ties: the faster, then the smaller config)."""
     rows = [(c, band_distance(u + bias, band, margin), v) for c, (u, v) in row.items() if c in alive]
@@ -57,8 +62,14 @@ def band_share(u: float, band: tuple[float, float], sigma: float, cap_u: float) 
     return cdf(band[1]) - cdf(band[0])
 
 
-def share_pick(row: Mapping[SpecConfig, tuple[float, float]], bias: float, band: tuple[float, float],
-               alive: frozenset[SpecConfig], sigma: float, cap_u: float) -> SpecConfig | None:
+def share_pick(
+    row: Mapping[SpecConfig, tuple[float, float]],
+    bias: float,
+    band: tuple[float, float],
+    alive: frozenset[SpecConfig],
+    sigma: float,
+    cap_u: float,
+) -> SpecConfig | None:
     """The live config with the largest expected share in ``band`` (``band_share`` of prediction + ``bias``); a
     share within 0.01 of the best is a tie, won by the faster (then the smaller) config."""
     rows = [(c, band_share(u + bias, band, sigma, cap_u), v) for c, (u, v) in row.items() if c in alive]

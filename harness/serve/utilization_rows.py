@@ -18,8 +18,12 @@ from harness.serve.utilization_model import UtilModel
 
 
 def _usable(row: SweepRow) -> bool:
-    return (row.error is None and row.pilot_suite is None and row.avg_power_watts is not None
-            and (row.wall_clock_tok_s is not None or row.speed_tok_s is not None))
+    return (
+        row.error is None
+        and row.pilot_suite is None
+        and row.avg_power_watts is not None
+        and (row.wall_clock_tok_s is not None or row.speed_tok_s is not None)
+    )
 
 
 def model_from_rows(rows: Iterable[SweepRow], fallback_cap_w: float = 80.0) -> UtilModel:
@@ -27,13 +31,17 @@ def model_from_rows(rows: Iterable[SweepRow], fallback_cap_w: float = 80.0) -> U
     one SM clock (a model mixing caps would predict neither); a DataError names the problem and the fix otherwise."""
     usable = [r for r in rows if _usable(r)]
     if not usable:
-        raise DataError("no successful sweep rows with power and speed to build the utilization model from",
-                        fix="pass --umodel a sweep run folder (or its rows.jsonl) with measured cells")
+        raise DataError(
+            "no successful sweep rows with power and speed to build the utilization model from",
+            fix="pass --umodel a sweep run folder (or its rows.jsonl) with measured cells",
+        )
     passes = {(r.power_limit_w, r.sm_clock_locked_mhz) for r in usable}
     if len(passes) > 1:
         listed = ", ".join(f"cap {c or fallback_cap_w:g} W clock {m or 'unlocked'}" for c, m in sorted(passes, key=str))
-        raise DataError(f"the rows span several power caps / SM clocks ({listed}); the model needs one",
-                        fix="pass a run swept at the cap and clock you serve at (or one pass's rows)")
+        raise DataError(
+            f"the rows span several power caps / SM clocks ({listed}); the model needs one",
+            fix="pass a run swept at the cap and clock you serve at (or one pass's rows)",
+        )
     cells: dict[tuple[int, SpecConfig], list[tuple[float, float]]] = defaultdict(list)
     for r in usable:
         cap = float(r.power_limit_w or fallback_cap_w)
@@ -54,5 +62,10 @@ def load_model(path: str | Path) -> UtilModel:
 
 def model_json(model: UtilModel) -> str:
     """The model as JSON (written next to switches.jsonl so a serve run records what its loop assumed)."""
-    return json.dumps({str(bs): {c.label: {"u": round(u, 4), "tok_s": round(v, 2)} for c, (u, v) in sorted(row.items())}
-                       for bs, row in sorted(model.items())}, indent=1)
+    return json.dumps(
+        {
+            str(bs): {c.label: {"u": round(u, 4), "tok_s": round(v, 2)} for c, (u, v) in sorted(row.items())}
+            for bs, row in sorted(model.items())
+        },
+        indent=1,
+    )

@@ -26,20 +26,28 @@ def check_options(opts: SweepOptions) -> None:
 
         check_vllm_supported(opts.vllm_version, twin=opts.engine == "twin")
     if opts.engine != "twin" and opts.twin_emulate != "sglang":
-        raise UsageError("--twin-emulate only applies to --engine twin", fix=f"use --engine twin --twin-emulate "
-                                                                              f"{opts.twin_emulate} or drop it")
+        raise UsageError(
+            "--twin-emulate only applies to --engine twin",
+            fix=f"use --engine twin --twin-emulate {opts.twin_emulate} or drop it",
+        )
     if opts.api == "vllm" and not opts.spec_configs:
-        raise UsageError("none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
-                         fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6")
+        raise UsageError(
+            "none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
+            fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6",
+        )
     for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
         if url is not None and not url.startswith(("http://", "https://")):
             raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
     if opts.engine != "twin" and (opts.twin_gpu_url or opts.twin_faults):
-        raise UsageError("--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin")
+        raise UsageError(
+            "--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin"
+        )
     if opts.power_cap_mode == "record" and opts.power_caps:
-        raise UsageError("--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
-                         fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
-                             "root with --power-cap-mode set")
+        raise UsageError(
+            "--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",
+            fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
+            "root with --power-cap-mode set",
+        )
     if opts.twin_faults:
         from harness.engine.sglang_argv import parse_twin_fault
 
@@ -62,8 +70,10 @@ def check_attention_backend(backend: str | None) -> None:
 
     known = sorted({b for names in ATTENTION_BACKENDS.values() for b in names})
     if backend is not None and backend not in known:
-        raise UsageError(f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
-                         fix="use flashinfer (default), auto, or one of: " + ", ".join(known))
+        raise UsageError(
+            f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
+            fix="use flashinfer (default), auto, or one of: " + ", ".join(known),
+        )
 
 
 def check_energy_window(opts: SweepOptions) -> None:
@@ -75,6 +85,8 @@ def check_energy_window(opts: SweepOptions) -> None:
     short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
     if short:
         need = max(min_requests(bs) for bs in short)
-        raise UsageError(f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
-                         f"{', '.join(map(str, short))} would have an empty steady-state window",
-                         fix=f"pass --num-prompts {need} (or more), or use --energy-window measured")
+        raise UsageError(
+            f"--energy-window steady needs more than 2 x batch size requests per cell; batch size(s) "
+            f"{', '.join(map(str, short))} would have an empty steady-state window",
+            fix=f"pass --num-prompts {need} (or more), or use --energy-window measured",
+        )

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from harness.core.errors import UsageError
-from harness.core.model_options import build, given_on_command_line, load_config, model_parameters, to_yaml, with_parameters
+from harness.core.model_options import (
+    build,
+    given_on_command_line,
+    load_config,
+    model_parameters,
+    to_yaml,
+    with_parameters,
+)
 from harness.runs.options import GRID, QUICK, QUICK_VLLM_CONFIGS, SweepOptions
 
 if TYPE_CHECKING:
@@ -22,12 +29,24 @@ HELP = {"help_option_names": ["-h", "--help"]}
 RUN, PRESET = "Run folder", "Presets and config file"
 
 
-def build_grid(configs: str | None, steps: str | None, topk: str | None, draft_tokens: str | None) -> list[tuple[int, int, int]]:
+def build_grid(
+    configs: str | None, steps: str | None, topk: str | None, draft_tokens: str | None
+) -> list[tuple[int, int, int]]:
     """The configs of a sweep: ``--configs`` or a ``--steps/--topk/--draft-tokens`` grid (default: the 19 actions)."""
-    from harness.grid import ACTIONS, PUBLISHED_DRAFT_TOKENS, PUBLISHED_STEPS, PUBLISHED_TOPK, build_actions, parse_configs, parse_int_list
+    from harness.grid import (
+        ACTIONS,
+        PUBLISHED_DRAFT_TOKENS,
+        PUBLISHED_STEPS,
+        PUBLISHED_TOPK,
+        build_actions,
+        parse_configs,
+        parse_int_list,
+    )
 
     if configs is not None and (steps is not None or topk is not None or draft_tokens is not None):
-        raise UsageError("--configs cannot be combined with --steps/--topk/--draft-tokens", fix="use one way to name the grid")
+        raise UsageError(
+            "--configs cannot be combined with --steps/--topk/--draft-tokens", fix="use one way to name the grid"
+        )
     if configs is not None:  # an empty --configs '' is an error, never the full grid
         return [c.as_tuple() for c in parse_configs(configs)]
     if steps is None and topk is None and draft_tokens is None:
@@ -37,8 +56,10 @@ def build_grid(configs: str | None, steps: str | None, topk: str | None, draft_t
     d = parse_int_list(draft_tokens, "--draft-tokens") if draft_tokens is not None else list(PUBLISHED_DRAFT_TOKENS)
     grid = build_actions(s, k, d)
     if not grid:
-        raise UsageError(f"the grid steps={s} topk={k} draft tokens={d} holds no valid config",
-                         fix="include 0 in all three lists for the baseline, or pick s,k,d with d <= s*k+1")
+        raise UsageError(
+            f"the grid steps={s} topk={k} draft tokens={d} holds no valid config",
+            fix="include 0 in all three lists for the baseline, or pick s,k,d with d <= s*k+1",
+        )
     return [c.as_tuple() for c in grid]
 
 
@@ -55,23 +76,69 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: SweepManifest) -> No
         console.print(final_summary_table(rows, limit))
     errors = sum(1 for r in rows if r.is_error)
     retries = sum(1 for r in rows if r.retry_mem_fraction is not None)
-    console.print(f"run {run_dir}: {len(rows)} rows ({errors} errors, {retries} recovered at a lower mem fraction), "
-                  f"{manifest.launches} launches, {manifest.wall_s or 0:.1f} s, status {manifest.status}", markup=False)
+    console.print(
+        f"run {run_dir}: {len(rows)} rows ({errors} errors, {retries} recovered at a lower mem fraction), "
+        f"{manifest.launches} launches, {manifest.wall_s or 0:.1f} s, status {manifest.status}",
+        markup=False,
+    )
 
 
 def sweep(
     ctx: typer.Context,
-    steps: Annotated[Optional[str], typer.Option("--steps", help="steps values of the grid, e.g. 0,1,3,5", rich_help_panel=GRID)] = None,
-    topk: Annotated[Optional[str], typer.Option("--topk", help="topk values of the grid, e.g. 0,1,2,4", rich_help_panel=GRID)] = None,
-    draft_tokens: Annotated[Optional[str], typer.Option("--draft-tokens", help="draft-token values, e.g. 0,2,4,8,16", rich_help_panel=GRID)] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="small preset: 4 configs x bs 1,16, 256 tokens, time scale 20", rich_help_panel=PRESET)] = False,
-    config: Annotated[Optional[Path], typer.Option("--config", help="options from a YAML/JSON file (the names --print-config writes), over --quick, under the flags given", rich_help_panel=PRESET)] = None,
-    print_config: Annotated[bool, typer.Option("--print-config", help="print the resolved options as YAML (a --config file) and exit", rich_help_panel=PRESET)] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="run folder (default results/<run-id>)", rich_help_panel=RUN)] = None,
-    resume: Annotated[Optional[Path], typer.Option("--resume", help="continue the run in this folder with its saved options (cells without a row, including cells a lost service cut)", rich_help_panel=RUN)] = None,
-    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="with --resume: also re-run every cell whose row is an error row", rich_help_panel=RUN)] = False,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="steps values of the grid, e.g. 0,1,3,5", rich_help_panel=GRID)
+    ] = None,
+    topk: Annotated[
+        Optional[str], typer.Option("--topk", help="topk values of the grid, e.g. 0,1,2,4", rich_help_panel=GRID)
+    ] = None,
+    draft_tokens: Annotated[
+        Optional[str], typer.Option("--draft-tokens", help="draft-token values, e.g. 0,2,4,8,16", rich_help_panel=GRID)
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", help="small preset: 4 configs x bs 1,16, 256 tokens, time scale 20", rich_help_panel=PRESET
+        ),
+    ] = False,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config",
+            help="options from a YAML/JSON file (the names --print-config writes), over --quick, under the flags given",
+            rich_help_panel=PRESET,
+        ),
+    ] = None,
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config",
+            help="print the resolved options as YAML (a --config file) and exit",
+            rich_help_panel=PRESET,
+        ),
+    ] = False,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="run folder (default results/<run-id>)", rich_help_panel=RUN)
+    ] = None,
+    resume: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--resume",
+            help="continue the run in this folder with its saved options (cells without a row, including cells a lost service cut)",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
+    retry_errors: Annotated[
+        bool,
+        typer.Option(
+            "--retry-errors",
+            help="with --resume: also re-run every cell whose row is an error row",
+            rich_help_panel=RUN,
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="overwrite the run in --out", rich_help_panel=RUN)] = False,
-    plain: Annotated[bool, typer.Option("--plain", help="plain progress lines even on a terminal", rich_help_panel=RUN)] = False,
+    plain: Annotated[
+        bool, typer.Option("--plain", help="plain progress lines even on a terminal", rich_help_panel=RUN)
+    ] = False,
     **options: Any,
 ) -> None:
     """Sweep speculative configs x batch sizes with the published protocol; write rows, dataset and manifest."""
@@ -83,14 +150,22 @@ def sweep(
     if retry_errors and resume is None:
         raise UsageError("--retry-errors only applies to --resume", fix="harness sweep --resume RUN_DIR --retry-errors")
     if resume is not None and (out is not None or force or config is not None):
-        raise UsageError("--resume cannot be combined with --out, --force or --config",
-                         fix="--resume RUN_DIR continues that folder with the options saved in its manifest")
+        raise UsageError(
+            "--resume cannot be combined with --out, --force or --config",
+            fix="--resume RUN_DIR continues that folder with the options saved in its manifest",
+        )
     if resume is not None:
         check_resume_flags(ctx, options, quick=quick, grid=(steps, topk, draft_tokens))
     # run_sweep checks a run's options once (a new run's before its folder exists, a resumed run's saved ones under its
     # lock); --print-config checks the options it prints
-    opts = resolve_sweep_options(ctx, options, quick=quick, config=config, grid=(steps, topk, draft_tokens),
-                                 check=print_config and resume is None)
+    opts = resolve_sweep_options(
+        ctx,
+        options,
+        quick=quick,
+        config=config,
+        grid=(steps, topk, draft_tokens),
+        check=print_config and resume is None,
+    )
     if print_config:
         if resume is not None:
             from harness.runs.manifest import read_options
@@ -98,8 +173,15 @@ def sweep(
             opts = read_options(resume)
         typer.echo(to_yaml(opts), nl=False)
         return
-    run_dir, rows, manifest = run_sweep(opts, out, resume=resume, force=force, retry_errors=retry_errors,
-                                        argv=["harness", *sys.argv[1:]], console=SweepConsole(force_plain=plain or None))
+    run_dir, rows, manifest = run_sweep(
+        opts,
+        out,
+        resume=resume,
+        force=force,
+        retry_errors=retry_errors,
+        argv=["harness", *sys.argv[1:]],
+        console=SweepConsole(force_plain=plain or None),
+    )
     print_summary(rows, run_dir, manifest)
 
 
@@ -110,23 +192,36 @@ RESUME_OVERLAY = frozenset({"sampler_url", "twin_gpu_url", "ray_address"})
 """The options a resumed session may give anew (the services of the session that stopped are gone)."""
 
 
-def check_resume_flags(ctx: Any, given: dict[str, Any], *, quick: bool,
-                       grid: tuple[str | None, str | None, str | None]) -> None:
+def check_resume_flags(
+    ctx: Any, given: dict[str, Any], *, quick: bool, grid: tuple[str | None, str | None, str | None]
+) -> None:
     """A resumed run keeps its saved options: a flag that would change them is refused, not silently dropped."""
     from harness.core.model_options import flag_of
 
     fields = SweepOptions.model_fields
-    named = [flag_of(fields[k]).flag or "--" + k.replace("_", "-")
-             for k in given_on_command_line(ctx, given, SweepOptions) if k not in RESUME_OVERLAY]
+    named = [
+        flag_of(fields[k]).flag or "--" + k.replace("_", "-")
+        for k in given_on_command_line(ctx, given, SweepOptions)
+        if k not in RESUME_OVERLAY
+    ]
     named += ["--quick"] * quick + [f for f, v in zip(("--steps", "--topk", "--draft-tokens"), grid) if v is not None]
     if named:
-        raise UsageError(f"--resume keeps the run's saved options, so {', '.join(named)} cannot change them",
-                         fix="drop them (only --sampler-url, --twin-gpu and --ray-address apply to a resumed session), "
-                             "or start a new run with --out")
+        raise UsageError(
+            f"--resume keeps the run's saved options, so {', '.join(named)} cannot change them",
+            fix="drop them (only --sampler-url, --twin-gpu and --ray-address apply to a resumed session), "
+            "or start a new run with --out",
+        )
 
 
-def resolve_sweep_options(ctx: Any, given: dict[str, Any], *, quick: bool, config: Path | None,
-                          grid: tuple[str | None, str | None, str | None], check: bool) -> SweepOptions:
+def resolve_sweep_options(
+    ctx: Any,
+    given: dict[str, Any],
+    *,
+    quick: bool,
+    config: Path | None,
+    grid: tuple[str | None, str | None, str | None],
+    check: bool,
+) -> SweepOptions:
     """The model defaults, overlaid by ``--quick``, then the ``--config`` file, then the flags on the command line;
     with ``check``, checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
     from harness.sweep.checks import check_options
@@ -152,9 +247,15 @@ REPRODUCE_OPTIONS = {"engine", "time_scale", "sampler_url", "twin_gpu_url", "sgl
 
 def reproduce(
     ctx: typer.Context,
-    quick: Annotated[bool, typer.Option("--quick", help="the --quick preset instead of the full 228-cell protocol")] = False,
-    compare: Annotated[Optional[Path], typer.Option("--compare", help="a published-layout JSONL to compare against")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="run folder (default results/reproduce-<run-id>)")] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="the --quick preset instead of the full 228-cell protocol")
+    ] = False,
+    compare: Annotated[
+        Optional[Path], typer.Option("--compare", help="a published-layout JSONL to compare against")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="run folder (default results/reproduce-<run-id>)")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite the run in --out")] = False,
     plain: Annotated[bool, typer.Option("--plain", help="plain progress lines even on a terminal")] = False,
     **options: Any,
@@ -165,28 +266,37 @@ def reproduce(
 
     from rich.console import Console
 
-    from harness.sweep.console import SweepConsole
     from harness.core.jsonl import write_jsonl_atomic
-    from harness.runs.rows import RowStore
     from harness.runs.folder import new_run_id
+    from harness.runs.rows import RowStore
+    from harness.sweep.console import SweepConsole
     from harness.sweep.session import run_sweep
 
     if compare is not None and not compare.exists():
         from harness.core.errors import MissingFileError
 
-        raise MissingFileError(f"--compare file not found: {compare}", fix="pass the published eagle3_energy_sweep.jsonl")
+        raise MissingFileError(
+            f"--compare file not found: {compare}", fix="pass the published eagle3_energy_sweep.jsonl"
+        )
     values: dict[str, Any] = dict(QUICK) if quick else {"repeats": 3}
     values.update(given_on_command_line(ctx, options, SweepOptions))
     if values.get("engine", "twin") == "twin":
         values.setdefault("time_scale", 20.0)
     opts: SweepOptions = build(SweepOptions, values)
-    run_dir, rows, manifest = run_sweep(opts, out or Path("results") / f"reproduce-{new_run_id()}", force=force,
-                                        argv=["harness", *sys.argv[1:]], console=SweepConsole(force_plain=plain or None))
+    run_dir, rows, manifest = run_sweep(
+        opts,
+        out or Path("results") / f"reproduce-{new_run_id()}",
+        force=force,
+        argv=["harness", *sys.argv[1:]],
+        console=SweepConsole(force_plain=plain or None),
+    )
     print_summary(rows, run_dir, manifest)
     published = run_dir / "published.jsonl"
     records = sorted(RowStore(run_dir).published(), key=lambda rec: rec["index"])
     write_jsonl_atomic(published, records)
-    Console(highlight=False).print(f"published layout, sorted by index: {published} ({len(records)} rows)", markup=False)
+    Console(highlight=False).print(
+        f"published layout, sorted by index: {published} ({len(records)} rows)", markup=False
+    )
     if compare is not None:
         from harness import dataset
         from harness.dataset.cli import render_compare
@@ -208,8 +318,8 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     from rich.table import Table
 
     from harness.runs.manifest import read_manifest, read_options
-    from harness.runs.rows import RowStore
     from harness.runs.plan import plan_cells
+    from harness.runs.rows import RowStore
 
     manifest = read_manifest(run_dir)
     opts = read_options(run_dir)
@@ -222,13 +332,20 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     t.add_row("run", escape(f"{manifest.run_id} ({state})"))
     if manifest.error:
         t.add_row("error", escape(str(manifest.error)))
-    t.add_row("engine", f"{opts.engine} sglang {opts.sglang_version}, attention {opts.attention_backend or 'auto'}, "
-                        f"launch per {opts.launch_per}")
+    t.add_row(
+        "engine",
+        f"{opts.engine} sglang {opts.sglang_version}, attention {opts.attention_backend or 'auto'}, "
+        f"launch per {opts.launch_per}",
+    )
     t.add_row("hardware", escape(str(manifest.hardware)))
     if opts.strategy == "active":  # measures the cells that can change the recipe; the rest are not pending
         active = manifest.active or {}
-        t.add_row("cells", f"{len(cells) - len(pending)} of {len(cells)} planned measured (--strategy active"
-                           + (f", stopped: {active['stop_reason']}" if active.get("stop_reason") else "") + ")")
+        t.add_row(
+            "cells",
+            f"{len(cells) - len(pending)} of {len(cells)} planned measured (--strategy active"
+            + (f", stopped: {active['stop_reason']}" if active.get("stop_reason") else "")
+            + ")",
+        )
         pending = [] if manifest.status == "complete" else pending
     else:
         t.add_row("cells", f"{len(cells) - len(pending)} / {len(cells)} done")
@@ -273,7 +390,12 @@ def run_state(run_dir: Path, manifest: SweepManifest) -> tuple[str, int]:
         import socket
 
         if writer.get("host") not in (None, socket.gethostname()):
-            return f"{status}? (written by pid {pid} on {writer['host']}: that host's lock cannot be checked from here)", 1
-        return (f"stopped (pid {pid} no longer holds the run)" if pid_alive(int(pid)) else f"stopped (pid {pid} gone)"), 1
+            return (
+                f"{status}? (written by pid {pid} on {writer['host']}: that host's lock cannot be checked from here)",
+                1,
+            )
+        return (
+            f"stopped (pid {pid} no longer holds the run)" if pid_alive(int(pid)) else f"stopped (pid {pid} gone)"
+        ), 1
     kind = " (infrastructure)" if manifest.failure_kind == "infrastructure" else ""
     return f"{status}{kind}", 1

@@ -35,9 +35,17 @@ class SweepConsole:
         self.done = already_done
         self._t0 = time.monotonic()
         if self.live:
-            self._progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                      TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"),
-                                      console=self.console, transient=False)
+            self._progress = Progress(
+                TextColumn("[bold]sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=self.console,
+                transient=False,
+            )
             self._progress.start()
             self._task = self._progress.add_task("", total=total, completed=already_done)
         else:
@@ -62,16 +70,28 @@ class SweepConsole:
         if self._progress is not None:
             self._progress.update(self._task, description=desc)
 
-    def cell_done(self, cell_id: str, config: str, batch_size: int, repeat: int, *, speed: float | None,
-                  j_per_tok: float | None, error: str | None, retry_mf: float | None = None) -> None:
+    def cell_done(
+        self,
+        cell_id: str,
+        config: str,
+        batch_size: int,
+        repeat: int,
+        *,
+        speed: float | None,
+        j_per_tok: float | None,
+        error: str | None,
+        retry_mf: float | None = None,
+    ) -> None:
         self.done += 1
         self._measured += 1
         eta = self.eta_s()
         self._last = "ERROR" if error else f"{_fmt(speed, '.1f')} tok/s {_fmt(j_per_tok, '.4f')} J/tok"
         retry = f" (retry at mem {retry_mf:g})" if retry_mf else ""
         status = f"error: {error}" if error else f"speed {_fmt(speed, '.1f')} tok/s  {_fmt(j_per_tok, '.4f')} J/tok"
-        text = (f"[{self.done}/{self.total}] {cell_id} cfg {config} bs {batch_size} rep {repeat}: {status}{retry}"
-                f"  eta {_fmt(eta, '.0f')} s")
+        text = (
+            f"[{self.done}/{self.total}] {cell_id} cfg {config} bs {batch_size} rep {repeat}: {status}{retry}"
+            f"  eta {_fmt(eta, '.0f')} s"
+        )
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done)
             if error:
@@ -110,8 +130,10 @@ def batch_size_table(rows: list[Any], power_limit_w: float | None = None) -> Any
         if not rs:
             return "-"
         u = util(rs)
-        return (f"{cfg} {_fmt(mean(rs, 'speed_tok_s'), '.1f')} tok/s {_fmt(mean(rs, 'joules_per_token'), '.4f')} J/tok"
-                + (f" u={u:.2f}" if u is not None else ""))
+        return (
+            f"{cfg} {_fmt(mean(rs, 'speed_tok_s'), '.1f')} tok/s {_fmt(mean(rs, 'joules_per_token'), '.4f')} J/tok"
+            + (f" u={u:.2f}" if u is not None else "")
+        )
 
     t = Table(title="per batch size (means over repeats)", title_justify="left")
     for col in ("bs", "baseline", "reference (3,4,8)", "fastest", "in band 0.95-0.98"):
@@ -120,6 +142,11 @@ def batch_size_table(rows: list[Any], power_limit_w: float | None = None) -> Any
         by = cells[bs]
         best = max(by, key=lambda c: mean(by[c], "speed_tok_s") or 0.0)
         band = [c for c in by if (u := util(by[c])) is not None and 0.95 <= u <= 0.98]
-        t.add_row(str(bs), show((0, 0, 0), by.get((0, 0, 0), [])), show((3, 4, 8), by.get((3, 4, 8), [])),
-                  show(best, by[best]), ", ".join(str(c) for c in band) or "-")
+        t.add_row(
+            str(bs),
+            show((0, 0, 0), by.get((0, 0, 0), [])),
+            show((3, 4, 8), by.get((3, 4, 8), [])),
+            show(best, by[best]),
+            ", ".join(str(c) for c in band) or "-",
+        )
     return t

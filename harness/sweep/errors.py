@@ -22,10 +22,10 @@ class SweepInterrupted(HarnessError):
 
 FIX_BY_KIND = {
     "device": "bring the GPU back (twin: start `harness twin gpu`, or drop --twin-gpu to let the harness start one), "
-              "then continue with: harness sweep --resume {run_dir}",
+    "then continue with: harness sweep --resume {run_dir}",
     "sampler": "start the sampler again (harness sampler serve ...), then continue with: harness sweep --resume {run_dir}",
     "probe": "check the GPU and its driver (nvidia-smi; twin: the device's faults), then continue with: "
-             "harness sweep --resume {run_dir}",
+    "harness sweep --resume {run_dir}",
 }
 """What to do about each kind of lost service (``harness.world.health.ServiceProblem.kind``)."""
 

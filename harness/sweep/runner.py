@@ -14,20 +14,20 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from harness.world.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
-from harness.sweep.console import SweepConsole
-from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
+from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
+from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
+from harness.gpu.pass_setting import PassSetting
 from harness.grid import SpecConfig
-from harness.world.health import ServiceProblem
 from harness.runs.manifest import SweepManifest
 from harness.runs.measurement import measurement
-from harness.gpu.pass_setting import PassSetting
-from harness.runs.rows import EngineInfo, RowStore, SweepRow, error_row
-from harness.sweep.errors import FIX_BY_KIND, InfrastructureLost, WorldLost, raise_if_interrupted
 from harness.runs.options import SweepOptions, parse_settle
 from harness.runs.plan import Cell, derive_seed, plan_cells
-from harness.core.clocks import wall_ns
+from harness.runs.rows import EngineInfo, RowStore, SweepRow, error_row
+from harness.sweep.console import SweepConsole
+from harness.sweep.errors import FIX_BY_KIND, InfrastructureLost, WorldLost, raise_if_interrupted
+from harness.world.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
+from harness.world.health import ServiceProblem
 
 MAX_SERVICE_RECOVERIES = 3
 """Sampler restarts one sweep session may make before it stops instead."""
@@ -46,9 +46,18 @@ def _num(x: Any) -> float | int | None:
 class SweepRunner:
     """Runs a planned sweep in an open world, writing rows and the manifest."""
 
-    def __init__(self, opts: SweepOptions, world: Any, run_dir: Path, manifest: SweepManifest,
-                 console: SweepConsole, settings: Sequence[PassSetting] = (), *, retry_errors: bool = False,
-                 executor: Any | None = None) -> None:
+    def __init__(
+        self,
+        opts: SweepOptions,
+        world: Any,
+        run_dir: Path,
+        manifest: SweepManifest,
+        console: SweepConsole,
+        settings: Sequence[PassSetting] = (),
+        *,
+        retry_errors: bool = False,
+        executor: Any | None = None,
+    ) -> None:
         self.opts = opts
         self.executor = executor  # None: run cells here; else ``executor.run(self, cells)`` runs them elsewhere
         self.settings_by_key = {s.key: s for s in settings}  # the device settings swept per pass (power_cap, sm_clocks)
@@ -58,9 +67,13 @@ class SweepRunner:
         self.manifest = manifest
         self.console = console
         self.store = RowStore(run_dir)
-        self.settings = BenchSettings(output_tokens=opts.output_tokens, num_prompts=opts.num_prompts,
-                                      prompts=load_prompts(opts.prompts_file), request_timeout_s=opts.request_timeout_s,
-                                      stream=opts.stream_requests)
+        self.settings = BenchSettings(
+            output_tokens=opts.output_tokens,
+            num_prompts=opts.num_prompts,
+            prompts=load_prompts(opts.prompts_file),
+            request_timeout_s=opts.request_timeout_s,
+            stream=opts.stream_requests,
+        )
         self.settle_kind, self.settle_value = parse_settle(opts.settle)
         self.cells = plan_cells(opts)
         self.run_id = manifest.run_id
@@ -107,8 +120,11 @@ class SweepRunner:
     def _pending(self) -> list[Cell]:
         """Cells without a row, plus (``--retry-errors``) cells whose error row this session has not replaced."""
         done = self.store.done_cells()
-        return [c for c in self.cells
-                if c.cell_id not in done or (c.cell_id in self._retry and c.cell_id not in self._written)]
+        return [
+            c
+            for c in self.cells
+            if c.cell_id not in done or (c.cell_id in self._retry and c.cell_id not in self._written)
+        ]
 
     def _run_pending(self, pending: list[Cell]) -> None:
         if self.executor is not None:  # cells run elsewhere (harness.sweep.executors); rows come back through _commit
@@ -131,8 +147,12 @@ class SweepRunner:
     def _recover(self, lost: InfrastructureLost) -> None:
         """Restart the harness's own sampler (bounded) and go on; anything else stops the run with a clear error."""
         problem = lost.problem
-        event: dict[str, Any] = {"wall_ns": wall_ns(), "cell_id": lost.cell_id, "kind": problem.kind,
-                                 "problem": problem.message}
+        event: dict[str, Any] = {
+            "wall_ns": wall_ns(),
+            "cell_id": lost.cell_id,
+            "kind": problem.kind,
+            "problem": problem.message,
+        }
         self.manifest.infrastructure_event(event)
         # Only a sampler that is gone or stalled is worth a restart; failing GPU reads are the GPU's, not the sampler's.
         if problem.kind == "sampler" and problem.restartable and self.recoveries < MAX_SERVICE_RECOVERIES:
@@ -142,15 +162,20 @@ class SweepRunner:
                 self.world.restart_sampler()
                 problem = self.world.check()
             except HarnessError as exc:
-                problem = ServiceProblem(problem.kind, f"{problem.message}; restarting the sampler failed: {exc.message}")
+                problem = ServiceProblem(
+                    problem.kind, f"{problem.message}; restarting the sampler failed: {exc.message}"
+                )
             if problem is None:
                 event["action"] = "restarted the sampler; the cell runs again"
                 self.manifest.save(self.run_dir)
                 return
         event["action"] = "stopped the run"
         self.manifest.save(self.run_dir)
-        raise WorldLost(f"{problem.message}: the sweep stopped before finishing {lost.cell_id} (no row written for it; "
-                        "every finished cell is kept)", fix=FIX_BY_KIND[problem.kind].format(run_dir=self.run_dir))
+        raise WorldLost(
+            f"{problem.message}: the sweep stopped before finishing {lost.cell_id} (no row written for it; "
+            "every finished cell is kept)",
+            fix=FIX_BY_KIND[problem.kind].format(run_dir=self.run_dir),
+        )
 
     def _config_groups(self, pending: list[Cell]) -> Iterator[list[Cell]]:
         group: list[Cell] = []
@@ -243,9 +268,13 @@ class SweepRunner:
         self._await_memory_release()
         before = launcher.launches
         try:
-            return launcher.launch_with_ladder(config, batch_size, self.opts.mem_fractions,
-                                               log_stem=self.run_dir / "logs" / stem,
-                                               seed=derive_seed(self.opts.seed, stem))
+            return launcher.launch_with_ladder(
+                config,
+                batch_size,
+                self.opts.mem_fractions,
+                log_stem=self.run_dir / "logs" / stem,
+                seed=derive_seed(self.opts.seed, stem),
+            )
         finally:
             self.launches += launcher.launches - before
             self.manifest.launches_recorded(self.launches)
@@ -264,8 +293,10 @@ class SweepRunner:
                 if used is None or used <= base + max(256.0, 0.02 * total):
                     break
                 if time.monotonic() >= deadline:
-                    self.console.line(f"GPU memory still {used:.0f} MB in use (was {base:.0f} MB before the previous "
-                                      f"server) after {MEMORY_RELEASE_TIMEOUT_S:g} s; launching anyway")
+                    self.console.line(
+                        f"GPU memory still {used:.0f} MB in use (was {base:.0f} MB before the previous "
+                        f"server) after {MEMORY_RELEASE_TIMEOUT_S:g} s; launching anyway"
+                    )
                     break
                 time.sleep(0.05)
         self._idle_mem_mb = getattr(self.world.telemetry.snapshot(), "memory_used_mb", None)
@@ -280,7 +311,9 @@ class SweepRunner:
             self._write_error(cell, exc.message, exc.kind, attempts, t0, server)
             return False
         if self.opts.energy_window == "steady" and result.steady is None:
-            self._write_error(cell, f"--energy-window steady: {result.steady_reason}", "steady_window", attempts, t0, server)
+            self._write_error(
+                cell, f"--energy-window steady: {result.steady_reason}", "steady_window", attempts, t0, server
+            )
             return True  # the server is fine; only this cell's energy cannot be measured as asked
         self._write(self._row(cell, result, server, attempts, t0), cell)
         return True
@@ -315,14 +348,21 @@ class SweepRunner:
             clock.sleep(2.0)
 
     # --- rows -----------------------------------------------------------------------------------------------------
-    def _common(self, cell: Cell, attempts: list[LaunchAttempt], t0: float, server: RunningServer | None) -> dict[str, Any]:
+    def _common(
+        self, cell: Cell, attempts: list[LaunchAttempt], t0: float, server: RunningServer | None
+    ) -> dict[str, Any]:
         ok = next((a for a in attempts if a.ok), None)
         first_mf = self.opts.mem_fractions[0]
         mf = ok.mem_fraction if ok else None
         identity: dict[str, Any] = {}
         if server is not None:
-            identity = {"pid": server.pid, "port": server.port, "argv": server.argv, "log": str(server.log_path),
-                        "launch_batch_size": server.batch_size}
+            identity = {
+                "pid": server.pid,
+                "port": server.port,
+                "argv": server.argv,
+                "log": str(server.log_path),
+                "launch_batch_size": server.batch_size,
+            }
         return dict(
             run_id=self.run_id,
             cell_id=cell.cell_id,
@@ -332,33 +372,52 @@ class SweepRunner:
             retry_mem_fraction=mf if mf is not None and mf != first_mf else None,
             launch_s=ok.launch_s if ok else None,
             cell_wall_s=time.monotonic() - t0,
-            engine=EngineInfo(kind=self.opts.engine, api=self.opts.api, identity=identity,
-                              version=self.opts.vllm_version if self.opts.api == "vllm" else self.opts.sglang_version),
+            engine=EngineInfo(
+                kind=self.opts.engine,
+                api=self.opts.api,
+                identity=identity,
+                version=self.opts.vllm_version if self.opts.api == "vllm" else self.opts.sglang_version,
+            ),
             sglang_version=None if self.opts.api == "vllm" else self.opts.sglang_version,
             time_scale=self.world.clock.scale,
             power_limit_w=_num(self.enforced.get("power_cap") or self.world.power_limit_w),
             sm_clock_locked_mhz=_num(self.enforced.get("sm_clocks")),
-            extras={"launch_attempts": [a.model_dump() for a in attempts], "launch_per": self.opts.launch_per,
-                    "stream": self.settings.stream, **self._cap_extras(cell)},
+            extras={
+                "launch_attempts": [a.model_dump() for a in attempts],
+                "launch_per": self.opts.launch_per,
+                "stream": self.settings.stream,
+                **self._cap_extras(cell),
+            },
         )
 
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:
         out: dict[str, Any] = {}
         cap, clock = self.settings_by_key.get("power_cap"), self.settings_by_key.get("sm_clocks")
         if cell.cap is not None and cap is not None:
-            out["power_cap"] = {"label": cell.cap, "target_w": cap.targets.get(cell.cap), "mode": self.opts.power_cap_mode}
+            out["power_cap"] = {
+                "label": cell.cap,
+                "target_w": cap.targets.get(cell.cap),
+                "mode": self.opts.power_cap_mode,
+            }
         if cell.clock is not None and clock is not None:
             out["sm_clock"] = {"label": cell.clock, "target_mhz": clock.targets.get(cell.clock)}
         return out
 
-    def _row(self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> SweepRow:
+    def _row(
+        self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float
+    ) -> SweepRow:
         m = measurement(r.window, r.pre, r.after)
         common = self._common(cell, attempts, t0, server)
         if "power_cap" not in self.settings_by_key and r.after is not None and r.after.power_limit_w is not None:
             common["power_limit_w"] = _num(r.after.power_limit_w)  # record: the limit the device enforced
-        common["extras"].update(step_time_samples=r.step_time_samples, window_energy_method=r.window.energy_method,
-                                window_source=r.window_source, client_wall_clock_s=r.client_wall_clock_s,
-                                server_version=r.server_version, attention_backend_flag=self.opts.attention_backend)
+        common["extras"].update(
+            step_time_samples=r.step_time_samples,
+            window_energy_method=r.window.energy_method,
+            window_source=r.window_source,
+            client_wall_clock_s=r.client_wall_clock_s,
+            server_version=r.server_version,
+            attention_backend_flag=self.opts.attention_backend,
+        )
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:
             energy, power, jpt = r.steady.energy_j, r.steady.avg_power_w, r.steady.joules_per_token
@@ -366,37 +425,70 @@ class SweepRunner:
             if r.steady.valid is False:
                 m.window_valid = False
                 m.window_reasons += [f"steady:{x}" for x in r.steady.reasons] or ["steady_window_invalid"]
-        windows = {kind: v.model_dump() for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None}
+        windows = {
+            kind: v.model_dump() for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None
+        }
         if r.steady is None and r.steady_reason:
             windows["steady"] = {"kind": "steady", "reasons": [r.steady_reason]}
         return SweepRow(
-            hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
-            steps=cell.config.steps, topk=cell.config.topk, num_draft_tokens=cell.config.draft_tokens,
-            is_baseline=cell.config.is_baseline, error=None,
-            accept_length=r.accept_length, speed_tok_s=r.speed_tok_s, speed_source=r.speed_source,
-            step_time_s=r.step_time_s, wall_clock_s=r.wall_clock_s, wall_clock_tok_s=r.wall_clock_tok_s,
-            total_output_tokens=r.total_output_tokens, energy_joules=_num(energy),
-            avg_power_watts=_num(power), joules_per_token=_num(jpt),
-            energy_window=self.opts.energy_window, window_energy=windows,
-            window_start_ns=r.window_start_ns, window_end_ns=r.window_end_ns,
+            hardware=self.world.hardware,
+            index=cell.index,
+            repeat=cell.repeat,
+            batch_size=cell.batch_size,
+            steps=cell.config.steps,
+            topk=cell.config.topk,
+            num_draft_tokens=cell.config.draft_tokens,
+            is_baseline=cell.config.is_baseline,
+            error=None,
+            accept_length=r.accept_length,
+            speed_tok_s=r.speed_tok_s,
+            speed_source=r.speed_source,
+            step_time_s=r.step_time_s,
+            wall_clock_s=r.wall_clock_s,
+            wall_clock_tok_s=r.wall_clock_tok_s,
+            total_output_tokens=r.total_output_tokens,
+            energy_joules=_num(energy),
+            avg_power_watts=_num(power),
+            joules_per_token=_num(jpt),
+            energy_window=self.opts.energy_window,
+            window_energy=windows,
+            window_start_ns=r.window_start_ns,
+            window_end_ns=r.window_end_ns,
             accept_length_source=r.accept_length_source,
-            n_requests=r.n_requests, req_accept_length_mean=r.req_accept_length_mean,
-            req_accept_length_p50=r.req_accept_length_p50, req_latency_mean_s=r.req_latency_mean_s,
-            req_latency_p50_s=r.req_latency_p50_s, req_latency_p95_s=r.req_latency_p95_s,
+            n_requests=r.n_requests,
+            req_accept_length_mean=r.req_accept_length_mean,
+            req_accept_length_p50=r.req_accept_length_p50,
+            req_latency_mean_s=r.req_latency_mean_s,
+            req_latency_p50_s=r.req_latency_p50_s,
+            req_latency_p95_s=r.req_latency_p95_s,
             attention_backend=r.attention_backend,
             **m.model_dump(),
             **common,
         )
 
-    def _write_error(self, cell: Cell, message: str, kind: str, attempts: list[LaunchAttempt], t0: float,
-                     server: RunningServer | None = None) -> None:
+    def _write_error(
+        self,
+        cell: Cell,
+        message: str,
+        kind: str,
+        attempts: list[LaunchAttempt],
+        t0: float,
+        server: RunningServer | None = None,
+    ) -> None:
         common = self._common(cell, attempts, t0, server)
         common["extras"]["error_kind"] = kind
         if server is not None:
             common["extras"]["log_tail"] = server.log_tail(15)
         common["retry_mem_fraction"] = None  # set only on measured rows that a lower rung recovered
-        row = error_row(hardware=self.world.hardware, index=cell.index, repeat=cell.repeat, batch_size=cell.batch_size,
-                        config=cell.config, error=f"{kind}: {message}", **common)
+        row = error_row(
+            hardware=self.world.hardware,
+            index=cell.index,
+            repeat=cell.repeat,
+            batch_size=cell.batch_size,
+            config=cell.config,
+            error=f"{kind}: {message}",
+            **common,
+        )
         self._write(row, cell)
 
     def _write(self, row: SweepRow, cell: Cell) -> None:
@@ -411,6 +503,14 @@ class SweepRunner:
         self._written.add(cell.cell_id)
         self.manifest.cell_done()
         self.manifest.save(self.run_dir)
-        self.console.cell_done(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat, speed=row.speed_tok_s,
-                               j_per_tok=row.joules_per_token, error=row.error, retry_mf=row.retry_mem_fraction)
+        self.console.cell_done(
+            cell.cell_id,
+            cell.config.label,
+            cell.batch_size,
+            cell.repeat,
+            speed=row.speed_tok_s,
+            j_per_tok=row.joules_per_token,
+            error=row.error,
+            retry_mf=row.retry_mem_fraction,
+        )
         raise_if_interrupted()  # the row is kept; a stop whose raise a spawn swallowed ends the run here

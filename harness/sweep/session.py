@@ -9,26 +9,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.sweep.console import SweepConsole
-from harness.engine.sglang_argv import EngineSpec
-from harness.engine.version import resolve_version
+from harness.core.clocks import mono_ns
 from harness.core.errors import HarnessError, UsageError
 from harness.core.jsonl import write_error
-from harness.runs.manifest import SweepManifest, read_manifest, read_options
+from harness.engine.sglang_argv import EngineSpec
+from harness.engine.version import resolve_version
 from harness.gpu.pass_setting import PassSetting
-from harness.runs.rows import SweepRow
 from harness.runs.folder import new_run_id, prepare_resume, prepare_run_dir
 from harness.runs.lock import RunLock
-from harness.sweep.runner import SweepRunner
-from harness.sweep.errors import PENDING, Interrupted, SweepInterrupted, WorldLost, on_sigint, on_sigterm, raise_if_interrupted
+from harness.runs.manifest import SweepManifest, read_manifest, read_options
 from harness.runs.options import SweepOptions
+from harness.runs.rows import SweepRow
 from harness.sweep.checks import check_options
-from harness.core.clocks import mono_ns
+from harness.sweep.console import SweepConsole
+from harness.sweep.errors import (
+    PENDING,
+    Interrupted,
+    SweepInterrupted,
+    WorldLost,
+    on_sigint,
+    on_sigterm,
+    raise_if_interrupted,
+)
+from harness.sweep.runner import SweepRunner
 
 
-def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | None = None, force: bool = False,
-              retry_errors: bool = False, argv: list[str] | None = None,
-              console: SweepConsole | None = None) -> tuple[Path, list[SweepRow], SweepManifest]:
+def run_sweep(
+    opts: SweepOptions,
+    out: Path | None = None,
+    *,
+    resume: Path | None = None,
+    force: bool = False,
+    retry_errors: bool = False,
+    argv: list[str] | None = None,
+    console: SweepConsole | None = None,
+) -> tuple[Path, list[SweepRow], SweepManifest]:
     """Plan, take the run folder's writer lock, open the world, run, and write rows + manifest; return (run folder,
     resolved rows, manifest). ``retry_errors`` (with ``resume``) re-runs every cell whose row is an error row."""
     console = console or SweepConsole()
@@ -42,8 +57,13 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
             saved = read_options(resume)
             # Services of the killed run are gone; use the URLs given now (or start fresh ones). A Ray cluster outlives
             # its driver: the saved address stands unless another is given (never a silent local cluster instead).
-            opts = saved.model_copy(update={"sampler_url": opts.sampler_url, "twin_gpu_url": opts.twin_gpu_url,
-                                            "ray_address": opts.ray_address or saved.ray_address})
+            opts = saved.model_copy(
+                update={
+                    "sampler_url": opts.sampler_url,
+                    "twin_gpu_url": opts.twin_gpu_url,
+                    "ray_address": opts.ray_address or saved.ray_address,
+                }
+            )
             _check_resume_version(opts, spec.python)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
@@ -58,8 +78,12 @@ def run_sweep(opts: SweepOptions, out: Path | None = None, *, resume: Path | Non
         run_dir = out or Path("results") / new_run_id()
         lock = RunLock(run_dir)
         prepare_run_dir(run_dir, force=force, lock=lock)
-        manifest = SweepManifest.new(new_run_id() if out else run_dir.name, argv or sys.argv, opts.model_dump(),
-                                     sglang_version_requested=requested)
+        manifest = SweepManifest.new(
+            new_run_id() if out else run_dir.name,
+            argv or sys.argv,
+            opts.model_dump(),
+            sglang_version_requested=requested,
+        )
     try:
         manifest.hold_lock(lock.info)
         return _run_locked(opts, run_dir, manifest, resume is not None, retry_errors, argv, console)
@@ -83,21 +107,28 @@ def _check_resume_version(opts: SweepOptions, python: str) -> None:
 
         now = resolve_vllm_version("auto", "vllm", python)
         if now != opts.vllm_version:
-            raise UsageError(f"this run was measured with vLLM {opts.vllm_version}, but {now} is installed now",
-                             fix=f"resume in the environment with vLLM {opts.vllm_version}, or start a new run")
+            raise UsageError(
+                f"this run was measured with vLLM {opts.vllm_version}, but {now} is installed now",
+                fix=f"resume in the environment with vLLM {opts.vllm_version}, or start a new run",
+            )
         return
     if opts.engine != "sglang":
         return
     now = resolve_version("auto", "sglang", python)
     if now != opts.sglang_version:
-        raise UsageError(f"this run was measured with sglang {opts.sglang_version}, but {now} is installed now",
-                         fix=f"resume in the environment with sglang {opts.sglang_version} (same SGLANG_TAG), "
-                             "or start a new run")
+        raise UsageError(
+            f"this run was measured with sglang {opts.sglang_version}, but {now} is installed now",
+            fix=f"resume in the environment with sglang {opts.sglang_version} (same SGLANG_TAG), or start a new run",
+        )
 
 
 def _engine_spec(opts: SweepOptions) -> EngineSpec:
-    update: dict[str, Any] = {"twin_faults": tuple(opts.twin_faults), "twin_emulate": opts.twin_emulate,
-                              "extra_args": tuple(opts.engine_args), "attention_backend": opts.attention_backend}
+    update: dict[str, Any] = {
+        "twin_faults": tuple(opts.twin_faults),
+        "twin_emulate": opts.twin_emulate,
+        "extra_args": tuple(opts.engine_args),
+        "attention_backend": opts.attention_backend,
+    }
     if opts.api == "vllm":
         update["vllm_version"] = opts.vllm_version
     else:
@@ -109,8 +140,15 @@ def _engine_spec(opts: SweepOptions) -> EngineSpec:
     return EngineSpec(kind=opts.engine).model_copy(update=update)
 
 
-def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resumed: bool, retry_errors: bool,
-                argv: list[str] | None, console: SweepConsole) -> tuple[Path, list[SweepRow], SweepManifest]:
+def _run_locked(
+    opts: SweepOptions,
+    run_dir: Path,
+    manifest: SweepManifest,
+    resumed: bool,
+    retry_errors: bool,
+    argv: list[str] | None,
+    console: SweepConsole,
+) -> tuple[Path, list[SweepRow], SweepManifest]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
 
@@ -135,8 +173,16 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
-            runner = SweepRunner(opts, world, run_dir, manifest, console, settings, retry_errors=retry_errors,
-                                 executor=getattr(world, "executor", None))
+            runner = SweepRunner(
+                opts,
+                world,
+                run_dir,
+                manifest,
+                console,
+                settings,
+                retry_errors=retry_errors,
+                executor=getattr(world, "executor", None),
+            )
             try:
                 rows = runner.run()
                 raise_if_interrupted()  # a stop whose raise was swallowed in the last cell: not "complete"
@@ -146,8 +192,12 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
                 raise
             finally:
                 restore_settings(settings, console, run_dir)
-                manifest.end_session(session, launches=runner.launches, sampler_restarts=world.sampler_restarts,
-                                     wall_s=(mono_ns() - t0) / 1e9)
+                manifest.end_session(
+                    session,
+                    launches=runner.launches,
+                    sampler_restarts=world.sampler_restarts,
+                    wall_s=(mono_ns() - t0) / 1e9,
+                )
                 manifest.save_best_effort(run_dir)
             manifest.save(run_dir)  # the success path must not end without its manifest
     except OSError as exc:  # a write outside the row store (a log, a probe file) hit a full disk
@@ -160,8 +210,10 @@ def _run_locked(opts: SweepOptions, run_dir: Path, manifest: SweepManifest, resu
         _record_failure(run_dir, manifest, exc)
         raise
     except (KeyboardInterrupt, Interrupted):
-        raise SweepInterrupted(f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
-                               fix=f"continue with: harness sweep --resume {run_dir}") from None
+        raise SweepInterrupted(
+            f"sweep interrupted; every finished cell is in {run_dir}/rows.jsonl",
+            fix=f"continue with: harness sweep --resume {run_dir}",
+        ) from None
     finally:
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGINT, old_int)
@@ -174,8 +226,9 @@ def _record_failure(run_dir: Path, manifest: SweepManifest, exc: HarnessError) -
     manifest.save_best_effort(run_dir)
 
 
-def open_settings(opts: SweepOptions, world: Any, manifest: SweepManifest, save: Any, console: SweepConsole,
-                  run_dir: Path) -> list[PassSetting]:
+def open_settings(
+    opts: SweepOptions, world: Any, manifest: SweepManifest, save: Any, console: SweepConsole, run_dir: Path
+) -> list[PassSetting]:
     """The controllers of the device settings swept per pass (``--power-caps``, ``--sm-clocks``; none without): every
     value is checked against the GPU before the first cell, each original is saved in the manifest before the first
     set. A refusal restores what an earlier controller of this session already took over (nothing is set yet)."""
@@ -185,7 +238,9 @@ def open_settings(opts: SweepOptions, world: Any, manifest: SweepManifest, save:
     twin = opts.engine == "twin"
     wanted: list[tuple[Any, Any, list[str], Any]] = []
     if opts.power_caps:
-        wanted.append((PowerCapController, TwinCapDevice if twin else NvmlCapDevice, list(opts.power_caps), opts.power_cap_mode))
+        wanted.append(
+            (PowerCapController, TwinCapDevice if twin else NvmlCapDevice, list(opts.power_caps), opts.power_cap_mode)
+        )
     if opts.sm_clocks:
         wanted.append((SmClockController, TwinClockDevice if twin else NvmlClockDevice, list(opts.sm_clocks), "set"))
     out: list[PassSetting] = []
@@ -209,8 +264,10 @@ def restore_settings(settings: list[PassSetting], console: SweepConsole, run_dir
         except HarnessError as exc:
             setting.state["restore_error"] = exc.message
             setting.save()
-            console.line(f"could not restore {setting.what}: {exc.message} ({exc.fix}); "
-                         f"harness sweep --resume {run_dir} restores it")
+            console.line(
+                f"could not restore {setting.what}: {exc.message} ({exc.fix}); "
+                f"harness sweep --resume {run_dir} restores it"
+            )
             continue
         finally:
             setting.close()

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from harness.core.clocks import wall_ns
 from harness.core.errors import ServiceUnavailableError
 from harness.telemetry.windows import (
     CLOCK_DISAGREEMENT,
@@ -20,7 +21,6 @@ from harness.telemetry.windows import (
     WindowStats,
     sample_near,
 )
-from harness.core.clocks import wall_ns
 
 MAX_CLOCK_OFFSET_NS = 20_000_000  # beyond this (plus half the round trip) the two wall clocks disagree
 
@@ -58,7 +58,9 @@ class ClockOffset:
         return abs(self.offset_ns) <= MAX_CLOCK_OFFSET_NS + self.rtt_ns // 2
 
 
-def measure_clock_offset(url: str, rounds: int = 5, timeout_s: float = 2.0, client: httpx.Client | None = None) -> ClockOffset:
+def measure_clock_offset(
+    url: str, rounds: int = 5, timeout_s: float = 2.0, client: httpx.Client | None = None
+) -> ClockOffset:
     """NTP-style offset against ``GET /v1/now``: offset = server - (send + receive) / 2, from the shortest round trip."""
     own = client is None
     c = client or httpx.Client(base_url=url, timeout=timeout_s)
@@ -74,7 +76,9 @@ def measure_clock_offset(url: str, rounds: int = 5, timeout_s: float = 2.0, clie
             if best is None or cand.rtt_ns < best.rtt_ns:
                 best = cand
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise ServiceUnavailableError(f"sampler at {url} did not answer /v1/now: {exc}", fix="start `harness sampler serve` or fix the URL") from None
+        raise ServiceUnavailableError(
+            f"sampler at {url} did not answer /v1/now: {exc}", fix="start `harness sampler serve` or fix the URL"
+        ) from None
     finally:
         if own:
             c.close()
@@ -125,7 +129,9 @@ class TelemetryClient:
             return latest
         return sample_near(records, t_ns) or latest
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str | None = None) -> WindowStats:
+    def window(
+        self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str | None = None
+    ) -> WindowStats:
         wait = self.wait_s if wait_s is None else wait_s
         params: dict[str, Any] = {"start_ns": start_ns, "end_ns": end_ns, "wait_s": wait}
         if edge_model:

@@ -10,9 +10,9 @@ import os
 import resource
 from typing import TYPE_CHECKING, Any
 
-from harness.gpu import clock_events
 from harness.core import promtext
 from harness.core.clocks import wall_ns
+from harness.gpu import clock_events
 
 if TYPE_CHECKING:
     from harness.telemetry.sampler import SamplerCore
@@ -49,8 +49,18 @@ def render_metrics(core: SamplerCore) -> str:
         gi, ga = {**g, "type": "instant"}, {**g, "type": "average"}
         metric("gpu_power_watts", "gauge", "GPU power draw.", [(gi, s.power_w), (ga, s.power_avg_w)])
         metric("gpu_temperature_celsius", "gauge", "GPU temperature.", [(g, s.temperature_c)])
-        metric("gpu_sm_clock_hertz", "gauge", "SM clock.", [(g, s.sm_clock_mhz * 1e6 if s.sm_clock_mhz is not None else None)])
-        metric("gpu_memory_clock_hertz", "gauge", "Memory clock.", [(g, s.mem_clock_mhz * 1e6 if s.mem_clock_mhz is not None else None)])
+        metric(
+            "gpu_sm_clock_hertz",
+            "gauge",
+            "SM clock.",
+            [(g, s.sm_clock_mhz * 1e6 if s.sm_clock_mhz is not None else None)],
+        )
+        metric(
+            "gpu_memory_clock_hertz",
+            "gauge",
+            "Memory clock.",
+            [(g, s.mem_clock_mhz * 1e6 if s.mem_clock_mhz is not None else None)],
+        )
         metric("gpu_utilization_ratio", "gauge", "Fraction of the last period a kernel ran.",
                [(g, s.utilization_pct / 100 if s.utilization_pct is not None else None)])  # fmt: skip
         mib = 1024 * 1024
@@ -66,11 +76,31 @@ def render_metrics(core: SamplerCore) -> str:
         metric("gpu_sample_timestamp_seconds", "gauge", "Wall time of the latest sample.", [(g, s.t_wall_ns / 1e9)])
     metric("sampler_up", "gauge", "1 while the sampling loop runs.", [({}, int(core.healthy()))])
     metric("sampler_samples_total", "counter", "Samples taken by this process.", [({}, core.samples_total)])
-    metric("sampler_error_samples_total", "counter", "Samples that recorded at least one probe error.", [({}, core.error_samples_total)])
+    metric(
+        "sampler_error_samples_total",
+        "counter",
+        "Samples that recorded at least one probe error.",
+        [({}, core.error_samples_total)],
+    )
     metric("sampler_errors_total", "counter", "Probe errors recorded.", [({}, core.errors_total)])
-    metric("sampler_log_write_errors_total", "counter", "Records that could not be written to the log.", [({}, core.store.log_errors_total)])
-    metric("sampler_loop_errors_total", "counter", "Loop iterations that failed outside the probe.", [({}, core.loop_errors_total)])
-    metric("sampler_loop_overruns_total", "counter", "Ticks skipped because a sample ended past the next deadline.", [({}, core.overruns_total)])
+    metric(
+        "sampler_log_write_errors_total",
+        "counter",
+        "Records that could not be written to the log.",
+        [({}, core.store.log_errors_total)],
+    )
+    metric(
+        "sampler_loop_errors_total",
+        "counter",
+        "Loop iterations that failed outside the probe.",
+        [({}, core.loop_errors_total)],
+    )
+    metric(
+        "sampler_loop_overruns_total",
+        "counter",
+        "Ticks skipped because a sample ended past the next deadline.",
+        [({}, core.overruns_total)],
+    )
     metric("sampler_backfilled_samples_total", "counter", "Missed instants read back from a device with history (twin).",
            [({}, core.backfilled_total)])  # fmt: skip
     metric("sampler_last_sample_timestamp_seconds", "gauge", "Wall time of the last sample taken.",
@@ -80,7 +110,12 @@ def render_metrics(core: SamplerCore) -> str:
     metric("sampler_rate_hertz", "gauge", "Configured sampling rate.", [({}, core.rate_hz)])
     metric("sampler_ring_records", "gauge", "Records held in memory for window queries.", [({}, len(core.store))])
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    metric("process_cpu_seconds_total", "counter", "User + system CPU of the sampler process.", [({}, ru.ru_utime + ru.ru_stime)])
+    metric(
+        "process_cpu_seconds_total",
+        "counter",
+        "User + system CPU of the sampler process.",
+        [({}, ru.ru_utime + ru.ru_stime)],
+    )
     metric("process_resident_memory_bytes", "gauge", "Peak resident set size.", [({}, ru.ru_maxrss * 1024)])
     metric("process_start_time_seconds", "gauge", "Start time of the sampler.", [({}, core.started_wall_ns / 1e9)])
     lbl = {"backend": str(core.probe.kind), "driver": str(ident.get("driver_version") or ""), "pid": str(os.getpid())}

@@ -12,9 +12,9 @@ import socket
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from harness.core.clocks import mono_ns, wall_ns
 from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.fields import STATE_FIELDS
-from harness.core.clocks import mono_ns, wall_ns
 
 
 class Probe(Protocol):
@@ -76,7 +76,9 @@ class TwinProbe:
     def __init__(self, url: str, timeout_s: float = 2.0) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme != "http" or not parts.hostname:
-            raise UsageError(f"twin device URL must be http://HOST:PORT, got {url!r}", fix="pass --twin-url http://127.0.0.1:18100")
+            raise UsageError(
+                f"twin device URL must be http://HOST:PORT, got {url!r}", fix="pass --twin-url http://127.0.0.1:18100"
+            )
         self.url = f"http://{parts.hostname}:{parts.port or 80}"
         self._host, self._port, self._timeout = parts.hostname, parts.port or 80, timeout_s
         self._conn: http.client.HTTPConnection | None = None
@@ -148,9 +150,21 @@ class TwinProbe:
             info = json.loads(body) if status == 200 else {}
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise ServiceUnavailableError(
-                f"twin GPU device at {self.url} is not answering ({exc})", fix="start it with `harness twin gpu --port P` or fix --twin-url"
+                f"twin GPU device at {self.url} is not answering ({exc})",
+                fix="start it with `harness twin gpu --port P` or fix --twin-url",
             ) from None
-        keys = ("name", "uuid", "driver_version", "hardware", "profile", "power_limit_w", "memory_total_mb", "time_scale", "seed", "twin")
+        keys = (
+            "name",
+            "uuid",
+            "driver_version",
+            "hardware",
+            "profile",
+            "power_limit_w",
+            "memory_total_mb",
+            "time_scale",
+            "seed",
+            "twin",
+        )
         return {"backend": "twin", "twin_url": self.url, **{k: info.get(k) for k in keys}}
 
     def close(self) -> None:
@@ -234,11 +248,15 @@ class NvmlProbe:
             count = pynvml.nvmlDeviceGetCount()
             if not 0 <= gpu_index < count:
                 pynvml.nvmlShutdown()
-                raise UsageError(f"--gpu-index {gpu_index} out of range: this host has {count} GPU(s)", fix=f"pick 0..{count - 1}")
+                raise UsageError(
+                    f"--gpu-index {gpu_index} out of range: this host has {count} GPU(s)", fix=f"pick 0..{count - 1}"
+                )
             self._h = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
-            raise ServiceUnavailableError(f"cannot open GPU {gpu_index} through NVML: {exc}", fix="check nvidia-smi") from None
+            raise ServiceUnavailableError(
+                f"cannot open GPU {gpu_index} through NVML: {exc}", fix="check nvidia-smi"
+            ) from None
         self.gpu_index = gpu_index
         self._unsupported: frozenset[str] = frozenset()  # replaced, never mutated: other threads read it
         self._absent = tuple(getattr(pynvml, c) for c in _ABSENT_CODES if hasattr(pynvml, c))
@@ -284,7 +302,17 @@ class NvmlProbe:
         names = [n for n in _POWER_FIELDS if n not in self._unsupported and hasattr(nv, n)]
         out: dict[str, float | None] = dict.fromkeys(_POWER_FIELDS)
         scope = getattr(nv, "NVML_POWER_SCOPE_GPU", 0)
-        vals = self._call("power_fields", "nvmlDeviceGetFieldValues", self._h, [(getattr(nv, n), scope) for n in names], errors=errors) if names else None
+        vals = (
+            self._call(
+                "power_fields",
+                "nvmlDeviceGetFieldValues",
+                self._h,
+                [(getattr(nv, n), scope) for n in names],
+                errors=errors,
+            )
+            if names
+            else None
+        )
         for name, v in zip(names, vals or ()):
             raw = field_value(nv, v)
             if raw is not None:
@@ -309,10 +337,17 @@ class NvmlProbe:
             if mem is None:
                 return
             self._memory_source = "nvmlDeviceGetMemoryInfo (v1: used includes reserved)"
-        out["memory_total_mb"], out["memory_used_mb"], out["memory_free_mb"] = mem.total / mib, mem.used / mib, mem.free / mib
+        out["memory_total_mb"], out["memory_used_mb"], out["memory_free_mb"] = (
+            mem.total / mib,
+            mem.used / mib,
+            mem.free / mib,
+        )
 
     def _clock_events(self, errors: list[str]) -> int | None:
-        for key, fname in (("clock_events", "nvmlDeviceGetCurrentClocksEventReasons"), ("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons")):
+        for key, fname in (
+            ("clock_events", "nvmlDeviceGetCurrentClocksEventReasons"),
+            ("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+        ):
             if key in self._unsupported:
                 continue
             val = self._call(key, fname, self._h, errors=errors)
@@ -337,13 +372,22 @@ class NvmlProbe:
         elif "NVML_FI_DEV_POWER_INSTANT" in self._unsupported or "power_fields" in self._unsupported:
             legacy = self._call("power_usage", "nvmlDeviceGetPowerUsage", h, errors=errors)
             if legacy is not None:
-                inst, self._power_w_source = legacy / 1000.0, "nvmlDeviceGetPowerUsage (1 s average on Ampere and newer)"
+                inst, self._power_w_source = (
+                    legacy / 1000.0,
+                    "nvmlDeviceGetPowerUsage (1 s average on Ampere and newer)",
+                )
             elif "power_usage" in self._unsupported:
                 self._power_w_source = None  # no power reading at all on this GPU
         out["power_w"], out["power_avg_w"] = inst, avg
-        out["temperature_c"] = self._call("temperature", "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0), errors=errors)
-        out["sm_clock_mhz"] = self._call("sm_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), errors=errors)
-        out["mem_clock_mhz"] = self._call("mem_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), errors=errors)
+        out["temperature_c"] = self._call(
+            "temperature", "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0), errors=errors
+        )
+        out["sm_clock_mhz"] = self._call(
+            "sm_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), errors=errors
+        )
+        out["mem_clock_mhz"] = self._call(
+            "mem_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), errors=errors
+        )
         util = self._call("utilization", "nvmlDeviceGetUtilizationRates", h, errors=errors)
         out["utilization_pct"] = float(util.gpu) if util is not None else None
         self._memory(out, errors)
@@ -375,7 +419,9 @@ class NvmlProbe:
             "nvml_version": self._call("nvml_version", "nvmlSystemGetNVMLVersion", errors=errors),
             "nvidia_ml_py": _dist_version("nvidia-ml-py"),
             "power_limit_w": _mw(self._call("enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", h, errors=errors)),
-            "power_default_limit_w": _mw(self._call("default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", h, errors=errors)),
+            "power_default_limit_w": _mw(
+                self._call("default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", h, errors=errors)
+            ),
             **self.capabilities(),
             "twin": False,
         }

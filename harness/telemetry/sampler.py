@@ -16,12 +16,12 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
+from harness.core.clocks import mono_ns, wall_ns
 from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import Probe, call_stamp, has_history, probe_timing
 from harness.telemetry.store import SampleStore
 from harness.telemetry.ticker import run_ticks
 from harness.telemetry.windows import SAMPLE_AT_LOOKBACK, GpuSample, WindowStats, sample_near
-from harness.core.clocks import mono_ns, wall_ns
 
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 200.0
 MAX_BACKFILL = 1200
@@ -31,9 +31,13 @@ MAX_BACKFILL = 1200
 class SamplerCore:
     """Owns a probe, a store and the loop thread; all queries are served from the store (never the probe)."""
 
-    def __init__(self, probe: Probe, rate_hz: float = 10.0, log_dir: str | Path | None = None, retention_s: float = 3600.0) -> None:
+    def __init__(
+        self, probe: Probe, rate_hz: float = 10.0, log_dir: str | Path | None = None, retention_s: float = 3600.0
+    ) -> None:
         if not MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ:
-            raise UsageError(f"--rate-hz {rate_hz} out of range", fix=f"use {MIN_RATE_HZ}..{MAX_RATE_HZ} (10 is the default)")
+            raise UsageError(
+                f"--rate-hz {rate_hz} out of range", fix=f"use {MIN_RATE_HZ}..{MAX_RATE_HZ} (10 is the default)"
+            )
         self.probe = probe
         self.rate_hz = float(rate_hz)
         self.period_s = 1.0 / self.rate_hz
@@ -59,7 +63,10 @@ class SamplerCore:
             self._identity = self.probe.identity()
         except Exception as exc:  # noqa: BLE001 - identity is informative; the loop records read errors itself
             self._identity = {"backend": self.probe.kind, "identity_error": str(exc)}
-        self.store.open(self.run_id, {"probe": self.probe.kind, "rate_hz": self.rate_hz, "pid": os.getpid(), "identity": self._identity})
+        self.store.open(
+            self.run_id,
+            {"probe": self.probe.kind, "rate_hz": self.rate_hz, "pid": os.getpid(), "identity": self._identity},
+        )
         self._thread = threading.Thread(target=self._loop, name="sampler-loop", daemon=True)
         self._thread.start()
         return self
@@ -93,7 +100,12 @@ class SamplerCore:
         try:
             reading, t_wall, t_mono, latency_ms = probe_timing(self.probe)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the loop
-            reading, t_wall, t_mono, latency_ms = {"errors": [f"probe_exception: {type(exc).__name__}: {exc}"]}, wall_ns(), mono_ns(), None
+            reading, t_wall, t_mono, latency_ms = (
+                {"errors": [f"probe_exception: {type(exc).__name__}: {exc}"]},
+                wall_ns(),
+                mono_ns(),
+                None,
+            )
         return self._store(reading, t_wall, t_mono, latency_ms, "call")
 
     def _missed_instants(self, now_mono: int) -> list[int]:
@@ -120,7 +132,9 @@ class SamplerCore:
         latency_ms = (end_mono - now_mono) / 1e6
         if not dated:  # one reading of the call's moment, stamped by the call as NVML's are
             reading = readings[-1]
-            return self._store(reading, *call_stamp(reading, now_wall, now_mono, end_wall, end_mono), latency_ms, "call")
+            return self._store(
+                reading, *call_stamp(reading, now_wall, now_mono, end_wall, end_mono), latency_ms, "call"
+            )
         self.backfilled_total += len(instants) - 1
         sample = None
         for reading, t_wall, t_mono in zip(readings, walls, instants):
@@ -130,14 +144,25 @@ class SamplerCore:
         assert sample is not None  # one reading per instant, at least now
         return sample
 
-    def _store(self, reading: dict[str, Any], t_wall: int, t_mono: int, latency_ms: float | None, stamp: str) -> GpuSample:
+    def _store(
+        self, reading: dict[str, Any], t_wall: int, t_mono: int, latency_ms: float | None, stamp: str
+    ) -> GpuSample:
         """Build the sample of one reading (a malformed one keeps its stamps and the error) and append it."""
         device_ns = reading.pop("device_ns", None)
         errors = list(reading.pop("errors", None) or [])
-        common = {"kind": "sample", "run_id": self.run_id, "seq": self.store.next_seq(), "t_wall_ns": t_wall,
-                  "t_mono_ns": t_mono, "probe_latency_ms": latency_ms, "stamp": stamp}
+        common = {
+            "kind": "sample",
+            "run_id": self.run_id,
+            "seq": self.store.next_seq(),
+            "t_wall_ns": t_wall,
+            "t_mono_ns": t_mono,
+            "probe_latency_ms": latency_ms,
+            "stamp": stamp,
+        }
         try:
-            sample = GpuSample(**common, device_ns=int(device_ns) if device_ns is not None else t_wall, errors=errors, **reading)
+            sample = GpuSample(
+                **common, device_ns=int(device_ns) if device_ns is not None else t_wall, errors=errors, **reading
+            )
         except ValueError as exc:  # malformed probe values: keep the timestamps and the error
             sample = GpuSample(**common, errors=[*errors, f"bad_probe_values: {str(exc)[:200]}"])
         self.store.append(sample)
@@ -177,7 +202,9 @@ class SamplerCore:
         if capabilities is not None:
             ident.update(capabilities())
         if latest is not None:  # the live identity (a UUID change shows here)
-            ident.update({k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None})
+            ident.update(
+                {k: getattr(latest, k) for k in ("name", "uuid", "driver_version") if getattr(latest, k) is not None}
+            )
         return ident
 
     def info(self) -> dict[str, Any]:
@@ -253,7 +280,9 @@ class InProcessSampler:
 
     def window(self, start_ns: int, end_ns: int, wait_s: float | None = None, edge_model: str = "step") -> WindowStats:
         """Waits up to ``wait_s`` (default ``self.wait_s``) for a sample after ``end_ns``, then aggregates."""
-        return self.core.window(start_ns, end_ns, wait_s=self.wait_s if wait_s is None else wait_s, edge_model=edge_model)
+        return self.core.window(
+            start_ns, end_ns, wait_s=self.wait_s if wait_s is None else wait_s, edge_model=edge_model
+        )
 
     def identity(self) -> dict[str, Any]:
         return {**self.core.identity(), "sampler": "in-process", "rate_hz": self.core.rate_hz}

@@ -8,11 +8,11 @@ import threading
 from typing import Any
 
 from harness.core import promtext
+from harness.core.clocks import mono_ns, wall_ns
 from harness.core.httpserve import BadRequest, Request, Response, Router, Server, error, make_server, serve_in_thread
 from harness.telemetry.metrics import render_metrics
 from harness.telemetry.sampler import SamplerCore
 from harness.telemetry.windows import EDGE_MODELS
-from harness.core.clocks import mono_ns, wall_ns
 
 MAX_WAIT_S = 30.0
 MAX_SAMPLES = 10_000

@@ -75,8 +75,9 @@ def tokens_in(spans: Sequence[RequestSpan], start_ns: int, end_ns: int) -> float
     return total
 
 
-def window_energy(kind: str, window: WindowStats, tokens: float | None, start_ns: int, end_ns: int,
-                  source: str | None = None) -> WindowEnergy:
+def window_energy(
+    kind: str, window: WindowStats, tokens: float | None, start_ns: int, end_ns: int, source: str | None = None
+) -> WindowEnergy:
     """A ``WindowEnergy`` from a sampler window and the tokens generated inside it."""
     energy, duration = window.energy_j, window.duration_s
     return WindowEnergy(

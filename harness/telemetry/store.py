@@ -17,10 +17,10 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
+from harness.core.clocks import mono_ns, wall_ns
 from harness.core.errors import OutputError
 from harness.core.jsonl import JsonlAppender
 from harness.telemetry.windows import OUTSIDE_RETENTION, GpuSample, WindowStats, compute_window
-from harness.core.clocks import mono_ns, wall_ns
 
 LOG_NAME = "samples.jsonl"
 MARKS_NAME = "marks.jsonl"
@@ -72,7 +72,9 @@ class SampleStore:
             self._log = JsonlAppender(path, fsync=False)  # repairs a torn final line
             self._sync_fd = os.open(path, os.O_RDONLY)
             self._marks = JsonlAppender(self.log_dir / MARKS_NAME, fsync=True)
-            history = _read_tail(path, max_bytes=max(1 << 20, min(256 << 20, int(self.retention_ns / 1e8) * _TAIL_BYTES_PER_RECORD)))
+            history = _read_tail(
+                path, max_bytes=max(1 << 20, min(256 << 20, int(self.retention_ns / 1e8) * _TAIL_BYTES_PER_RECORD))
+            )
             for rec in history[-self.max_records :]:
                 if rec.t_wall_ns >= now_w - self.retention_ns:
                     self._records.append(rec)
@@ -88,10 +90,17 @@ class SampleStore:
                         seq=self._next_seq,
                         t_wall_ns=now_w,
                         t_mono_ns=now_m,
-                        detail={"prev_run_id": last.run_id, "prev_seq": last.seq, "gap_start_ns": last.t_wall_ns, "gap_end_ns": now_w},
+                        detail={
+                            "prev_run_id": last.run_id,
+                            "prev_seq": last.seq,
+                            "gap_start_ns": last.t_wall_ns,
+                            "gap_end_ns": now_w,
+                        },
                     )
                 )
-        self.append(GpuSample(kind="start", run_id=run_id, seq=self._next_seq, t_wall_ns=now_w, t_mono_ns=now_m, detail=detail))
+        self.append(
+            GpuSample(kind="start", run_id=run_id, seq=self._next_seq, t_wall_ns=now_w, t_mono_ns=now_m, detail=detail)
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -123,7 +132,10 @@ class SampleStore:
                     if self._sync_fd is not None and now - self._last_fsync_ns >= FSYNC_INTERVAL_NS:
                         os.fsync(self._sync_fd)
                         self._last_fsync_ns = now
-                except (OSError, OutputError) as exc:  # disk full, I/O error: keep sampling into the ring, count and report it
+                except (
+                    OSError,
+                    OutputError,
+                ) as exc:  # disk full, I/O error: keep sampling into the ring, count and report it
                     self.log_errors_total += 1
                     self.last_log_error = f"{type(exc).__name__}: {exc}"
             self._next_seq += 1
@@ -136,7 +148,9 @@ class SampleStore:
         cutoff = now_w - self.retention_ns
         if self._walls and (self._walls[0] < cutoff or len(self._walls) > self.max_records) and len(self._walls) > 64:
             k = max(bisect_left(self._walls, cutoff), len(self._walls) - self.max_records)
-            if k > len(self._walls) // 8 or len(self._walls) > self.max_records * 1.125:  # trim in chunks, not per sample
+            if (
+                k > len(self._walls) // 8 or len(self._walls) > self.max_records * 1.125
+            ):  # trim in chunks, not per sample
                 del self._records[:k]
                 del self._walls[:k]
                 self.trimmed = True

@@ -119,14 +119,20 @@ def harness_argv(*args: str) -> list[str]:
 
 
 def start_twin_gpu(log_dir: Path, time_scale: float = 1.0, seed: int = 0, env: dict[str, str] | None = None) -> Service:
-    svc = Service(harness_argv("twin", "gpu", "--port", "0", "--time-scale", str(time_scale), "--seed", str(seed)), log_dir / "twin-gpu.log", env)
+    svc = Service(
+        harness_argv("twin", "gpu", "--port", "0", "--time-scale", str(time_scale), "--seed", str(seed)),
+        log_dir / "twin-gpu.log",
+        env,
+    )
     svc.wait_url()
     return svc
 
 
 def start_sampler(twin_url: str, log_dir: Path | None, run_dir: Path, rate_hz: float = 10.0, port: int = 0,
                   env: dict[str, str] | None = None) -> Service:  # fmt: skip
-    argv = harness_argv("sampler", "serve", "--probe", "twin", "--twin-url", twin_url, "--rate-hz", str(rate_hz), "--port", str(port))
+    argv = harness_argv(
+        "sampler", "serve", "--probe", "twin", "--twin-url", twin_url, "--rate-hz", str(rate_hz), "--port", str(port)
+    )
     if log_dir is not None:
         argv += ["--log", str(log_dir)]
     svc = Service(argv, run_dir / "sampler.log", env)
@@ -145,7 +151,10 @@ class TwinLoad:
         r.raise_for_status()
 
     def set(self, busy: bool, dynamic_power_w: float = 0.0, util: float = 0.0) -> None:
-        r = self.http.post(f"/v1/engines/{self.engine_id}/activity", json={"busy": busy, "dynamic_power_w": dynamic_power_w, "util": util})
+        r = self.http.post(
+            f"/v1/engines/{self.engine_id}/activity",
+            json={"busy": busy, "dynamic_power_w": dynamic_power_w, "util": util},
+        )
         r.raise_for_status()
 
     def truth(self, start_ns: int, end_ns: int) -> float:
@@ -179,7 +188,9 @@ class RandomLoad:
     def _run(self) -> None:
         while not self._stop.is_set():
             busy = self.rng.random() < 0.7
-            self.load.set(busy, self.rng.uniform(15.0, 75.0) if busy else 0.0, self.rng.uniform(0.5, 1.0) if busy else 0.0)
+            self.load.set(
+                busy, self.rng.uniform(15.0, 75.0) if busy else 0.0, self.rng.uniform(0.5, 1.0) if busy else 0.0
+            )
             self._stop.wait(self.rng.uniform(0.3, 2.0) / self.scale)
 
     def __enter__(self) -> "RandomLoad":
@@ -233,7 +244,9 @@ def measure_windows(source: Any, load: TwinLoad, *, scenario: str, device_s: flo
                    "rel_err": (w.energy_j - truth) / truth if w.energy_j is not None and truth > 0 else None}  # fmt: skip
             for model in edge_models:
                 alt = source.window(t0, t1, edge_model=model)
-                row[f"rel_err_{model}"] = (alt.energy_j - truth) / truth if alt.energy_j is not None and truth > 0 else None
+                row[f"rel_err_{model}"] = (
+                    (alt.energy_j - truth) / truth if alt.energy_j is not None and truth > 0 else None
+                )
             results.append(row)
     finally:
         if ctx:

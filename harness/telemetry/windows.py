@@ -19,7 +19,9 @@ from typing import Any, Iterable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.gpu import clock_events
-from harness.telemetry.fields import STATE_FIELDS as STATE_FIELDS  # re-exported (the fields live in a pydantic-free module)
+from harness.telemetry.fields import (
+    STATE_FIELDS as STATE_FIELDS,  # re-exported (the fields live in a pydantic-free module)
+)
 
 SCHEMA_VERSION = 1
 
@@ -220,7 +222,11 @@ def _counter_at(pts: Sequence[tuple[int, float, float | None, float]], t: int, m
 
 def _integrate_power(samples: Sequence[GpuSample], start_ns: int, end_ns: int) -> float | None:
     """Trapezoid of instant power over device time, clipped at the window edges (J)."""
-    pts = [(s.t_wall_ns, s.power_w, s.device_ns if s.device_ns is not None else s.t_wall_ns) for s in samples if s.power_w is not None]
+    pts = [
+        (s.t_wall_ns, s.power_w, s.device_ns if s.device_ns is not None else s.t_wall_ns)
+        for s in samples
+        if s.power_w is not None
+    ]
     if len(pts) < 2 or pts[0][0] > start_ns or pts[-1][0] < end_ns:
         return None
     total = 0.0
@@ -300,7 +306,9 @@ def compute_window(
     cw = [c[0] for c in all_counter]
     j0, j1 = bisect_right(cw, start_ns) - 1, bisect_left(cw, end_ns)
     if bracket and j0 >= 0 and j1 < len(all_counter):
-        counter = all_counter[min(j0, bisect_left(cw, bracket[0].t_wall_ns)) : max(j1, bisect_right(cw, bracket[-1].t_wall_ns) - 1) + 1]
+        counter = all_counter[
+            min(j0, bisect_left(cw, bracket[0].t_wall_ns)) : max(j1, bisect_right(cw, bracket[-1].t_wall_ns) - 1) + 1
+        ]
     else:
         counter = [c for c in all_counter if bracket and bracket[0].t_wall_ns <= c[0] <= bracket[-1].t_wall_ns]
     if any(b[1] < a[1] for a, b in zip(counter, counter[1:])):
@@ -315,7 +323,11 @@ def compute_window(
         reasons.append(PROBE_ERRORS)
     if any(s.stamp == "call" and s.probe_latency_ms is not None and s.probe_latency_ms > period_s * 1e3 for s in span):
         reasons.append(SLOW_PROBE)
-    coverage = min(1.0, (len(inside) + 1) * period_s / wall_s) if NO_SAMPLE_BEFORE not in reasons and NO_SAMPLE_AFTER not in reasons else 0.0
+    coverage = (
+        min(1.0, (len(inside) + 1) * period_s / wall_s)
+        if NO_SAMPLE_BEFORE not in reasons and NO_SAMPLE_AFTER not in reasons
+        else 0.0
+    )
     if coverage < MIN_COVERAGE and NO_SAMPLE_BEFORE not in reasons and NO_SAMPLE_AFTER not in reasons:
         reasons.append(COVERAGE_BELOW_95PCT)
 

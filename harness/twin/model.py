@@ -29,8 +29,8 @@ from functools import lru_cache
 
 from harness.grid import SpecConfig
 from harness.twin.device.gpu import cap_clock_factor
-from harness.twin.profile import PerfParams, TwinProfile
 from harness.twin.engine.tokens import EOS_ID, stable_hash
+from harness.twin.profile import PerfParams, TwinProfile
 
 DECODE_LOG_INTERVAL = 40
 CLIENT_TURNAROUND_MS = 3.5
@@ -41,7 +41,10 @@ the twin engine at time scale 1 (server-side receive minus previous finish: 2.4-
 # ---- acceptance ----------------------------------------------------------------------------------------------
 def depth_accept(perf: PerfParams, depth: int, quality: float, topk: int = 2) -> float:
     chain = perf.chain_depth_factor if topk == 1 and depth >= 2 else 1.0
-    return min(0.995, max(0.0, perf.accept_first * perf.accept_decay ** ((depth - 1) ** perf.accept_decay_power) * quality * chain))
+    return min(
+        0.995,
+        max(0.0, perf.accept_first * perf.accept_decay ** ((depth - 1) ** perf.accept_decay_power) * quality * chain),
+    )
 
 
 def rank_prob(a: float, rank: int, share: float, ctx: float = 1.0) -> float:
@@ -51,8 +54,18 @@ def rank_prob(a: float, rank: int, share: float, ctx: float = 1.0) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _tree(steps: int, topk: int, draft_tokens: int, q: float, ctx: float, a1: float, decay: float, power: float,
-          share: float, chain: float = 1.0) -> tuple[tuple[tuple[int, ...], float], ...]:
+def _tree(
+    steps: int,
+    topk: int,
+    draft_tokens: int,
+    q: float,
+    ctx: float,
+    a1: float,
+    decay: float,
+    power: float,
+    share: float,
+    chain: float = 1.0,
+) -> tuple[tuple[tuple[int, ...], float], ...]:
     beam: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     candidates: list[tuple[tuple[int, ...], float]] = []
     for d in range(1, steps + 1):
@@ -64,12 +77,24 @@ def _tree(steps: int, topk: int, draft_tokens: int, q: float, ctx: float, a1: fl
     return tuple(heapq.nlargest(max(draft_tokens - 1, 0), candidates, key=lambda c: (c[1], -len(c[0]))))
 
 
-def draft_tree(perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1.0) -> tuple[tuple[tuple[int, ...], float], ...]:
+def draft_tree(
+    perf: PerfParams, cfg: SpecConfig, quality: float, ctx: float = 1.0
+) -> tuple[tuple[tuple[int, ...], float], ...]:
     """The verified nodes (rank path, probability of being the target's prefix) of one draft round."""
     if cfg.is_baseline:
         return ()
-    return _tree(cfg.steps, cfg.topk, cfg.draft_tokens, round(quality, 4), round(ctx, 4), perf.accept_first, perf.accept_decay,
-                 perf.accept_decay_power, perf.rank_share, perf.chain_depth_factor)
+    return _tree(
+        cfg.steps,
+        cfg.topk,
+        cfg.draft_tokens,
+        round(quality, 4),
+        round(ctx, 4),
+        perf.accept_first,
+        perf.accept_decay,
+        perf.accept_decay_power,
+        perf.rank_share,
+        perf.chain_depth_factor,
+    )
 
 
 def expected_accept_length(perf: PerfParams, cfg: SpecConfig, quality: float = 1.0, ctx: float = 1.0) -> float:
@@ -109,8 +134,28 @@ class AcceptSampler:
 
 
 _CONTENT_CLASSES: tuple[tuple[float, tuple[str, ...]], ...] = (
-    (1.0, ("code", "python", "function", "server", "api", "class ", "def ", "import", "sql", "json", "regex", "script",
-           "bash", "program", "patch", "diff", "```")),
+    (
+        1.0,
+        (
+            "code",
+            "python",
+            "function",
+            "server",
+            "api",
+            "class ",
+            "def ",
+            "import",
+            "sql",
+            "json",
+            "regex",
+            "script",
+            "bash",
+            "program",
+            "patch",
+            "diff",
+            "```",
+        ),
+    ),
     (0.5, ("solve", "step-by-step", "equation", "prove", "calculate", "x^2", "math", "derive")),
     (0.0, ("wikipedia", "history", "president", "explain", "describe", "summar")),
     (-1.0, ("blog", "story", "poem", "travel", "imagine", "creative", "novel", "essay")),
@@ -151,7 +196,11 @@ class StepCost:
 
 
 def target_ms(perf: PerfParams, tokens: float) -> float:
-    return perf.target_mem_ms + perf.target_ms_per_token * tokens + perf.target_ms_per_token_above_knee * max(0.0, tokens - perf.target_knee_tokens)
+    return (
+        perf.target_mem_ms
+        + perf.target_ms_per_token * tokens
+        + perf.target_ms_per_token_above_knee * max(0.0, tokens - perf.target_knee_tokens)
+    )
 
 
 def step_cost(profile: TwinProfile, cfg: SpecConfig, batch: int) -> StepCost:
@@ -167,7 +216,9 @@ def step_cost(profile: TwinProfile, cfg: SpecConfig, batch: int) -> StepCost:
         candidates = cfg.topk + (cfg.steps - 1) * cfg.topk * cfg.topk
         ov = perf.spec_overhead_ms + batch * (perf.spec_overhead_ms_per_req + perf.tree_ms_per_candidate * candidates)
     total = tgt + draft + ov
-    p_tgt = pw.target_w + pw.target_w_per_token * pw.target_w_token_sat * (1.0 - math.exp(-tokens / pw.target_w_token_sat))
+    p_tgt = pw.target_w + pw.target_w_per_token * pw.target_w_token_sat * (
+        1.0 - math.exp(-tokens / pw.target_w_token_sat)
+    )
     dyn = (tgt * p_tgt + draft * pw.draft_w + ov * pw.overhead_w) / total
     util = (tgt * pw.util_target + draft * pw.util_draft + ov * pw.util_overhead) / total
     compute = tgt * perf.stretch_target + draft * perf.stretch_draft
@@ -183,15 +234,16 @@ def base_power_w(profile: TwinProfile) -> float:
     return profile.device.idle_power_w + profile.device.engine_loaded_power_w
 
 
-def device_power(profile: TwinProfile, dyn_w: float, base_w: float | None = None, ceiling: float = 1.0,
-                 limit_w: float | None = None) -> tuple[float, float]:
+def device_power(
+    profile: TwinProfile, dyn_w: float, base_w: float | None = None, ceiling: float = 1.0, limit_w: float | None = None
+) -> tuple[float, float]:
     """(power W, clock factor) the device settles at for a dynamic demand (``ceiling``: thermal slowdown, 1 = none;
     ``limit_w``: the power limit in force, default the profile's)."""
     d = profile.device
     base = base_power_w(profile) if base_w is None else base_w
     cap_w = (d.power_limit_w if limit_w is None else limit_w) * (1 + d.cap_overshoot_frac)
     f = max(d.min_clock_factor, cap_clock_factor(base, dyn_w, cap_w, d.dvfs_exponent, ceiling))
-    return base + dyn_w * f ** d.dvfs_exponent, f
+    return base + dyn_w * f**d.dvfs_exponent, f
 
 
 # ---- memory and launch ---------------------------------------------------------------------------------------
@@ -227,7 +279,8 @@ def launch_seconds(profile: TwinProfile, cfg: SpecConfig, graph_bs: int) -> dict
     return {
         "imports": p.launch_import_s,
         "weights": p.launch_weights_s * (1.0 if cfg.is_baseline else 1.15),
-        "cuda_graphs": p.launch_graph_s_per_bs * graph_bs + p.launch_draft_graph_s_per_node * draft_nodes * math.sqrt(graph_bs),
+        "cuda_graphs": p.launch_graph_s_per_bs * graph_bs
+        + p.launch_draft_graph_s_per_node * draft_nodes * math.sqrt(graph_bs),
     }
 
 
@@ -279,8 +332,16 @@ class Iteration:
 class Decoder:
     """sglang-like scheduler state for one engine; advance it with ``run_iteration`` on a twin clock."""
 
-    def __init__(self, profile: TwinProfile, cfg: SpecConfig, max_running: int, seed: int, start_ns: int,
-                 log_interval: int = DECODE_LOG_INTERVAL, nominal_launch: bool = False) -> None:
+    def __init__(
+        self,
+        profile: TwinProfile,
+        cfg: SpecConfig,
+        max_running: int,
+        seed: int,
+        start_ns: int,
+        log_interval: int = DECODE_LOG_INTERVAL,
+        nominal_launch: bool = False,
+    ) -> None:
         """``nominal_launch`` pins the per-launch speed and power factors to 1 (the population median): calibration
         fits the typical launch, not the few seeds it happens to simulate."""
         self.profile = profile
@@ -429,7 +490,11 @@ class Decoder:
             if r in self.running:
                 self.running.remove(r)
         self.now_ns = end
-        dyn, util = self.demand(batch) if batch else (self.profile.power.prefill_w * self.power_factor, self.profile.power.util_target)
+        dyn, util = (
+            self.demand(batch)
+            if batch
+            else (self.profile.power.prefill_w * self.power_factor, self.profile.power.util_target)
+        )
         return Iteration(start, end, batch, len(admitted), bool(batch), dyn, util, finished, decoding + admitted)
 
     def _emit(self, r: SimRequest, n: int, end: int, finished: list[SimRequest]) -> None:
@@ -439,7 +504,12 @@ class Decoder:
             return
         take = min(n, r.max_new_tokens - r.generated)
         reason = None
-        if not r.ignore_eos and r.eos_at is not None and r.generated + take >= r.eos_at and r.eos_at >= max(r.min_new_tokens, 1):
+        if (
+            not r.ignore_eos
+            and r.eos_at is not None
+            and r.generated + take >= r.eos_at
+            and r.eos_at >= max(r.min_new_tokens, 1)
+        ):
             take = max(0, r.eos_at - r.generated)
             reason = {"type": "stop", "matched": EOS_ID}
         elif r.generated + take >= r.max_new_tokens:
@@ -488,9 +558,18 @@ def percentile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompts: list[str], max_new_tokens: int = 512,
-                  num_requests: int | None = None, seed: int = 0, client_gap_ms: float = CLIENT_TURNAROUND_MS,
-                  nominal_launch: bool = False, tail_s: float = 0.0) -> CellSim:
+def simulate_cell(
+    profile: TwinProfile,
+    cfg: SpecConfig,
+    batch_size: int,
+    prompts: list[str],
+    max_new_tokens: int = 512,
+    num_requests: int | None = None,
+    seed: int = 0,
+    client_gap_ms: float = CLIENT_TURNAROUND_MS,
+    nominal_launch: bool = False,
+    tail_s: float = 0.0,
+) -> CellSim:
     """The published protocol on the pure model: warm-up of bs requests, then max(16, bs) measured requests at
     concurrency bs, energy and wall time over the measured phase, accept length and p20 step time from the
     server's counters (warm-up included, as in the reference). ``client_gap_ms``: the client's turnaround between a
@@ -509,8 +588,14 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
         text = prompts[counter % len(prompts)]
         counter += 1
         q = prompt_quality(perf, text)
-        return SimRequest(rid=str(counter), prompt_tokens=count_tokens(text), max_new_tokens=max_new_tokens, quality=q,
-                          arrival_ns=at_ns + int(perf.request_overhead_ms * 1e6), seed=stable_hash(seed, "req", counter))
+        return SimRequest(
+            rid=str(counter),
+            prompt_tokens=count_tokens(text),
+            max_new_tokens=max_new_tokens,
+            quality=q,
+            arrival_ns=at_ns + int(perf.request_overhead_ms * 1e6),
+            seed=stable_hash(seed, "req", counter),
+        )
 
     capped: list[tuple[int, int]] = []  # (start, end) ns of capped iterations of the current phase
     last_decode_ns = 0  # end of the current phase's last iteration
@@ -566,5 +651,6 @@ def simulate_cell(profile: TwinProfile, cfg: SpecConfig, batch_size: int, prompt
     if tail_s > 0:
         lo = last_decode_ns - int(tail_s * 1e9)
         tail = sum(max(0, e - max(s, lo)) for s, e in capped if e > lo) / (tail_s * 1e9)
-    return CellSim(acc, st, p20, speed, wall, tokens, energy, avg_p, energy / tokens, avg_p / profile.device.power_limit_w,
-                   tail)
+    return CellSim(
+        acc, st, p20, speed, wall, tokens, energy, avg_p, energy / tokens, avg_p / profile.device.power_limit_w, tail
+    )

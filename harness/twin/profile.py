@@ -27,8 +27,11 @@ class DeviceParams(_Strict):
 
     name: str = "NVIDIA GeForce RTX 4060 Laptop GPU (twin)"
     driver_version: str = "twin-1.0"
-    compute_capability: tuple[int, int] = Field((8, 9), description="CUDA compute capability (sm89 = Ada): decides "
-                                                "sglang's default attention backend and which backends it accepts")
+    compute_capability: tuple[int, int] = Field(
+        (8, 9),
+        description="CUDA compute capability (sm89 = Ada): decides "
+        "sglang's default attention backend and which backends it accepts",
+    )
     power_limit_w: float = 80.0
     power_management_limit_w: float = 80.0
     power_limit_min_w: float = Field(35.0, description="lowest limit the board accepts (NVML constraints min)")
@@ -43,8 +46,11 @@ class DeviceParams(_Strict):
     dvfs_exponent: float = Field(2.2, description="dynamic power ~ clock_factor ** dvfs_exponent")
     min_clock_factor: float = 0.35
     max_sm_clock_mhz: int = 2370
-    min_sm_clock_mhz: int = Field(840, description="lowest SM clock a lock accepts (nvmlDeviceGetSupportedGraphicsClocks "
-                                  "lists max down to this in sm_clock_step_mhz steps)")
+    min_sm_clock_mhz: int = Field(
+        840,
+        description="lowest SM clock a lock accepts (nvmlDeviceGetSupportedGraphicsClocks "
+        "lists max down to this in sm_clock_step_mhz steps)",
+    )
     sm_clock_step_mhz: int = Field(15, description="step between supported SM clocks")
     idle_sm_clock_mhz: int = 210
     mem_clock_mhz: int = 8001
@@ -58,8 +64,11 @@ class DeviceParams(_Strict):
     hw_slowdown_temp_c: float = 92.0
     slowdown_per_c: float = Field(0.04, description="clock factor lost per degree above the slowdown temperature")
     idle_after_s: float = Field(1.2, description="twin seconds without load before NVML reports the idle reason")
-    util_avg_s: float = Field(0.5, description="time constant (twin s) of the trailing average NVML reports as utilization "
-                              "(NVML: share of the last 1/6-1 s sample period with a kernel running)")
+    util_avg_s: float = Field(
+        0.5,
+        description="time constant (twin s) of the trailing average NVML reports as utilization "
+        "(NVML: share of the last 1/6-1 s sample period with a kernel running)",
+    )
     tick_ms: float = Field(20.0, description="wall ms between physics ticks")
 
 
@@ -70,12 +79,17 @@ class PerfParams(_Strict):
     accept_decay: float = Field(0.87, description="per-depth decay of the top-1 acceptance")
     accept_decay_power: float = Field(1.0, description="a_d = accept_first * accept_decay ** ((d-1) ** power)")
     rank_share: float = Field(0.45, description="geometric share of the remaining mass taken by each lower rank")
-    chain_depth_factor: float = Field(1.0, description="topk == 1 (sglang's chain drafting): multiplier on the top-1 "
-                                      "acceptance at depth >= 2, fitted to the published (3,1,4) accept length")
+    chain_depth_factor: float = Field(
+        1.0,
+        description="topk == 1 (sglang's chain drafting): multiplier on the top-1 "
+        "acceptance at depth >= 2, fitted to the published (3,1,4) accept length",
+    )
     long_context_tokens: int = Field(2048, description="the draft head's training context")
     long_context_floor: float = Field(0.3, description="quality multiplier far beyond the training context")
     long_context_scale_tokens: float = 1500.0
-    prompt_quality_spread: float = Field(0.12, description="+- spread of per-prompt draft quality (content predictability)")
+    prompt_quality_spread: float = Field(
+        0.12, description="+- spread of per-prompt draft quality (content predictability)"
+    )
     target_mem_ms: float = 9.6
     target_ms_per_token: float = 0.03
     target_knee_tokens: float = 48.0
@@ -84,7 +98,9 @@ class PerfParams(_Strict):
     spec_overhead_ms: float = 1.4
     spec_overhead_ms_per_req: float = 0.05
     draft_step_ms: float = 1.0
-    tree_ms_per_candidate: float = Field(0.002, description="tree build/select cost per request per candidate node (topk + (steps-1) topk^2)")
+    tree_ms_per_candidate: float = Field(
+        0.002, description="tree build/select cost per request per candidate node (topk + (steps-1) topk^2)"
+    )
     draft_ms_per_token: float = 0.04
     stretch_target: float = Field(0.5, description="share of target time that slows with the SM clock")
     stretch_draft: float = Field(0.6, description="share of draft time that slows with the SM clock")
@@ -104,13 +120,19 @@ class PowerParams(_Strict):
 
     target_w: float = 62.0
     target_w_per_token: float = 0.08
-    target_w_token_sat: float = Field(128.0, description="verified tokens at which the target's extra power saturates (1 - exp(-T/sat))")
+    target_w_token_sat: float = Field(
+        128.0, description="verified tokens at which the target's extra power saturates (1 - exp(-T/sat))"
+    )
     draft_w: float = 40.0
     overhead_w: float = 18.0
     prefill_w: float = 55.0
-    util_target: float = Field(1.0, description="share of a target-verify phase with a kernel running (NVML utilization)")
+    util_target: float = Field(
+        1.0, description="share of a target-verify phase with a kernel running (NVML utilization)"
+    )
     util_draft: float = Field(1.0, description="the same for drafting (CUDA graphs: kernels back to back)")
-    util_overhead: float = Field(0.99, description="the same for the per-step overhead (EAGLE's tree and sampling kernels)")
+    util_overhead: float = Field(
+        0.99, description="the same for the per-step overhead (EAGLE's tree and sampling kernels)"
+    )
     power_spread: float = Field(0.01, description="sigma of a per-launch power factor")
 
 
@@ -121,9 +143,14 @@ class MemoryParams(_Strict):
     min_kv_mb: float = Field(256.0, description="smallest KV cache sglang starts with")
     context_mb: float = Field(500.0, description="CUDA context, allocator, torch workspace")
     graph_mb_per_bs: float = Field(25.0, description="CUDA-graph activations per captured batch size")
-    spec_slot_mb: float = Field(0.5, description="draft/verify logits kept while serving, per (bs x (draft tokens + steps x topk)): one fp32 row over a 128k vocabulary")
+    spec_slot_mb: float = Field(
+        0.5,
+        description="draft/verify logits kept while serving, per (bs x (draft tokens + steps x topk)): one fp32 row over a 128k vocabulary",
+    )
     capture_slot_mb: float = Field(2.5, description="per-slot graph-capture workspace, released after capture")
-    tree_node_mb: float = Field(0.3, description="tree masks and scores per (bs x draft tokens x steps x topk), released after capture")
+    tree_node_mb: float = Field(
+        0.3, description="tree masks and scores per (bs x draft tokens x steps x topk), released after capture"
+    )
 
 
 class TwinProfile(_Strict):
@@ -154,11 +181,15 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> TwinProfile:
     path = profile_path(name_or_path)
     if not path.exists():
         known = ", ".join(sorted(q.stem for q in PROFILES_DIR.glob("*.json"))) or "none"
-        raise MissingFileError(f"twin profile not found: {path}", fix=f"use one of: {known}, or a path to a profile JSON")
+        raise MissingFileError(
+            f"twin profile not found: {path}", fix=f"use one of: {known}, or a path to a profile JSON"
+        )
     try:
         return TwinProfile.model_validate(json.loads(path.read_text()))
     except (ValueError, TypeError) as exc:
-        raise DataError(f"invalid twin profile {path}: {exc}", fix="regenerate it with `harness twin calibrate`") from None
+        raise DataError(
+            f"invalid twin profile {path}: {exc}", fix="regenerate it with `harness twin calibrate`"
+        ) from None
 
 
 def profile_from_dict(data: dict) -> TwinProfile:

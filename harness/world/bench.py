@@ -35,12 +35,12 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from harness.engine.sglang_client import EngineClient, EngineRequestError, GenerateResult
+from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 from harness.core.errors import DataError, MissingFileError
+from harness.engine.sglang_client import EngineClient, EngineRequestError, GenerateResult
 from harness.telemetry.client import TelemetrySource
 from harness.telemetry.steady import RequestSpan, WindowEnergy, min_requests, steady_edges, tokens_in, window_energy
 from harness.telemetry.windows import GpuSample, WindowStats
-from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 
 STEP_TIME_PERCENTILE = 20.0
 
@@ -64,11 +64,15 @@ def load_prompts(path: str | Path | None = None) -> list[str]:
             text = p.read_text()
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"prompts file {path} is not valid JSON: {exc.msg}", fix="a JSON list of strings, or {\"prompts\": [...]}") from None
+        raise DataError(
+            f"prompts file {path} is not valid JSON: {exc.msg}", fix='a JSON list of strings, or {"prompts": [...]}'
+        ) from None
     prompts = data.get("prompts") if isinstance(data, dict) else data
     if not isinstance(prompts, list) or not prompts or not all(isinstance(x, str) and x for x in prompts):
-        raise DataError(f"prompts file {path or 'sweep_prompts.json'} holds no list of non-empty strings",
-                        fix="a JSON list of strings, or {\"prompts\": [...]}")
+        raise DataError(
+            f"prompts file {path or 'sweep_prompts.json'} holds no list of non-empty strings",
+            fix='a JSON list of strings, or {"prompts": [...]}',
+        )
     return prompts
 
 
@@ -141,8 +145,9 @@ class CellResult(BaseModel):
     steady_reason: str | None = None
 
 
-def closed_loop_headers(session: str, total: int, concurrency: int, seq: int,
-                        next_batch: tuple[str, int, int] | None = None) -> dict[str, str]:
+def closed_loop_headers(
+    session: str, total: int, concurrency: int, seq: int, next_batch: tuple[str, int, int] | None = None
+) -> dict[str, str]:
     """The twin's closed-loop hints: this client sends ``total`` requests at ``concurrency`` (``session``), this one
     being the ``seq``-th (0-based; each after the first wave goes out when a slot frees), and starts ``next_batch``
     (session, total, concurrency) right after this one. The twin engine then gives the k-th request after the first
@@ -160,9 +165,17 @@ def new_session(tag: str) -> str:
     return f"{tag}-{uuid.uuid4().hex[:8]}"
 
 
-def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurrency: int, settings: BenchSettings,
-                 tag: str, on_start: Callable[[], None] | None = None, session: str | None = None,
-                 next_batch: tuple[str, int, int] | None = None) -> list[GenerateResult]:
+def run_requests(
+    client: EngineClient,
+    prompts: Sequence[str],
+    n: int,
+    concurrency: int,
+    settings: BenchSettings,
+    tag: str,
+    on_start: Callable[[], None] | None = None,
+    session: str | None = None,
+    next_batch: tuple[str, int, int] | None = None,
+) -> list[GenerateResult]:
     """``n`` requests cycling ``prompts`` at ``concurrency``; the first failure stops new ones and is raised.
 
     The first ``concurrency`` workers are started and parked at a gate before ``on_start`` runs (it marks the
@@ -184,9 +197,16 @@ def run_requests(client: EngineClient, prompts: Sequence[str], n: int, concurren
         rid = f"{tag}-{i}"
         headers = closed_loop_headers(session, n, concurrency, i, next_batch)
         try:
-            return client.generate(prompts[i % len(prompts)], max_new_tokens=settings.output_tokens,
-                                   temperature=settings.temperature, ignore_eos=settings.ignore_eos,
-                                   stream=settings.stream, rid=rid, timeout=settings.request_timeout_s, headers=headers)
+            return client.generate(
+                prompts[i % len(prompts)],
+                max_new_tokens=settings.output_tokens,
+                temperature=settings.temperature,
+                ignore_eos=settings.ignore_eos,
+                stream=settings.stream,
+                rid=rid,
+                timeout=settings.request_timeout_s,
+                headers=headers,
+            )
         except EngineRequestError as exc:
             errors.append(exc)
             stop.set()
@@ -217,7 +237,7 @@ def new_samples(before: dict[str, list[float]], after: dict[str, list[float]], k
     """Step-time samples under ``key`` added between two reads (lists only grow; the dict is never reset)."""
     old = before.get(key, [])
     new = after.get(key, [])
-    return list(new[len(old):]) if len(new) >= len(old) else list(new)
+    return list(new[len(old) :]) if len(new) >= len(old) else list(new)
 
 
 def _pct(xs: Sequence[float], q: float) -> float | None:
@@ -233,8 +253,9 @@ SERVER_EDGE_TOLERANCE_NS = 2_000_000_000
 The twin engine may answer a closed-loop client before its device clock reaches the finish (docs/twin.md)."""
 
 
-def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_start_ns: int,
-                  client_end_ns: int) -> tuple[int, int, float] | None:
+def server_window(
+    results: Sequence[GenerateResult], clock: ScaledClock, client_start_ns: int, client_end_ns: int
+) -> tuple[int, int, float] | None:
     """(start wall ns, end wall ns, elapsed world seconds) of [first receive, last finish], or None.
 
     None unless every request reports both stamps on one clock and the edges sit inside the client's window (within
@@ -266,11 +287,17 @@ def server_window(results: Sequence[GenerateResult], clock: ScaledClock, client_
     return start, end, elapsed
 
 
-def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tuple[list[RequestSpan], str] | tuple[None, str]:
+def request_spans(
+    results: Sequence[GenerateResult], clock: ScaledClock
+) -> tuple[list[RequestSpan], str] | tuple[None, str]:
     """Each request's (first token, finish, tokens) in wall ns: server stamps when every request has them on one
     clock, else the client's (streaming only: its first chunk); (None, why) when neither is complete."""
     clocks = {r.server_clock for r in results}
-    if results and len(clocks) == 1 and all(r.server_first_token_ns is not None and r.server_finish_ns is not None for r in results):
+    if (
+        results
+        and len(clocks) == 1
+        and all(r.server_first_token_ns is not None and r.server_finish_ns is not None for r in results)
+    ):
         kind = clocks.pop()
 
         def to_wall(ns: int) -> int:
@@ -278,39 +305,56 @@ def request_spans(results: Sequence[GenerateResult], clock: ScaledClock) -> tupl
                 return clock.anchor_wall_ns + int(round((ns - clock.anchor_wall_ns) / clock.scale))
             return ns
 
-        return [RequestSpan(first_token_ns=to_wall(int(r.server_first_token_ns or 0)), finish_ns=to_wall(int(r.server_finish_ns or 0)),
-                            tokens=r.completion_tokens) for r in results], "server"
+        return [
+            RequestSpan(
+                first_token_ns=to_wall(int(r.server_first_token_ns or 0)),
+                finish_ns=to_wall(int(r.server_finish_ns or 0)),
+                tokens=r.completion_tokens,
+            )
+            for r in results
+        ], "server"
     if results and all(r.ttft_s is not None and r.client_sent_wall_ns is not None for r in results):
-        return [RequestSpan(first_token_ns=int(r.client_sent_wall_ns or 0) + int((r.ttft_s or 0.0) * 1e9),
-                            finish_ns=int(r.client_sent_wall_ns or 0) + int(r.client_latency_s * 1e9),
-                            tokens=r.completion_tokens) for r in results], "client"
+        return [
+            RequestSpan(
+                first_token_ns=int(r.client_sent_wall_ns or 0) + int((r.ttft_s or 0.0) * 1e9),
+                finish_ns=int(r.client_sent_wall_ns or 0) + int(r.client_latency_s * 1e9),
+                tokens=r.completion_tokens,
+            )
+            for r in results
+        ], "client"
     return None, "no first-token instants (server stamps or a streamed first chunk) for every request"
 
 
-def steady_window(results: Sequence[GenerateResult], batch_size: int, telemetry: TelemetrySource,
-                  clock: ScaledClock) -> tuple[WindowEnergy | None, str | None]:
+def steady_window(
+    results: Sequence[GenerateResult], batch_size: int, telemetry: TelemetrySource, clock: ScaledClock
+) -> tuple[WindowEnergy | None, str | None]:
     """The steady-state window of a cell, or (None, why not)."""
     spans, source = request_spans(results, clock)
     if spans is None:
         return None, source
     edges = steady_edges([s.first_token_ns for s in spans], batch_size)
     if edges is None:
-        return None, (f"empty steady-state window: {len(spans)} requests at batch size {batch_size} "
-                      f"(needs at least {min_requests(batch_size)})")
+        return None, (
+            f"empty steady-state window: {len(spans)} requests at batch size {batch_size} "
+            f"(needs at least {min_requests(batch_size)})"
+        )
     w = telemetry.window(*edges)
     return window_energy("steady", w, tokens_in(spans, *edges), *edges, source=source), None
 
 
-def run_cell(server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: TelemetrySource,
-             clock: ScaledClock) -> CellResult:
+def run_cell(
+    server: ServerLike, batch_size: int, settings: BenchSettings, telemetry: TelemetrySource, clock: ScaledClock
+) -> CellResult:
     """Measure one cell on a ready server (see the module doc); raises CellError when it cannot."""
     client = server.client
     try:
         return _run_cell(client, server, batch_size, settings, telemetry, clock)
     except (CellError, EngineRequestError) as exc:
         if _died(server, wait_s=2.0 if exc.kind in ("connection", "protocol") else 0.0):
-            raise CellError(f"engine exited with code {getattr(server, 'returncode', None)} during the measurement "
-                            f"({exc.message})", "crash") from None
+            raise CellError(
+                f"engine exited with code {getattr(server, 'returncode', None)} during the measurement ({exc.message})",
+                "crash",
+            ) from None
         raise CellError(exc.message, exc.kind) from None
 
 
@@ -324,23 +368,37 @@ def _died(server: ServerLike, wait_s: float) -> bool:
     return True
 
 
-def _run_cell(client: EngineClient, server: ServerLike, batch_size: int, settings: BenchSettings,
-              telemetry: TelemetrySource, clock: ScaledClock) -> CellResult:
+def _run_cell(
+    client: EngineClient,
+    server: ServerLike,
+    batch_size: int,
+    settings: BenchSettings,
+    telemetry: TelemetrySource,
+    clock: ScaledClock,
+) -> CellResult:
     key = str(batch_size)
     info0 = client.server_info()
     n = settings.n_requests(batch_size)
     measured = new_session(f"bench-bs{batch_size}")
     if settings.warmup:  # the measured batch follows the warm-up (announced, so the twin needs no host timing)
-        run_requests(client, settings.prompts, batch_size, batch_size, settings, f"warmup-bs{batch_size}",
-                     next_batch=(measured, n, batch_size))
+        run_requests(
+            client,
+            settings.prompts,
+            batch_size,
+            batch_size,
+            settings,
+            f"warmup-bs{batch_size}",
+            next_batch=(measured, n, batch_size),
+        )
     pre = telemetry.snapshot()
     start: dict[str, int] = {}
 
     def mark_start() -> None:
         start["wall"], start["mono"] = wall_ns(), mono_ns()
 
-    results = run_requests(client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start,
-                           session=measured)
+    results = run_requests(
+        client, settings.prompts, n, batch_size, settings, f"bench-bs{batch_size}", mark_start, session=measured
+    )
     m1, w1 = mono_ns(), wall_ns()
     client_elapsed = clock.elapsed_s(start["mono"], m1)
     edges = server_window(results, clock, start["wall"], w1)

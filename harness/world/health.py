@@ -77,14 +77,18 @@ def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
     while True:
         sample = telemetry.snapshot()
         if sample is None:
-            problem = ServiceProblem("sampler", f"the sampler gives no samples ({getattr(telemetry, 'last_error', None)})",
-                                     restartable)
+            problem = ServiceProblem(
+                "sampler", f"the sampler gives no samples ({getattr(telemetry, 'last_error', None)})", restartable
+            )
         else:
             age_s = (time.time_ns() - sample.t_wall_ns) / 1e9
             if age_s > max(STALE_SAMPLE_S, 5 * _period_s(telemetry)):
-                return ServiceProblem("sampler", f"the sampler's newest sample is {age_s:.1f} s old (its loop stalled)",
-                                      restartable)
-            if not sample.errors or sample.usable:  # one failing field (e.g. no permission for clock events) is not a lost GPU
+                return ServiceProblem(
+                    "sampler", f"the sampler's newest sample is {age_s:.1f} s old (its loop stalled)", restartable
+                )
+            if (
+                not sample.errors or sample.usable
+            ):  # one failing field (e.g. no permission for clock events) is not a lost GPU
                 return None
             problem = ServiceProblem("probe", f"GPU reads fail: {sample.errors[0]}", restartable)
         if time.monotonic() >= deadline:

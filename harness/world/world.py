@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 
-from harness.engine import proc as procs
-from harness.engine.sglang_argv import EngineSpec
-from harness.engine.launch import EngineLauncher
-from harness.core.errors import ServiceUnavailableError, UsageError
-from harness.telemetry.client import TelemetrySource
 from harness.core.clocks import ScaledClock
+from harness.core.errors import ServiceUnavailableError, UsageError
+from harness.engine import proc as procs
+from harness.engine.launch import EngineLauncher
+from harness.engine.sglang_argv import EngineSpec
+from harness.telemetry.client import TelemetrySource
 
 SERVICE_START_TIMEOUT_S = 60.0
 
@@ -31,14 +31,17 @@ def _get_json(url: str, timeout: float = 5.0) -> dict[str, Any]:
         return resp.json()
 
 
-def _wait_http(url: str, proc: Any | None, log: Path | None, what: str, timeout_s: float = SERVICE_START_TIMEOUT_S) -> None:
+def _wait_http(
+    url: str, proc: Any | None, log: Path | None, what: str, timeout_s: float = SERVICE_START_TIMEOUT_S
+) -> None:
     """Poll ``url`` until it answers 200; a dead child process or the timeout raises ServiceUnavailableError."""
     deadline = time.monotonic() + timeout_s
     while True:
         if proc is not None and proc.poll() is not None:
             tail = procs.log_tail(log) if log else ""
-            raise ServiceUnavailableError(f"{what} exited with code {proc.returncode} while starting:\n{tail}",
-                                          fix=f"see {log}")
+            raise ServiceUnavailableError(
+                f"{what} exited with code {proc.returncode} while starting:\n{tail}", fix=f"see {log}"
+            )
         try:
             with httpx.Client(timeout=2.0, trust_env=False) as http:
                 if http.get(url).status_code == 200:
@@ -46,18 +49,33 @@ def _wait_http(url: str, proc: Any | None, log: Path | None, what: str, timeout_
         except httpx.HTTPError:
             pass
         if time.monotonic() >= deadline:
-            raise ServiceUnavailableError(f"{what} did not answer at {url} within {timeout_s:g} s",
-                                          fix="check the URL and that the service is running")
+            raise ServiceUnavailableError(
+                f"{what} did not answer at {url} within {timeout_s:g} s",
+                fix="check the URL and that the service is running",
+            )
         time.sleep(0.1)
 
 
 class World:
     """A run's world: ``telemetry`` (a TelemetrySource), ``launcher``, ``clock``, ``hardware``, ``power_limit_w``."""
 
-    def __init__(self, *, engine: str, telemetry: TelemetrySource, launcher: EngineLauncher, clock: ScaledClock, hardware: str,
-                 power_limit_w: float | None, twin_gpu_url: str | None, sampler_url: str | None,
-                 gpu_identity: dict[str, Any], children: list[tuple[str, Any]], run_dir: Path | None = None,
-                 sampler_rate_hz: float = 10.0, gpu_index: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        engine: str,
+        telemetry: TelemetrySource,
+        launcher: EngineLauncher,
+        clock: ScaledClock,
+        hardware: str,
+        power_limit_w: float | None,
+        twin_gpu_url: str | None,
+        sampler_url: str | None,
+        gpu_identity: dict[str, Any],
+        children: list[tuple[str, Any]],
+        run_dir: Path | None = None,
+        sampler_rate_hz: float = 10.0,
+        gpu_index: int = 0,
+    ) -> None:
         self.engine = engine
         self.telemetry = telemetry
         self.launcher = launcher
@@ -112,8 +130,10 @@ class World:
     def restart_sampler(self) -> None:
         """Replace this world's own sampler (a dead child, or the in-process one) with a fresh one and reconnect."""
         if not self.can_restart_sampler:
-            raise ServiceUnavailableError("the sampler was not started by the harness, so it cannot restart it",
-                                          fix="restart it yourself, then continue with --resume")
+            raise ServiceUnavailableError(
+                "the sampler was not started by the harness, so it cannot restart it",
+                fix="restart it yourself, then continue with --resume",
+            )
         try:
             self.telemetry.close()
         except Exception:  # noqa: BLE001 - the old one is gone or going
@@ -161,8 +181,12 @@ def _spawn_service(args: list[str], log: Path, health_path: str, what: str) -> t
     return url, p
 
 
-def _start_twin_gpu(run_dir: Path, time_scale: float, seed: int, profile: str | None, index: int = 0) -> tuple[str, Any]:
-    args = ["twin", "gpu", "--time-scale", f"{time_scale:g}", "--seed", str(seed)] + (["--profile", profile] if profile else [])
+def _start_twin_gpu(
+    run_dir: Path, time_scale: float, seed: int, profile: str | None, index: int = 0
+) -> tuple[str, Any]:
+    args = ["twin", "gpu", "--time-scale", f"{time_scale:g}", "--seed", str(seed)] + (
+        ["--profile", profile] if profile else []
+    )
     args += ["--index", str(index)] if index else []
     return _spawn_service(args, run_dir / "logs" / "twin-gpu.log", "/health", "the twin GPU")
 
@@ -178,8 +202,18 @@ def twin_sampler_rate_hz(rate_hz: float, time_scale: float) -> float:
 
 
 def _start_sampler(run_dir: Path, twin_gpu_url: str, rate_hz: float) -> tuple[str, Any]:
-    args = ["sampler", "serve", "--probe", "twin", "--twin-url", twin_gpu_url, "--rate-hz", f"{rate_hz:g}",
-            "--log", str(run_dir / "sampler")]
+    args = [
+        "sampler",
+        "serve",
+        "--probe",
+        "twin",
+        "--twin-url",
+        twin_gpu_url,
+        "--rate-hz",
+        f"{rate_hz:g}",
+        "--log",
+        str(run_dir / "sampler"),
+    ]
     return _spawn_service(args, run_dir / "logs" / "sampler.log", "/-/healthy", "the sampler")
 
 
@@ -187,15 +221,28 @@ def _check_service(url: str, path: str, what: str, flag: str) -> dict[str, Any]:
     try:
         return _get_json(url.rstrip("/") + path)
     except (httpx.HTTPError, ValueError) as exc:
-        raise ServiceUnavailableError(f"{what} at {url} is unreachable ({exc.__class__.__name__}: {exc})",
-                                      fix=f"start it or fix {flag}") from None
+        raise ServiceUnavailableError(
+            f"{what} at {url} is unreachable ({exc.__class__.__name__}: {exc})", fix=f"start it or fix {flag}"
+        ) from None
 
 
-def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_url: str | None = None,
-               time_scale: float = 1.0, seed: int = 0, run_dir: str | Path = "results/world", *,
-               spec: EngineSpec | None = None, launch_timeout_s: float = 900.0, request_timeout_s: float = 300.0,
-               stop_timeout_s: float = 60.0, rate_hz: float = 10.0, gpu_index: int = 0, profile: str | None = None,
-               hardware: str | None = None) -> World:
+def open_world(
+    engine: str = "twin",
+    sampler_url: str | None = None,
+    twin_gpu_url: str | None = None,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    run_dir: str | Path = "results/world",
+    *,
+    spec: EngineSpec | None = None,
+    launch_timeout_s: float = 900.0,
+    request_timeout_s: float = 300.0,
+    stop_timeout_s: float = 60.0,
+    rate_hz: float = 10.0,
+    gpu_index: int = 0,
+    profile: str | None = None,
+    hardware: str | None = None,
+) -> World:
     """Open the world for ``engine`` (see module doc); close it (or use ``with``) to stop what it started."""
     from harness.runs.rows import hardware_label
 
@@ -213,8 +260,10 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
     try:
         if engine == "twin":
             if twin_gpu_url is None and sampler_url is not None:
-                raise UsageError("--engine twin with --sampler-url also needs --twin-gpu URL (the device the sampler watches)",
-                                 fix="pass --twin-gpu, or neither URL to let the harness start both")
+                raise UsageError(
+                    "--engine twin with --sampler-url also needs --twin-gpu URL (the device the sampler watches)",
+                    fix="pass --twin-gpu, or neither URL to let the harness start both",
+                )
             if twin_gpu_url is None:
                 twin_gpu_url, p = _start_twin_gpu(run_dir, time_scale, seed, profile, gpu_index)
                 children.append(("twin-gpu", p))
@@ -226,7 +275,10 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
                 sampler_url, p = _start_sampler(run_dir, twin_gpu_url, rate_hz)
                 children.append(("sampler", p))
             spec = spec.model_copy(update={"twin_gpu_url": twin_gpu_url})
-            gpu_identity = {k: info.get(k) for k in ("name", "uuid", "driver_version", "profile", "memory_total_mb", "seed", "index")}
+            gpu_identity = {
+                k: info.get(k)
+                for k in ("name", "uuid", "driver_version", "profile", "memory_total_mb", "seed", "index")
+            }
             hw = hardware or info.get("hardware") or hardware_label(None, info.get("profile"))
             power_limit = info.get("power_limit_w")
         else:
@@ -245,12 +297,28 @@ def open_world(engine: str = "twin", sampler_url: str | None = None, twin_gpu_ur
             name = ident.get("gpu_name") or ident.get("name") or (getattr(sample, "name", None) if sample else None)
             hw = hw or hardware_label(name)
             power_limit = getattr(sample, "power_limit_w", None) if sample else None
-        launcher = EngineLauncher(spec, run_dir, launch_timeout_s=launch_timeout_s, stop_timeout_s=stop_timeout_s,
-                                  request_timeout_s=request_timeout_s)
-        return World(engine=engine, telemetry=telemetry, launcher=launcher, clock=clock, hardware=hw,
-                     power_limit_w=power_limit, twin_gpu_url=twin_gpu_url, sampler_url=sampler_url,
-                     gpu_identity={**gpu_identity, "sampler": ident}, children=children, run_dir=run_dir,
-                     sampler_rate_hz=rate_hz, gpu_index=gpu_index)
+        launcher = EngineLauncher(
+            spec,
+            run_dir,
+            launch_timeout_s=launch_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            request_timeout_s=request_timeout_s,
+        )
+        return World(
+            engine=engine,
+            telemetry=telemetry,
+            launcher=launcher,
+            clock=clock,
+            hardware=hw,
+            power_limit_w=power_limit,
+            twin_gpu_url=twin_gpu_url,
+            sampler_url=sampler_url,
+            gpu_identity={**gpu_identity, "sampler": ident},
+            children=children,
+            run_dir=run_dir,
+            sampler_rate_hz=rate_hz,
+            gpu_index=gpu_index,
+        )
     except BaseException:
         if telemetry is not None:
             telemetry.close()

@@ -19,20 +19,27 @@ from harness.core.errors import DataError
 from pilots.swebench.instances import FIXTURE_REPO_FILE, Instance, fixture_path
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "swebench-pilot fixture", "GIT_AUTHOR_EMAIL": "fixture@localhost",
-    "GIT_COMMITTER_NAME": "swebench-pilot fixture", "GIT_COMMITTER_EMAIL": "fixture@localhost",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_NAME": "swebench-pilot fixture",
+    "GIT_AUTHOR_EMAIL": "fixture@localhost",
+    "GIT_COMMITTER_NAME": "swebench-pilot fixture",
+    "GIT_COMMITTER_EMAIL": "fixture@localhost",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
 }
 
 
-def _git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None,
-         check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git(
+    repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
     full_env = {**os.environ, **GIT_ENV, "HOME": os.environ.get("HOME", "/tmp"), **(env or {})}
     proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=full_env, timeout=120)
     if check and proc.returncode != 0:
-        raise DataError(f"git {' '.join(args[:3])} failed in {repo}: {proc.stderr.decode(errors='replace').strip()[:300]}",
-                        fix="check that the folder is a git repository with the instance's base commit")
+        raise DataError(
+            f"git {' '.join(args[:3])} failed in {repo}: {proc.stderr.decode(errors='replace').strip()[:300]}",
+            fix="check that the folder is a git repository with the instance's base commit",
+        )
     return proc
 
 
@@ -92,7 +99,7 @@ class Checkout:
                 out[p] = None
                 continue
             size = int(header[2])
-            blob = raw[pos:pos + size]
+            blob = raw[pos : pos + size]
             pos += size + 1
             out[p] = None if b"\0" in blob else blob.decode("utf-8", errors="replace")
         return out
@@ -102,8 +109,17 @@ class Checkout:
         with tempfile.TemporaryDirectory(prefix="swe-apply-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             _git(self.path, "read-tree", self.rev, env=env)
-            proc = _git(self.path, "apply", "--check", "--cached", "--whitespace=nowarn", "-",
-                        input=patch.encode(), env=env, check=False)
+            proc = _git(
+                self.path,
+                "apply",
+                "--check",
+                "--cached",
+                "--whitespace=nowarn",
+                "-",
+                input=patch.encode(),
+                env=env,
+                check=False,
+            )
         msg = (proc.stderr or proc.stdout).decode(errors="replace").strip()
         return proc.returncode == 0, msg[:500]
 

@@ -25,16 +25,29 @@ from typing import Any, Callable, Sequence
 
 from pilots.swebench.instances import Instance
 
-REPORT_ID_LISTS = ("submitted_ids", "completed_ids", "resolved_ids", "unresolved_ids", "empty_patch_ids",
-                   "error_ids", "infra_failure_ids", "incomplete_ids", "ambiguous_failure_ids")
+REPORT_ID_LISTS = (
+    "submitted_ids",
+    "completed_ids",
+    "resolved_ids",
+    "unresolved_ids",
+    "empty_patch_ids",
+    "error_ids",
+    "infra_failure_ids",
+    "incomplete_ids",
+    "ambiguous_failure_ids",
+)
 
 
 def _run(argv: Sequence[str], timeout: float = 30.0, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def availability(instances: Sequence[Instance], evaluator_python: str | None = None, *,
-                 runner: Callable[..., subprocess.CompletedProcess[str]] = _run) -> tuple[bool, str]:
+def availability(
+    instances: Sequence[Instance],
+    evaluator_python: str | None = None,
+    *,
+    runner: Callable[..., subprocess.CompletedProcess[str]] = _run,
+) -> tuple[bool, str]:
     """(True, "") when grading can run; else (False, why) naming the first missing piece."""
     py = evaluator_python or sys.executable
     try:
@@ -45,8 +58,11 @@ def availability(instances: Sequence[Instance], evaluator_python: str | None = N
         return False, f"swebench is not installed for {py} (pip install swebench==5.0.2 there, or --evaluator-python)"
     missing = [i.instance_id for i in instances if not (i.image and i.eval_script)]
     if missing:
-        return False, ("instances lack the swebench 5.x fields image/eval_script (" + ", ".join(missing)
-                       + "); project fixtures are never gradable")
+        return False, (
+            "instances lack the swebench 5.x fields image/eval_script ("
+            + ", ".join(missing)
+            + "); project fixtures are never gradable"
+        )
     if shutil.which("docker") is None:
         return False, "docker CLI not found"
     try:
@@ -70,12 +86,12 @@ INSTANCE_LOG = "run_instance.log"
 # status -> failure_kind (who failed); ``_status`` picks the status, the first of its checks that holds wins
 FAILURE_KIND = {
     "resolved": None,
-    "patch_apply_failed": "model",        # error_ids + the apply-failure marker: the patch itself was bad
-    "infra_failure": "infrastructure",    # infra_failure_ids: an environment-tier log signature
-    "ambiguous_failure": "ambiguous",     # ambiguous_failure_ids: environment or patch, swebench cannot tell
-    "evaluation_error": "unclassified",   # error_ids with neither: the run raised for a reason nobody classified
-    "empty_patch": "model",               # nothing to apply: swebench skips it
-    "unresolved": "model",                # tests ran, the patch did not fix them
+    "patch_apply_failed": "model",  # error_ids + the apply-failure marker: the patch itself was bad
+    "infra_failure": "infrastructure",  # infra_failure_ids: an environment-tier log signature
+    "ambiguous_failure": "ambiguous",  # ambiguous_failure_ids: environment or patch, swebench cannot tell
+    "evaluation_error": "unclassified",  # error_ids with neither: the run raised for a reason nobody classified
+    "empty_patch": "model",  # nothing to apply: swebench skips it
+    "unresolved": "model",  # tests ran, the patch did not fix them
     "not_completed": "not_run",
     "not_submitted": "not_run",
 }
@@ -121,8 +137,14 @@ def _status(iid: str, lists: dict[str, set[str]], apply_failed: bool) -> str:
     return "not_completed" if iid in lists["submitted_ids"] else "not_submitted"
 
 
-def parse_report(report: dict[str, Any], instance_ids: Sequence[str], report_path: str | None = None, *,
-                 run_id: str | None = None, log_root: Path | None = None) -> dict[str, dict[str, Any]]:
+def parse_report(
+    report: dict[str, Any],
+    instance_ids: Sequence[str],
+    report_path: str | None = None,
+    *,
+    run_id: str | None = None,
+    log_root: Path | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per-instance grades from a swebench 5.x run report's id lists (+ the instance logs under ``log_root``)."""
     lists = {k: set(report.get(k) or []) for k in REPORT_ID_LISTS}
     reasons = report.get("failure_reasons") or {}
@@ -130,9 +152,13 @@ def parse_report(report: dict[str, Any], instance_ids: Sequence[str], report_pat
     for iid in instance_ids:
         status = _status(iid, lists, _patch_apply_failed(log_root, run_id, iid))
         out[iid] = {
-            "status": status, "failure_kind": FAILURE_KIND[status], "resolved": status == "resolved",
-            "evaluation_completed": iid in lists["completed_ids"], "infra_failure": status == "infra_failure",
-            "empty_patch": status == "empty_patch", "failure_reason": reasons.get(iid),
+            "status": status,
+            "failure_kind": FAILURE_KIND[status],
+            "resolved": status == "resolved",
+            "evaluation_completed": iid in lists["completed_ids"],
+            "infra_failure": status == "infra_failure",
+            "empty_patch": status == "empty_patch",
+            "failure_reason": reasons.get(iid),
             "evaluation_report_path": report_path,
         }
     return out
@@ -160,8 +186,16 @@ def find_report(search_dirs: Sequence[Path], run_id: str, model_names: Sequence[
     return None
 
 
-def evaluate_config(*, run_dir: Path, config_name: str, run_id: str, predictions_path: Path,
-                    instances: Sequence[Instance], evaluator_python: str | None, timeout_s: float = 7200.0) -> dict[str, dict[str, Any]]:
+def evaluate_config(
+    *,
+    run_dir: Path,
+    config_name: str,
+    run_id: str,
+    predictions_path: Path,
+    instances: Sequence[Instance],
+    evaluator_python: str | None,
+    timeout_s: float = 7200.0,
+) -> dict[str, dict[str, Any]]:
     """Run swebench on one config's predictions; grade each instance from the report (or say why it could not)."""
     eval_dir = run_dir / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
@@ -170,10 +204,25 @@ def evaluate_config(*, run_dir: Path, config_name: str, run_id: str, predictions
         for inst in instances:
             f.write(json.dumps(inst.model_dump(mode="json")) + "\n")
     rid = f"{run_id}_{config_name}"
-    argv = [evaluator_python or sys.executable, "-m", "swebench.harness.run_evaluation",
-            "--dataset_name", str(dataset_file), "--split", "test", "--predictions_path", str(predictions_path),
-            "--instance_ids", *[i.instance_id for i in instances], "--max_workers", "1", "--run_id", rid,
-            "--report_dir", str(eval_dir / config_name)]
+    argv = [
+        evaluator_python or sys.executable,
+        "-m",
+        "swebench.harness.run_evaluation",
+        "--dataset_name",
+        str(dataset_file),
+        "--split",
+        "test",
+        "--predictions_path",
+        str(predictions_path),
+        "--instance_ids",
+        *[i.instance_id for i in instances],
+        "--max_workers",
+        "1",
+        "--run_id",
+        rid,
+        "--report_dir",
+        str(eval_dir / config_name),
+    ]
     log = run_dir / "logs" / f"eval-{config_name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     ids = [i.instance_id for i in instances]
@@ -182,11 +231,15 @@ def evaluate_config(*, run_dir: Path, config_name: str, run_id: str, predictions
         log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     except (OSError, subprocess.SubprocessError) as exc:
         return {i: {"status": "not_evaluated", "reason": f"run_evaluation failed to run: {exc}"} for i in ids}
-    models = sorted({json.loads(line)["model_name_or_path"] for line in predictions_path.read_text().splitlines()
-                     if line.strip()})
+    models = sorted(
+        {json.loads(line)["model_name_or_path"] for line in predictions_path.read_text().splitlines() if line.strip()}
+    )
     report = find_report([eval_dir / config_name, eval_dir], rid, models)
     if report is None:
-        return {i: {"status": "not_evaluated", "reason": f"no run report found (exit {proc.returncode}; see {log})"} for i in ids}
+        return {
+            i: {"status": "not_evaluated", "reason": f"no run report found (exit {proc.returncode}; see {log})"}
+            for i in ids
+        }
     return parse_report(json.loads(report.read_text()), ids, str(report), run_id=rid, log_root=eval_dir)
 
 

@@ -66,8 +66,12 @@ class Instance(BaseModel):
 
     def manifest_entry(self) -> dict[str, Any]:
         return {
-            "instance_id": self.instance_id, "repo": self.repo, "base_commit": self.base_commit,
-            "version": self.version, "has_text": bool(self.text), "fixture_kind": self.fixture_kind,
+            "instance_id": self.instance_id,
+            "repo": self.repo,
+            "base_commit": self.base_commit,
+            "version": self.version,
+            "has_text": bool(self.text),
+            "fixture_kind": self.fixture_kind,
             "official_text": self.official_text,
         }
 
@@ -106,8 +110,10 @@ def validate_records(records: Iterable[dict[str, Any]], *, where: str) -> list[I
         try:
             out.append(Instance.model_validate(rec))
         except ValidationError as exc:
-            raise DataError(f"{where}: record {i} is not a SWE-bench instance ({exc})",
-                            fix="each record needs instance_id, repo, base_commit and problem_statement") from None
+            raise DataError(
+                f"{where}: record {i} is not a SWE-bench instance ({exc})",
+                fix="each record needs instance_id, repo, base_commit and problem_statement",
+            ) from None
     return out
 
 
@@ -125,19 +131,28 @@ def load_hf(dataset: str = DEFAULT_DATASET, split: str = DEFAULT_SPLIT) -> list[
     return validate_records((dict(r) for r in ds), where=f"{dataset}[{split}]")
 
 
-def select(instances: list[Instance], *, limit: int | None = DEFAULT_LIMIT, instance_ids: list[str] | None = None,
-           repo: str | None = None) -> list[Instance]:
+def select(
+    instances: list[Instance],
+    *,
+    limit: int | None = DEFAULT_LIMIT,
+    instance_ids: list[str] | None = None,
+    repo: str | None = None,
+) -> list[Instance]:
     """Exactly ``instance_ids`` (in the order given) or the first repo with >= ``limit`` instances, first ``limit``."""
     if instance_ids:
         by_id = {i.instance_id: i for i in instances}
         unknown = [i for i in instance_ids if i not in by_id]
         if unknown:
-            raise UsageError(f"unknown instance ids: {', '.join(unknown)}", fix="check --instance-ids against the dataset")
+            raise UsageError(
+                f"unknown instance ids: {', '.join(unknown)}", fix="check --instance-ids against the dataset"
+            )
         chosen = [by_id[i] for i in dict.fromkeys(instance_ids)]
         return chosen[:limit] if limit else chosen
     pool = [i for i in instances if repo is None or i.repo == repo]
     if not pool:
-        raise UsageError(f"no instances{' for repo ' + repo if repo else ''}", fix="check --repo and the instances source")
+        raise UsageError(
+            f"no instances{' for repo ' + repo if repo else ''}", fix="check --repo and the instances source"
+        )
     if not limit:
         return pool
     groups: dict[str, list[Instance]] = {}

@@ -27,7 +27,7 @@ def _from_start(text: str) -> str | None:
     m = _DIFF_START_RE.search(text)
     if not m:
         return None
-    body = text[m.start():]
+    body = text[m.start() :]
     fence = re.search(r"^```", body, re.M)
     if fence:
         body = body[: fence.start()]
@@ -63,4 +63,8 @@ def model_name(config_name: str, config: SpecConfig) -> str:
 
 def prediction(instance_id: str, config_name: str, config: SpecConfig, patch: str | None) -> dict[str, Any]:
     """One swebench prediction; a missing patch is the empty string (swebench counts it as an empty patch)."""
-    return {"instance_id": instance_id, "model_name_or_path": model_name(config_name, config), "model_patch": patch or ""}
+    return {
+        "instance_id": instance_id,
+        "model_name_or_path": model_name(config_name, config),
+        "model_patch": patch or "",
+    }

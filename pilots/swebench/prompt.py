@@ -31,8 +31,25 @@ from pilots.swebench.checkout import Checkout
 from pilots.swebench.instances import Instance
 
 TOKEN_RULE = "regex-approx-v1: one token per run of letters, per 1-3 digits, per other non-space character"
-TRUNCATION_RULE = "swebench-pilot-v1: tree budget, ranked files within the context budget, then head75/tail25 of the prompt"
-TEXT_EXTENSIONS = (".py", ".pyx", ".pxd", ".rst", ".md", ".txt", ".cfg", ".toml", ".ini", ".yaml", ".yml", ".json", ".c", ".h")
+TRUNCATION_RULE = (
+    "swebench-pilot-v1: tree budget, ranked files within the context budget, then head75/tail25 of the prompt"
+)
+TEXT_EXTENSIONS = (
+    ".py",
+    ".pyx",
+    ".pxd",
+    ".rst",
+    ".md",
+    ".txt",
+    ".cfg",
+    ".toml",
+    ".ini",
+    ".yaml",
+    ".yml",
+    ".json",
+    ".c",
+    ".h",
+)
 STOP_WORDS = frozenset(
     """this that with from have when what which would could should there their then than also into only same
     does done each such some more most very just like will been were they them your about after before while where
@@ -41,8 +58,8 @@ STOP_WORDS = frozenset(
     true false none self class def import print model models""".split()
 )
 INSTRUCTION = (
-    "Write a patch that resolves the issue. Answer with one unified diff in git format (\"diff --git a/PATH b/PATH\", "
-    "\"--- a/PATH\", \"+++ b/PATH\" and \"@@\" hunks) that applies with `git apply` at the base commit. Put the diff in "
+    'Write a patch that resolves the issue. Answer with one unified diff in git format ("diff --git a/PATH b/PATH", '
+    '"--- a/PATH", "+++ b/PATH" and "@@" hunks) that applies with `git apply` at the base commit. Put the diff in '
     "a ```diff fenced block and write nothing else."
 )
 _TOKEN_RE = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]")
@@ -102,7 +119,11 @@ def rank_files(problem: str, files: dict[str, str]) -> list[tuple[str, tuple[int
         named = int(
             path in mentioned_paths
             or module in dotted
-            or (stem != "__init__" and len(stem) >= 3 and re.search(rf"(?<![a-z0-9_]){re.escape(stem)}(?![a-z0-9_])", lower) is not None)
+            or (
+                stem != "__init__"
+                and len(stem) >= 3
+                and re.search(rf"(?<![a-z0-9_]){re.escape(stem)}(?![a-z0-9_])", lower) is not None
+            )
         )
         lt = text.lower()
         text_hits = sum(1 for k in kws if k in lt)
@@ -134,6 +155,7 @@ def head_tail_cut(text: str, max_tokens: int) -> tuple[str, dict[str, Any] | Non
     total = estimate_tokens(text)
     if total <= max_tokens:
         return text, None
+
     def marker_for(n: int) -> str:
         return f"\n[... {n} tokens removed here by the prompt length rule (head 75% / tail 25%) ...]\n"
 
@@ -145,7 +167,10 @@ def head_tail_cut(text: str, max_tokens: int) -> tuple[str, dict[str, Any] | Non
     cut = total - head_n - tail_n
     marker = marker_for(cut)
     return text[:head_end] + marker + text[tail_start:], {
-        "rule": "head75_tail25", "original_tokens": total, "kept_head_tokens": head_n, "kept_tail_tokens": tail_n,
+        "rule": "head75_tail25",
+        "original_tokens": total,
+        "kept_head_tokens": head_n,
+        "kept_tail_tokens": tail_n,
         "removed_tokens": cut,
     }
 
@@ -206,18 +231,32 @@ def build_prompt(inst: Instance, checkout: Checkout | None, settings: PromptSett
             code_lines += block
             budget -= cost
             included.append(path)
-        truncation.update(files_ranked=[p for p, _ in ranked], files_included=included, files_cut=cut_files,
-                          files_dropped=dropped, context_token_budget=s.context_token_budget,
-                          context_tokens_used=s.context_token_budget - budget)
+        truncation.update(
+            files_ranked=[p for p, _ in ranked],
+            files_included=included,
+            files_cut=cut_files,
+            files_dropped=dropped,
+            context_token_budget=s.context_token_budget,
+            context_tokens_used=s.context_token_budget - budget,
+        )
         parts += ["", "<code>", *code_lines, "</code>"]
     parts += ["", INSTRUCTION]
     text = "\n".join(parts) + "\n"
     text, cut = head_tail_cut(text, s.max_prompt_tokens)
     truncation["prompt_cut"] = cut
-    truncation["applied"] = bool(cut or truncation.get("files_cut") or truncation.get("files_dropped")
-                                 or truncation.get("tree_paths_shown", 0) < truncation.get("tree_paths_total", 0))
-    return BuiltPrompt(text=text, source="builder" if checkout is not None else "builder_no_checkout",
-                       tokens_estimate=estimate_tokens(text), files=included, truncation=truncation)
+    truncation["applied"] = bool(
+        cut
+        or truncation.get("files_cut")
+        or truncation.get("files_dropped")
+        or truncation.get("tree_paths_shown", 0) < truncation.get("tree_paths_total", 0)
+    )
+    return BuiltPrompt(
+        text=text,
+        source="builder" if checkout is not None else "builder_no_checkout",
+        tokens_estimate=estimate_tokens(text),
+        files=included,
+        truncation=truncation,
+    )
 
 
 def apply_chat_template(prompt: str, template: str) -> str:

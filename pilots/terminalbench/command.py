@@ -56,8 +56,12 @@ class HarborRunSpec(BaseModel):
     extra_agent_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     def model_info(self) -> dict[str, Any]:
-        return {"max_input_tokens": self.max_input_tokens, "max_output_tokens": self.max_tokens,
-                "input_cost_per_token": 0, "output_cost_per_token": 0}
+        return {
+            "max_input_tokens": self.max_input_tokens,
+            "max_output_tokens": self.max_tokens,
+            "input_cost_per_token": 0,
+            "output_cost_per_token": 0,
+        }
 
     def agent_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {

@@ -44,8 +44,12 @@ def default_venv() -> Path:
 def python_version(python: str | Path) -> tuple[int, int] | None:
     """(major, minor) of an interpreter, or None when it does not run."""
     try:
-        out = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -67,7 +71,11 @@ def candidate_pythons() -> list[str]:
         if found:
             out.append(found)
     pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for pattern in (f"{pyenv_root}/versions/3.1[2-9]*/bin/python3", "/usr/local/bin/python3.1[2-9]", "/usr/bin/python3.1[2-9]"):
+    for pattern in (
+        f"{pyenv_root}/versions/3.1[2-9]*/bin/python3",
+        "/usr/local/bin/python3.1[2-9]",
+        "/usr/bin/python3.1[2-9]",
+    ):
         out.extend(sorted(glob.glob(pattern), reverse=True))
     for name in ("python3", "python"):
         found = shutil.which(name)
@@ -145,9 +153,11 @@ def harbor_version(harbor_bin: Path) -> str | None:
     """Harbor's version: from the venv's ``harbor-*.dist-info`` when there is one (fast), else ``harbor --version``."""
     infos = glob.glob(str(Path(harbor_bin).parent.parent / "lib" / "python3*" / "site-packages" / "harbor-*.dist-info"))
     if len(infos) == 1:
-        return Path(infos[0]).name[len("harbor-"):-len(".dist-info")]
+        return Path(infos[0]).name[len("harbor-") : -len(".dist-info")]
     try:
-        out = subprocess.run([str(harbor_bin), "--version"], capture_output=True, text=True, timeout=60, env=harbor_environ())
+        out = subprocess.run(
+            [str(harbor_bin), "--version"], capture_output=True, text=True, timeout=60, env=harbor_environ()
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
@@ -156,9 +166,13 @@ def harbor_version(harbor_bin: Path) -> str | None:
 def check_local_sandbox_host() -> None:
     """The local sandbox needs root, util-linux and tmux on the host (its system dirs are the sandbox's, read-only)."""
     if os.geteuid() != 0:
-        raise HarnessError("the local sandbox environment needs root (it uses unshare, mount and chroot)",
-                           fix="run as root, or use --env docker")
+        raise HarnessError(
+            "the local sandbox environment needs root (it uses unshare, mount and chroot)",
+            fix="run as root, or use --env docker",
+        )
     missing = [t for t in ("tmux", "unshare", "nsenter", "chroot", "mount") if shutil.which(t) is None]
     if missing:
-        raise HarnessError(f"the local sandbox needs {', '.join(missing)} on this host (Terminus 2 drives tmux)",
-                           fix="apt-get install -y tmux util-linux coreutils")
+        raise HarnessError(
+            f"the local sandbox needs {', '.join(missing)} on this host (Terminus 2 drives tmux)",
+            fix="apt-get install -y tmux util-linux coreutils",
+        )

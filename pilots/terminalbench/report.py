@@ -6,7 +6,17 @@ from typing import Any, Iterable
 
 from rich.table import Table
 
-PUBLISHED_COLUMNS = ("config", "task", "success", "tok/s", "output tokens", "duration", "accept len", "avg power", "GPU util")
+PUBLISHED_COLUMNS = (
+    "config",
+    "task",
+    "success",
+    "tok/s",
+    "output tokens",
+    "duration",
+    "accept len",
+    "avg power",
+    "GPU util",
+)
 STUCK_COLUMNS = ("config", "task", "calls", "longest call", "kind", "share of trial", "stuck")
 
 
@@ -31,12 +41,19 @@ def published_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
     """One row per trial, formatted like the published pilot table."""
     rows = []
     for r in records:
-        rows.append([
-            str(r.get("config")), str(r.get("task")), success_text(r), _num(r.get("output_tokens_per_s"), ",.1f"),
-            _num(r.get("output_tokens"), ",d"), duration_text(r), _num(r.get("accept_length"), ".3f"),
-            "-" if r.get("avg_power_watts") is None else f"{r['avg_power_watts']:.1f} W",
-            "-" if r.get("avg_util_pct") is None else f"{r['avg_util_pct']:.1f}%",
-        ])
+        rows.append(
+            [
+                str(r.get("config")),
+                str(r.get("task")),
+                success_text(r),
+                _num(r.get("output_tokens_per_s"), ",.1f"),
+                _num(r.get("output_tokens"), ",d"),
+                duration_text(r),
+                _num(r.get("accept_length"), ".3f"),
+                "-" if r.get("avg_power_watts") is None else f"{r['avg_power_watts']:.1f} W",
+                "-" if r.get("avg_util_pct") is None else f"{r['avg_util_pct']:.1f}%",
+            ]
+        )
     return rows
 
 
@@ -45,11 +62,17 @@ def stuck_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
     for r in records:
         c = r.get("calls") or {}
         share = c.get("longest_share")
-        rows.append([
-            str(r.get("config")), str(r.get("task")), str(c.get("n_calls", 0)), _num(c.get("longest_s"), ",.1f") + " s",
-            str(c.get("longest_kind") or "-"), "-" if share is None else f"{share:.0%}",
-            "STUCK" if r.get("stuck_call") else "no",
-        ])
+        rows.append(
+            [
+                str(r.get("config")),
+                str(r.get("task")),
+                str(c.get("n_calls", 0)),
+                _num(c.get("longest_s"), ",.1f") + " s",
+                str(c.get("longest_kind") or "-"),
+                "-" if share is None else f"{share:.0%}",
+                "STUCK" if r.get("stuck_call") else "no",
+            ]
+        )
     return rows
 
 
@@ -69,10 +92,15 @@ def print_report(result: Any, console: Any, *, engine: str = "sglang") -> None:
     console.print(stuck)
     ran = [r for r in records if r.get("status") != "harbor_error"]
     if engine == "twin" and ran and not any(r.get("success") for r in ran):
-        console.print("[yellow]All trials failed, as expected on the twin:[/] it answers with filler text, not a "
-                      "model's reply, so Terminus 2 cannot act. The run checks the plumbing and the telemetry, not "
-                      "task success.")
+        console.print(
+            "[yellow]All trials failed, as expected on the twin:[/] it answers with filler text, not a "
+            "model's reply, so Terminus 2 cannot act. The run checks the plumbing and the telemetry, not "
+            "task success."
+        )
     errors = [r for r in records if r.get("status") == "harbor_error"]
     for r in errors:
         console.print(f"[red]{r.get('config')} {r.get('task')}: {r.get('error')}[/]")
-    console.print(f"outputs: {result.run_dir}/reports/merged.jsonl, dataset_rows.jsonl, reports/terminalbench_trials.jsonl", markup=False)
+    console.print(
+        f"outputs: {result.run_dir}/reports/merged.jsonl, dataset_rows.jsonl, reports/terminalbench_trials.jsonl",
+        markup=False,
+    )

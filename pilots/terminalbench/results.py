@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.errors import DataError, MissingFileError
 from harness.core.clocks import parse_iso_ns
+from harness.core.errors import DataError, MissingFileError
 
 
 class TimingInfo(BaseModel):
@@ -169,12 +169,16 @@ def last_step(trial_dir: Path) -> tuple[int | None, int | None]:
 def read_trial(trial_dir: Path) -> TrialOutcome:
     path = trial_dir / "result.json"
     if not path.exists():
-        raise MissingFileError(f"no result.json in trial folder {trial_dir}", fix="the trial did not finish; rerun the job")
+        raise MissingFileError(
+            f"no result.json in trial folder {trial_dir}", fix="the trial did not finish; rerun the job"
+        )
     try:
         res = HarborTrialResult.model_validate_json(path.read_text())
     except ValueError as exc:
-        raise DataError(f"{path}: not a Harbor trial result ({str(exc).splitlines()[0]})",
-                        fix="check the Harbor version (pinned 0.25.0)") from None
+        raise DataError(
+            f"{path}: not a Harbor trial result ({str(exc).splitlines()[0]})",
+            fix="check the Harbor version (pinned 0.25.0)",
+        ) from None
     ae = res.agent_execution
     ctx = res.agent_result
     meta = (ctx.metadata if ctx else None) or {}
@@ -208,7 +212,9 @@ def read_trial(trial_dir: Path) -> TrialOutcome:
 def read_job(job_dir: Path) -> tuple[HarborJobResult | None, list[TrialOutcome]]:
     """The job result (None if Harbor died before writing it) and every trial with a ``result.json``, by start time."""
     if not job_dir.is_dir():
-        raise MissingFileError(f"Harbor job folder {job_dir} does not exist", fix="see the harbor log in the run folder")
+        raise MissingFileError(
+            f"Harbor job folder {job_dir} does not exist", fix="see the harbor log in the run folder"
+        )
     job = None
     if (job_dir / "result.json").exists():
         job = HarborJobResult.model_validate_json((job_dir / "result.json").read_text())
@@ -245,7 +251,9 @@ def infer_offset(naive_text: str, utc_ns: int, *, step_min: int = 15) -> timezon
     return timezone(timedelta(minutes=rounded))
 
 
-def job_window_ns(job: HarborJobResult, trials: list[TrialOutcome], tz_name: str | None = None) -> tuple[int | None, int | None, str]:
+def job_window_ns(
+    job: HarborJobResult, trials: list[TrialOutcome], tz_name: str | None = None
+) -> tuple[int | None, int | None, str]:
     """UTC ns of the job's start and end, and how the naive times were resolved (``tz:<name>`` or ``inferred:<offset>``).
 
     With trials, the offset is inferred from the first trial's UTC start (robust to a TZ we do not know) and must agree

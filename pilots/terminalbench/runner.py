@@ -27,9 +27,7 @@ from harness.telemetry.windows import WindowStats
 from pilots.options import PilotOptions
 from pilots.runner import ConfigRun, PilotResult, PilotRunner
 from pilots.telemetry import energy_from_window, window_for
-from pilots.trial import PilotTrial
 from pilots.terminalbench.command import HarborRunSpec, ServerLimits, resolve_env
-from pilots.terminalbench.report import print_report
 from pilots.terminalbench.harbor_install import (
     LOCAL_SANDBOX_IMPORT,
     check_local_sandbox_host,
@@ -37,9 +35,11 @@ from pilots.terminalbench.harbor_install import (
     harbor_version,
     resolve_harbor_bin,
 )
+from pilots.terminalbench.report import print_report
 from pilots.terminalbench.results import TrialOutcome, job_window_ns, read_job
 from pilots.terminalbench.tasks import TaskSource, resolve_tasks
 from pilots.terminalbench.windows import DEFAULT_STUCK_FRACTION, call_profile, segment
+from pilots.trial import PilotTrial
 
 TWIN_FAILURE_NOTE = (
     "expected failure: the twin engine answers with filler text, not a model's reply, so Terminus 2 cannot parse "
@@ -52,17 +52,30 @@ class TerminalBenchOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    harbor_bin: str | None = Field(default=None, description="Harbor executable (default .harbor-venv/bin/harbor or $HARBOR_BIN).")
-    dataset: str | None = Field(default=None, description="name@version (default terminal-bench-sample@2.0; fixture eagle-local-sample@1.0).")
-    tasks: list[str] = Field(default_factory=list, description="Task names/globs (default regex-log,log-summary-date-ranges).")
+    harbor_bin: str | None = Field(
+        default=None, description="Harbor executable (default .harbor-venv/bin/harbor or $HARBOR_BIN)."
+    )
+    dataset: str | None = Field(
+        default=None, description="name@version (default terminal-bench-sample@2.0; fixture eagle-local-sample@1.0)."
+    )
+    tasks: list[str] = Field(
+        default_factory=list, description="Task names/globs (default regex-log,log-summary-date-ranges)."
+    )
     task_dir: Path | None = Field(default=None, description="A Harbor task folder or folder of tasks (harbor -p).")
     registry_path: Path | None = Field(default=None, description="A local registry.json (harbor --registry-path).")
-    env: str | None = Field(default=None, description="Harbor environment: docker (default), local (this package's sandbox), or module:Class.")
+    env: str | None = Field(
+        default=None,
+        description="Harbor environment: docker (default), local (this package's sandbox), or module:Class.",
+    )
     agent_timeout_s: float = Field(default=900.0, gt=0, description="Agent timeout in world seconds (published 900).")
     max_turns: int | None = Field(default=None, ge=1, description="Terminus 2 max turns (default unlimited).")
     max_tokens: int = Field(default=4096, ge=1, description="max_tokens per LLM call (llm_call_kwargs).")
-    stuck_fraction: float = Field(default=DEFAULT_STUCK_FRACTION, gt=0, le=1, description="Flag a call that takes this share of a trial.")
-    harbor_tz: str | None = Field(default=None, description="TZ for the Harbor process (its job times are naive local time).")
+    stuck_fraction: float = Field(
+        default=DEFAULT_STUCK_FRACTION, gt=0, le=1, description="Flag a call that takes this share of a trial."
+    )
+    harbor_tz: str | None = Field(
+        default=None, description="TZ for the Harbor process (its job times are naive local time)."
+    )
     keep_sandboxes: bool = Field(default=False, description="Keep the local sandbox roots after each trial.")
 
     @field_validator("tasks", mode="before")
@@ -116,8 +129,12 @@ class TerminalBenchPilot:
         self.harbor_bin = resolve_harbor_bin(extra.harbor_bin)
         self.harbor_version = harbor_version(self.harbor_bin)
         self.tasks: TaskSource = resolve_tasks(
-            fixture=options.fixture, task_dir=extra.task_dir, registry_path=extra.registry_path,
-            dataset=extra.dataset, tasks=extra.tasks or None, work_dir=self.run_dir / "harbor",
+            fixture=options.fixture,
+            task_dir=extra.task_dir,
+            registry_path=extra.registry_path,
+            dataset=extra.dataset,
+            tasks=extra.tasks or None,
+            work_dir=self.run_dir / "harbor",
         )
         self.env = resolve_env(extra.env, fixture=options.fixture)
         if self.env == LOCAL_SANDBOX_IMPORT:
@@ -125,11 +142,18 @@ class TerminalBenchPilot:
 
     def suite_meta(self) -> dict[str, Any]:
         return {
-            "harbor_bin": str(self.harbor_bin), "harbor_version": self.harbor_version, "agent": "terminus-2",
-            "tasks": self.tasks.model_dump(), "environment": self.env or "docker",
-            "agent_timeout_s": self.extra.agent_timeout_s, "harbor_agent_timeout_wall_s": self.agent_timeout_wall_s,
-            "max_turns": self.extra.max_turns, "max_tokens": self.extra.max_tokens, "temperature": 0.0,
-            "stuck_fraction": self.extra.stuck_fraction, "harbor_tz": self.extra.harbor_tz,
+            "harbor_bin": str(self.harbor_bin),
+            "harbor_version": self.harbor_version,
+            "agent": "terminus-2",
+            "tasks": self.tasks.model_dump(),
+            "environment": self.env or "docker",
+            "agent_timeout_s": self.extra.agent_timeout_s,
+            "harbor_agent_timeout_wall_s": self.agent_timeout_wall_s,
+            "max_turns": self.extra.max_turns,
+            "max_tokens": self.extra.max_tokens,
+            "temperature": 0.0,
+            "stuck_fraction": self.extra.stuck_fraction,
+            "harbor_tz": self.extra.harbor_tz,
         }
 
     @property
@@ -140,18 +164,28 @@ class TerminalBenchPilot:
     def spec_for(self, run: ConfigRun, limits: ServerLimits, model: str) -> HarborRunSpec:
         job_name = f"{self.options.run_id}-{run.name}-{uuid.uuid4().hex[:6]}"
         max_in = limits.max_input_tokens or limits.context_length or 32768
-        max_tokens = self.extra.max_tokens if not limits.context_length else min(self.extra.max_tokens, limits.context_length)
+        max_tokens = (
+            self.extra.max_tokens if not limits.context_length else min(self.extra.max_tokens, limits.context_length)
+        )
         env_kwargs: dict[str, Any] = {}
         if self.env == LOCAL_SANDBOX_IMPORT:
             env_kwargs = {"sandbox_base": str(self.run_dir / "harbor" / "sandboxes")}
             if self.extra.keep_sandboxes:
                 env_kwargs["keep_root"] = True
         return HarborRunSpec(
-            harbor_bin=str(self.harbor_bin), job_name=job_name, jobs_dir=str(self.run_dir / "harbor" / "jobs"),
+            harbor_bin=str(self.harbor_bin),
+            job_name=job_name,
+            jobs_dir=str(self.run_dir / "harbor" / "jobs"),
             config_path=str(self.run_dir / "harbor" / f"{job_name}.config.json"),
-            model=f"openai/{model}", api_base=f"{run.base_url.rstrip('/')}/v1", max_tokens=max_tokens,
-            max_input_tokens=int(max_in), max_turns=self.extra.max_turns, agent_timeout_s=self.agent_timeout_wall_s,
-            tasks=self.tasks, env=self.env, env_kwargs=env_kwargs,
+            model=f"openai/{model}",
+            api_base=f"{run.base_url.rstrip('/')}/v1",
+            max_tokens=max_tokens,
+            max_input_tokens=int(max_in),
+            max_turns=self.extra.max_turns,
+            agent_timeout_s=self.agent_timeout_wall_s,
+            tasks=self.tasks,
+            env=self.env,
+            env_kwargs=env_kwargs,
             record_terminal_session=False if env_kwargs else None,
         )
 
@@ -168,13 +202,26 @@ class TerminalBenchPilot:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = spec.argv()
         t0 = time.monotonic()
-        rc, error = _run_harbor(argv, log_path, env=harbor_environ(tz=self.extra.harbor_tz), cwd=self.run_dir,
-                                timeout_s=self.harbor_deadline_s())
+        rc, error = _run_harbor(
+            argv,
+            log_path,
+            env=harbor_environ(tz=self.extra.harbor_tz),
+            cwd=self.run_dir,
+            timeout_s=self.harbor_deadline_s(),
+        )
         harbor_wall_s = time.monotonic() - t0
         job_dir = Path(spec.jobs_dir) / spec.job_name
-        meta: dict[str, Any] = {"job_name": spec.job_name, "job_dir": str(job_dir), "argv": argv, "harbor_rc": rc,
-                "harbor_error": error, "harbor_wall_s": harbor_wall_s, "log": str(log_path),
-                "server_limits": limits.model_dump(), "served_model": model}
+        meta: dict[str, Any] = {
+            "job_name": spec.job_name,
+            "job_dir": str(job_dir),
+            "argv": argv,
+            "harbor_rc": rc,
+            "harbor_error": error,
+            "harbor_wall_s": harbor_wall_s,
+            "log": str(log_path),
+            "server_limits": limits.model_dump(),
+            "served_model": model,
+        }
         write_json_atomic(self.run_dir / "harbor" / f"{spec.job_name}.run.json", meta)
         try:
             job, outcomes = read_job(job_dir)
@@ -182,25 +229,55 @@ class TerminalBenchPilot:
             job, outcomes = None, []
             meta["read_error"] = exc.message
         if not outcomes:
-            why = "; ".join(x for x in (error or f"harbor exited {rc} without trial results", _log_tail(log_path),
-                                        meta.get("read_error")) if x)
-            return [run.trial(name, status="harbor_error", note=why, telemetry_mode="window_average",
-                              record={"config": run.name, "task": name, "status": "harbor_error", "error": why, **meta})
-                    for name in (self.tasks.tasks or ["(all)"])]
-        job_start, job_end, tz_how = job_window_ns(job, outcomes, self.extra.harbor_tz) if job else (None, None, "missing")
+            why = "; ".join(
+                x
+                for x in (
+                    error or f"harbor exited {rc} without trial results",
+                    _log_tail(log_path),
+                    meta.get("read_error"),
+                )
+                if x
+            )
+            return [
+                run.trial(
+                    name,
+                    status="harbor_error",
+                    note=why,
+                    telemetry_mode="window_average",
+                    record={"config": run.name, "task": name, "status": "harbor_error", "error": why, **meta},
+                )
+                for name in (self.tasks.tasks or ["(all)"])
+            ]
+        job_start, job_end, tz_how = (
+            job_window_ns(job, outcomes, self.extra.harbor_tz) if job else (None, None, "missing")
+        )
         windows = {w.trial_name: w for w in segment(outcomes, job_start_ns=job_start, job_end_ns=job_end)}
         trials = []
         for o in outcomes:
-            trials.append(trial_from_outcome(
-                run, o, engine=self.options.engine, time_scale=self.options.time_scale,
-                stuck_fraction=self.extra.stuck_fraction, problems=windows[o.trial_name].problems,
-                meta=meta | {"job_time_zone": tz_how},
-            ))
+            trials.append(
+                trial_from_outcome(
+                    run,
+                    o,
+                    engine=self.options.engine,
+                    time_scale=self.options.time_scale,
+                    stuck_fraction=self.extra.stuck_fraction,
+                    problems=windows[o.trial_name].problems,
+                    meta=meta | {"job_time_zone": tz_how},
+                )
+            )
         return trials
 
 
-def trial_from_outcome(run: ConfigRun, o: TrialOutcome, *, engine: str, time_scale: float, stuck_fraction: float,
-                       problems: list[str] | None = None, meta: dict[str, Any] | None = None) -> PilotTrial:
+def trial_from_outcome(
+    run: ConfigRun,
+    o: TrialOutcome,
+    *,
+    engine: str,
+    time_scale: float,
+    stuck_fraction: float,
+    problems: list[str] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> PilotTrial:
     """One Harbor trial as a ``PilotTrial``: its ``agent_execution`` window on the sampler, world-second duration,
     tokens, per-call profile, and the full record (window-average telemetry, published pilot semantics)."""
     window: WindowStats | None = None
@@ -212,37 +289,74 @@ def trial_from_outcome(run: ConfigRun, o: TrialOutcome, *, engine: str, time_sca
     prof = call_profile(o, time_scale=time_scale, trial_s=elapsed, stuck_fraction=stuck_fraction)
     note = TWIN_FAILURE_NOTE if engine == "twin" and not o.success else ""
     record = {
-        "config": run.name, "task": o.task_name, "trial_name": o.trial_name, "status": o.status,
-        "success": o.success, "reward": o.reward, "exception_type": o.exception_type,
-        "exception_message": o.exception_message, "timed_out": o.timed_out,
-        "agent_start_ns": o.agent_start_ns, "agent_end_ns": o.agent_end_ns,
-        "duration_s": elapsed, "agent_wall_s": o.agent_wall_s, "time_scale": time_scale,
-        "output_tokens": o.n_output_tokens, "input_tokens": o.n_input_tokens, "cache_tokens": o.n_cache_tokens,
+        "config": run.name,
+        "task": o.task_name,
+        "trial_name": o.trial_name,
+        "status": o.status,
+        "success": o.success,
+        "reward": o.reward,
+        "exception_type": o.exception_type,
+        "exception_message": o.exception_message,
+        "timed_out": o.timed_out,
+        "agent_start_ns": o.agent_start_ns,
+        "agent_end_ns": o.agent_end_ns,
+        "duration_s": elapsed,
+        "agent_wall_s": o.agent_wall_s,
+        "time_scale": time_scale,
+        "output_tokens": o.n_output_tokens,
+        "input_tokens": o.n_input_tokens,
+        "cache_tokens": o.n_cache_tokens,
         "output_tokens_per_s": (o.n_output_tokens / elapsed) if o.n_output_tokens and elapsed else None,
-        "energy_joules": energy, "avg_power_watts": power,
-        "avg_temp_c": window.avg_temp_c if window else None, "avg_util_pct": window.avg_util_pct if window else None,
-        "window_valid": window is not None and window.valid, "window_reasons": list(window.reasons) if window else [],
-        "window_problems": list(problems or []), "n_episodes": o.n_episodes, "n_steps": o.n_steps,
-        "summarization_count": o.summarization_count, "calls": prof.model_dump(),
-        "stuck_call": prof.stuck, "expected_failure": note or None,
+        "energy_joules": energy,
+        "avg_power_watts": power,
+        "avg_temp_c": window.avg_temp_c if window else None,
+        "avg_util_pct": window.avg_util_pct if window else None,
+        "window_valid": window is not None and window.valid,
+        "window_reasons": list(window.reasons) if window else [],
+        "window_problems": list(problems or []),
+        "n_episodes": o.n_episodes,
+        "n_steps": o.n_steps,
+        "summarization_count": o.summarization_count,
+        "calls": prof.model_dump(),
+        "stuck_call": prof.stuck,
+        "expected_failure": note or None,
         "harbor": dict(meta or {}) | {"trial_dir": o.trial_dir},
     }
     return run.trial(
-        o.task_name, status=o.status, success=o.success, start_ns=o.agent_start_ns, end_ns=o.agent_end_ns,
-        elapsed_s=elapsed, prompt_tokens=o.n_input_tokens, completion_tokens=o.n_output_tokens,
-        energy_joules=energy, avg_power_watts=power, window=window, telemetry_mode="window_average",
-        note=note or (o.exception_type or ""), record=record,
+        o.task_name,
+        status=o.status,
+        success=o.success,
+        start_ns=o.agent_start_ns,
+        end_ns=o.agent_end_ns,
+        elapsed_s=elapsed,
+        prompt_tokens=o.n_input_tokens,
+        completion_tokens=o.n_output_tokens,
+        energy_joules=energy,
+        avg_power_watts=power,
+        window=window,
+        telemetry_mode="window_average",
+        note=note or (o.exception_type or ""),
+        record=record,
     )
 
 
-def _run_harbor(argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Path, timeout_s: float) -> tuple[int | None, str | None]:
+def _run_harbor(
+    argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Path, timeout_s: float
+) -> tuple[int | None, str | None]:
     """Run Harbor to completion (its own process group, killed on timeout/interrupt); (exit code, error text)."""
     cwd.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(cwd), start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

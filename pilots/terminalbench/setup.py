@@ -26,7 +26,9 @@ class SetupOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     harbor_bin: str | None = Field(default=None, description="Use this Harbor executable instead of creating a venv.")
-    venv: Path | None = Field(default=None, description="Where to create the Harbor venv (default <project>/.harbor-venv).")
+    venv: Path | None = Field(
+        default=None, description="Where to create the Harbor venv (default <project>/.harbor-venv)."
+    )
     python: str | None = Field(default=None, description="Python >= 3.12 for the venv (default: found automatically).")
     harbor_version: str = Field(default=HARBOR_VERSION, description="Pinned Harbor version.")
     force: bool = Field(default=False, description="Recreate the venv even if it already has Harbor.")
@@ -63,12 +65,23 @@ def setup(options: object, extra: SetupOptions | None = None) -> Path:
         console.print(f"creating venv {venv} with {python}")
         _run([python, "-m", "venv", str(venv)], "create the Harbor venv")
     console.print(f"installing harbor=={opts.harbor_version} (about 95 s, 430 MB)")
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-          f"harbor=={opts.harbor_version}"], "install Harbor")
+    _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"harbor=={opts.harbor_version}",
+        ],
+        "install Harbor",
+    )
     have = harbor_version(harbor)
     if have != opts.harbor_version:
-        raise SetupError(f"Harbor in {venv} reports version {have!r}, expected {opts.harbor_version}",
-                         fix="rerun with --force")
+        raise SetupError(
+            f"Harbor in {venv} reports version {have!r}, expected {opts.harbor_version}", fix="rerun with --force"
+        )
     console.print(f"Harbor {have} ready in {venv} ({time.monotonic() - t0:.0f} s)")
     return harbor
 
@@ -77,5 +90,7 @@ def _run(argv: list[str], what: str) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise SetupError(f"could not {what} (exit {proc.returncode}):\n{tail}",
-                         fix="check that PyPI is reachable and that the interpreter has the venv module")
+        raise SetupError(
+            f"could not {what} (exit {proc.returncode}):\n{tail}",
+            fix="check that PyPI is reachable and that the interpreter has the venv module",
+        )

@@ -53,7 +53,9 @@ class TaskSource(BaseModel):
 def localize_registry(src: Path, dest: Path) -> Path:
     """Copy a local registry to ``dest`` with every local task path made absolute (relative to ``src``'s folder)."""
     if not src.exists():
-        raise MissingFileError(f"registry file {src} not found", fix="pass --registry-path of an existing registry.json")
+        raise MissingFileError(
+            f"registry file {src} not found", fix="pass --registry-path of an existing registry.json"
+        )
     path = src / "registry.json" if src.is_dir() else src
     try:
         data = json.loads(path.read_text())
@@ -73,21 +75,41 @@ def localize_registry(src: Path, dest: Path) -> Path:
     return dest
 
 
-def resolve_tasks(*, fixture: bool, task_dir: Path | None, registry_path: Path | None, dataset: str | None,
-                  tasks: list[str] | None, work_dir: Path) -> TaskSource:
+def resolve_tasks(
+    *,
+    fixture: bool,
+    task_dir: Path | None,
+    registry_path: Path | None,
+    dataset: str | None,
+    tasks: list[str] | None,
+    work_dir: Path,
+) -> TaskSource:
     """The task selection for one run (``work_dir`` receives the localized registry)."""
     if task_dir is not None and registry_path is not None:
         raise UsageError("--task-dir and --registry-path are exclusive", fix="pass one of them")
     if task_dir is not None:
         if not Path(task_dir).exists():
-            raise MissingFileError(f"task folder {task_dir} not found", fix="pass a Harbor task folder or a folder of tasks")
-        return TaskSource(kind="task_dir", task_dir=str(Path(task_dir).resolve()), tasks=list(tasks or []), offline=True)
+            raise MissingFileError(
+                f"task folder {task_dir} not found", fix="pass a Harbor task folder or a folder of tasks"
+            )
+        return TaskSource(
+            kind="task_dir", task_dir=str(Path(task_dir).resolve()), tasks=list(tasks or []), offline=True
+        )
     if registry_path is not None or fixture:
         src = Path(registry_path) if registry_path is not None else FIXTURE_REGISTRY
         local = localize_registry(src, work_dir / "registry.json")
         default_ds = FIXTURE_DATASET if registry_path is None else (dataset or PUBLISHED_DATASET)
         default_tasks = list(FIXTURE_TASKS) if registry_path is None else list(PUBLISHED_TASKS)
-        return TaskSource(kind="local_registry", dataset=dataset or default_ds, registry_path=str(local),
-                          tasks=list(tasks) if tasks else default_tasks, offline=True)
-    return TaskSource(kind="registry", dataset=dataset or PUBLISHED_DATASET,
-                      tasks=list(tasks) if tasks else list(PUBLISHED_TASKS), offline=False)
+        return TaskSource(
+            kind="local_registry",
+            dataset=dataset or default_ds,
+            registry_path=str(local),
+            tasks=list(tasks) if tasks else default_tasks,
+            offline=True,
+        )
+    return TaskSource(
+        kind="registry",
+        dataset=dataset or PUBLISHED_DATASET,
+        tasks=list(tasks) if tasks else list(PUBLISHED_TASKS),
+        offline=False,
+    )

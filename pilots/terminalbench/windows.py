@@ -35,8 +35,13 @@ class CallProfile(BaseModel):
     stuck_fraction: float
 
 
-def call_profile(outcome: TrialOutcome, *, time_scale: float = 1.0, trial_s: float | None = None,
-                 stuck_fraction: float = DEFAULT_STUCK_FRACTION) -> CallProfile:
+def call_profile(
+    outcome: TrialOutcome,
+    *,
+    time_scale: float = 1.0,
+    trial_s: float | None = None,
+    stuck_fraction: float = DEFAULT_STUCK_FRACTION,
+) -> CallProfile:
     """Per-call durations and whether one call took at least ``stuck_fraction`` of the trial's agent time."""
     calls = [ms / 1000.0 * time_scale for ms in outcome.api_request_times_msec]
     if trial_s is None and outcome.agent_wall_s is not None:
@@ -53,9 +58,16 @@ def call_profile(outcome: TrialOutcome, *, time_scale: float = 1.0, trial_s: flo
         longest, kind = in_flight, "in_flight"
     share = longest / trial_s if longest is not None and trial_s else None
     return CallProfile(
-        n_calls=len(calls), call_s=calls, total_call_s=sum(calls), in_flight_s=in_flight, longest_s=longest,
-        longest_kind=kind, trial_s=trial_s, longest_share=share,
-        stuck=bool(share is not None and share >= stuck_fraction), stuck_fraction=stuck_fraction,
+        n_calls=len(calls),
+        call_s=calls,
+        total_call_s=sum(calls),
+        in_flight_s=in_flight,
+        longest_s=longest,
+        longest_kind=kind,
+        trial_s=trial_s,
+        longest_share=share,
+        stuck=bool(share is not None and share >= stuck_fraction),
+        stuck_fraction=stuck_fraction,
     )
 
 
@@ -70,8 +82,13 @@ class TrialWindow(BaseModel):
     problems: list[str]
 
 
-def segment(outcomes: list[TrialOutcome], *, job_start_ns: int | None = None, job_end_ns: int | None = None,
-            tolerance_s: float = 2.0) -> list[TrialWindow]:
+def segment(
+    outcomes: list[TrialOutcome],
+    *,
+    job_start_ns: int | None = None,
+    job_end_ns: int | None = None,
+    tolerance_s: float = 2.0,
+) -> list[TrialWindow]:
     """The trials' agent windows in start order, each checked: present, positive, not overlapping the previous one,
     inside the job's interval (job times are naive local time: convert them first with ``results.job_window_ns``)."""
     out: list[TrialWindow] = []
@@ -92,6 +109,14 @@ def segment(outcomes: list[TrialOutcome], *, job_start_ns: int | None = None, jo
             if job_end_ns is not None and e > job_end_ns + tol:
                 problems.append("ends_after_job")
             prev_end = e
-        out.append(TrialWindow(trial_name=t.trial_name, task_name=t.task_name, start_ns=s, end_ns=e,
-                               wall_s=t.agent_wall_s, problems=problems))
+        out.append(
+            TrialWindow(
+                trial_name=t.trial_name,
+                task_name=t.task_name,
+                start_ns=s,
+                end_ns=e,
+                wall_s=t.agent_wall_s,
+                problems=problems,
+            )
+        )
     return out

@@ -33,9 +33,24 @@ import traceback
 
 GPU_MEM_MB = 8188.0
 GPU_CC = (8, 9)  # RTX 4060 Laptop (Ada): not Hopper (sm90), not Blackwell (sm100)
-FIELDS = ("model_path", "host", "port", "dtype", "mem_fraction_static", "max_running_requests", "attention_backend",
-          "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
-          "speculative_num_draft_tokens", "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "log_level", "enable_metrics")
+FIELDS = (
+    "model_path",
+    "host",
+    "port",
+    "dtype",
+    "mem_fraction_static",
+    "max_running_requests",
+    "attention_backend",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode",
+    "log_level",
+    "enable_metrics",
+)
 
 
 def _install_stubs() -> None:
@@ -73,11 +88,19 @@ def parse_one(prepare, argv: list[str]) -> dict:
                 try:
                     args.resolve_once()
                 except ImportError as exc:  # an import the CPU-only venv cannot satisfy, not a verdict on the flags
-                    return {"ok": True, "args": parsed, "resolved": False, "not_resolved": f"{type(exc).__name__}: {exc}"[:300]}
+                    return {
+                        "ok": True,
+                        "args": parsed,
+                        "resolved": False,
+                        "not_resolved": f"{type(exc).__name__}: {exc}"[:300],
+                    }
                 view = args.resolved_dict()
                 return {"ok": True, "args": {f: _plain(view.get(f)) for f in FIELDS if f in view}, "resolved": True}
     except SystemExit as exc:  # argparse: unrecognized / ambiguous / invalid choice
-        return {"ok": False, "error": err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {exc.code}"}
+        return {
+            "ok": False,
+            "error": err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {exc.code}",
+        }
     except Exception as exc:  # noqa: BLE001 - sglang's validation raises ValueError, AssertionError, ...
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
     return {"ok": True, "args": {f: _value(args, f) for f in FIELDS if hasattr(args, f)}, "resolved": True}
@@ -103,8 +126,11 @@ def main() -> None:
     from sglang.srt.server_args import ServerArgs, prepare_server_args
 
     argvs = json.load(sys.stdin)
-    out = {"version": importlib.metadata.version("sglang"), "options": choices(ServerArgs),
-           "results": [parse_one(prepare_server_args, a) for a in argvs]}
+    out = {
+        "version": importlib.metadata.version("sglang"),
+        "options": choices(ServerArgs),
+        "results": [parse_one(prepare_server_args, a) for a in argvs],
+    }
     json.dump(out, sys.stdout)
 
 

@@ -64,8 +64,11 @@ def _tree_readers() -> list[str]:
     import vllm
 
     root = pathlib.Path(vllm.__file__).parent
-    return sorted(str(f.relative_to(root)) for f in root.rglob("*.py")
-                  if "speculative_token_tree" in f.read_text(encoding="utf-8", errors="replace"))
+    return sorted(
+        str(f.relative_to(root))
+        for f in root.rglob("*.py")
+        if "speculative_token_tree" in f.read_text(encoding="utf-8", errors="replace")
+    )
 
 
 def main() -> None:
@@ -87,15 +90,30 @@ def main() -> None:
             continue
         sc = args.speculative_config
         problem = _check_spec(sc) if sc else None
-        results.append({"ok": problem is None, "error": problem, "speculative_config": sc,
-                        "max_num_seqs": args.max_num_seqs, "gpu_memory_utilization": args.gpu_memory_utilization,
-                        "model": args.model})
+        results.append(
+            {
+                "ok": problem is None,
+                "error": problem,
+                "speculative_config": sc,
+                "max_num_seqs": args.max_num_seqs,
+                "gpu_memory_utilization": args.gpu_memory_utilization,
+                "model": args.model,
+            }
+        )
     from vllm.config import SpeculativeConfig
     from vllm.platforms import current_platform
 
-    print(json.dumps({"version": importlib.metadata.version("vllm"), "platform": type(current_platform).__name__,
-                      "spec_fields": sorted(f.name for f in dataclasses.fields(SpeculativeConfig)),
-                      "tree_readers": _tree_readers(), "results": results}))
+    print(
+        json.dumps(
+            {
+                "version": importlib.metadata.version("vllm"),
+                "platform": type(current_platform).__name__,
+                "spec_fields": sorted(f.name for f in dataclasses.fields(SpeculativeConfig)),
+                "tree_readers": _tree_readers(),
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -85,8 +85,13 @@ class CostModel:
     @classmethod
     def fit(cls, samples: list[tuple[float, float, CellCost]]) -> "CostModel":
         """``samples``: (model launch s, model measure s, observed cost) of measured cells."""
-        lines = cls(fit_line([s[0] for s in samples], [s[2].launch_s for s in samples]),
-                    fit_line([s[1] for s in samples], [s[2].measure_s for s in samples]))
-        logs = [math.log(seen.total_s / pred) ** 2 for a, b, seen in samples
-                if seen.total_s > 0 and (pred := lines.predict(a, b).total_s) > 0]
+        lines = cls(
+            fit_line([s[0] for s in samples], [s[2].launch_s for s in samples]),
+            fit_line([s[1] for s in samples], [s[2].measure_s for s in samples]),
+        )
+        logs = [
+            math.log(seen.total_s / pred) ** 2
+            for a, b, seen in samples
+            if seen.total_s > 0 and (pred := lines.predict(a, b).total_s) > 0
+        ]
         return cls(lines.launch, lines.measure, math.sqrt(statistics.fmean(logs)) if logs else 0.0)

@@ -60,7 +60,9 @@ def picks(cells: Sequence[CellEstimate], measured_only: bool = False) -> dict[in
     compared with every rival."""
     out: dict[int, Pick] = {}
     for bs in sorted({c.batch_size for c in cells}):
-        group = [c for c in cells if c.batch_size == bs and c.config != (0, 0, 0)] or [c for c in cells if c.batch_size == bs]
+        group = [c for c in cells if c.batch_size == bs and c.config != (0, 0, 0)] or [
+            c for c in cells if c.batch_size == bs
+        ]
         pool = [c for c in group if c.measured] if measured_only else group
         leader = max(pool or group, key=lambda c: (c.reward, c.measured))
         rivals = [c for c in group if c is not leader]
@@ -69,8 +71,9 @@ def picks(cells: Sequence[CellEstimate], measured_only: bool = False) -> dict[in
     return out
 
 
-def next_actions(cells: Sequence[CellEstimate], repeats: int, corner: Sequence[CellEstimate] = (),
-                 corner_reason: str = "") -> list[Action]:
+def next_actions(
+    cells: Sequence[CellEstimate], repeats: int, corner: Sequence[CellEstimate] = (), corner_reason: str = ""
+) -> list[Action]:
     """Everything worth measuring now, best first (one action per cell); ``corner``: low-step cells to measure."""
     actions: dict[tuple[int, tuple[int, int, int]], Action] = {}
 

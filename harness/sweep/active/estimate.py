@@ -17,10 +17,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.sweep.active.cost import CellCost, CostModel
-from harness.sweep.active.throttle_flags import FlagModel, capped_share, share_below_cap
 from harness.grid import SpecConfig
 from harness.runs.rows import SweepRow
+from harness.sweep.active.cost import CellCost, CostModel
+from harness.sweep.active.throttle_flags import FlagModel, capped_share, share_below_cap
 from harness.twin.fit.calibrate import Protocol, published_reward
 from harness.twin.fit.from_run import CellMeans, baseline_speeds, cell_means
 from harness.twin.model import base_power_w, launch_seconds, memory_footprint_mb, simulate_cell, step_cost
@@ -60,21 +60,44 @@ class Prediction:
     model_measure_s: float
 
 
-def predict_cell(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol, mem_fractions: Sequence[float],
-                 snapshot_period_s: float = 0.1) -> Prediction:
+def predict_cell(
+    profile: TwinProfile,
+    cfg: SpecConfig,
+    bs: int,
+    protocol: Protocol,
+    mem_fractions: Sequence[float],
+    snapshot_period_s: float = 0.1,
+) -> Prediction:
     """The model's figures for one cell; ``snapshot_period_s``: the sampler's period in device seconds (the
     after-run snapshot is the last sample before the window's end, so it reads the state of that last period)."""
     launches = sum(launch_seconds(profile, cfg, bs).values())
     if not any(memory_footprint_mb(profile, cfg, mf, bs)["fits"] for mf in mem_fractions):
         return Prediction(0.0, 0.0, 0.0, 0.0, 0.0, -1.0, False, launches * len(mem_fractions), 0.0)
-    sim = simulate_cell(profile, cfg, bs, list(protocol.prompts), max_new_tokens=protocol.output_tokens,
-                        num_requests=protocol.num_prompts, seed=0, nominal_launch=True, tail_s=snapshot_period_s)
+    sim = simulate_cell(
+        profile,
+        cfg,
+        bs,
+        list(protocol.prompts),
+        max_new_tokens=protocol.output_tokens,
+        num_requests=protocol.num_prompts,
+        seed=0,
+        nominal_launch=True,
+        tail_s=snapshot_period_s,
+    )
     measured = protocol.num_prompts or max(16, bs)
     d = profile.device
     demand = (base_power_w(profile) + step_cost(profile, cfg, bs).dyn_w) / d.power_limit_w
-    return Prediction(sim.speed_tok_s, sim.utilization, sim.joules_per_token, sim.accept_length,
-                      sim.capped_tail_frac or 0.0, demand - (1 + d.cap_overshoot_frac), True, launches,
-                      sim.wall_s * protocol.requests(bs) / measured)
+    return Prediction(
+        sim.speed_tok_s,
+        sim.utilization,
+        sim.joules_per_token,
+        sim.accept_length,
+        sim.capped_tail_frac or 0.0,
+        demand - (1 + d.cap_overshoot_frac),
+        True,
+        launches,
+        sim.wall_s * protocol.requests(bs) / measured,
+    )
 
 
 @dataclass(frozen=True)
@@ -87,8 +110,12 @@ class ModelError:
     noise_sd: float
 
     @classmethod
-    def of(cls, cells: Sequence[CellMeans], preds: dict[tuple[int, tuple[int, int, int]], Prediction],
-           repeats: Sequence[Sequence[float]]) -> "ModelError":
+    def of(
+        cls,
+        cells: Sequence[CellMeans],
+        preds: dict[tuple[int, tuple[int, int, int]], Prediction],
+        repeats: Sequence[Sequence[float]],
+    ) -> "ModelError":
         """``repeats``: per measured cell, its rows' rewards without the throttle multiplier."""
         speed, util = [], []
         for c in cells:
@@ -98,9 +125,11 @@ class ModelError:
             speed.append(math.log(c.speed / p.speed) ** 2)
             if c.util is not None:
                 util.append((c.util - p.util) ** 2)
-        return cls(max(SPEED_SIGMA_FLOOR, math.sqrt(statistics.fmean(speed))) if speed else 0.05,
-                   max(UTIL_SIGMA_FLOOR, math.sqrt(statistics.fmean(util))) if util else 0.03,
-                   pooled_noise_sd(repeats))
+        return cls(
+            max(SPEED_SIGMA_FLOOR, math.sqrt(statistics.fmean(speed))) if speed else 0.05,
+            max(UTIL_SIGMA_FLOOR, math.sqrt(statistics.fmean(util))) if util else 0.03,
+            pooled_noise_sd(repeats),
+        )
 
 
 def pooled_noise_sd(groups: Sequence[Sequence[float]]) -> float:
@@ -171,7 +200,9 @@ class RowReward:
     """The row's utilization (average power over the cap; None for an error row)."""
 
 
-def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
+def measured_row_rewards(
+    rows: Sequence[SweepRow], fallback_limit_w: float | None
+) -> dict[tuple[int, tuple[int, int, int]], list[RowReward]]:
     """Per cell, each row's published reward (error rows score 0; rows without a baseline are left out)."""
     from harness.twin.fit.from_run import row_reward, row_utilization, usable
 
@@ -186,11 +217,20 @@ def measured_row_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | Non
         plain = row_reward(r, base.get(r.batch_size), fallback_limit_w, throttle=False)
         assert plain is not None  # the same row, baseline and utilization as x
         out.setdefault((r.batch_size, r.config.as_tuple()), []).append(
-            RowReward(x, plain, bool(r.gpu_throttling), r.is_error, None if r.is_error else row_utilization(r, fallback_limit_w)))
+            RowReward(
+                x,
+                plain,
+                bool(r.gpu_throttling),
+                r.is_error,
+                None if r.is_error else row_utilization(r, fallback_limit_w),
+            )
+        )
     return out
 
 
-def measured_rewards(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
+def measured_rewards(
+    rows: Sequence[SweepRow], fallback_limit_w: float | None
+) -> dict[tuple[int, tuple[int, int, int]], list[float]]:
     """Per cell, the published reward of each row."""
     return {k: [x.reward for x in v] for k, v in measured_row_rewards(rows, fallback_limit_w).items()}
 
@@ -214,19 +254,31 @@ def fit_cost_model(rows: Sequence[SweepRow], preds: dict[tuple[int, tuple[int, i
     return CostModel.fit(samples)
 
 
-def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequence[SpecConfig], batch_sizes: Sequence[int],
-                   protocol: Protocol, mem_fractions: Sequence[float], fallback_limit_w: float | None,
-                   snapshot_period_s: float = 0.1) -> tuple[list[CellEstimate], ModelError, CostModel, FlagModel]:
+def estimate_cells(
+    profile: TwinProfile,
+    rows: Sequence[SweepRow],
+    configs: Sequence[SpecConfig],
+    batch_sizes: Sequence[int],
+    protocol: Protocol,
+    mem_fractions: Sequence[float],
+    fallback_limit_w: float | None,
+    snapshot_period_s: float = 0.1,
+) -> tuple[list[CellEstimate], ModelError, CostModel, FlagModel]:
     """Every (batch size, config) of the plan: estimate, uncertainty, predicted cost; the model error; the cost model;
     the flag model."""
-    preds = {(bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions, snapshot_period_s)
-             for bs in batch_sizes for cfg in configs}
+    preds = {
+        (bs, cfg.as_tuple()): predict_cell(profile, cfg, bs, protocol, mem_fractions, snapshot_period_s)
+        for bs in batch_sizes
+        for cfg in configs
+    }
     cost_model = fit_cost_model(rows, preds)
     cells = cell_means(list(rows), fallback_limit_w)
     measured = measured_row_rewards(rows, fallback_limit_w)
     err = ModelError.of(cells, preds, [[x.unflagged for x in xs if not x.error] for xs in measured.values()])
-    below = {bs: share_below_cap([p.tail_capped for (b, _), p in preds.items() if b == bs and p.fits and p.cap_margin > 0])
-             for bs in batch_sizes}
+    below = {
+        bs: share_below_cap([p.tail_capped for (b, _), p in preds.items() if b == bs and p.fits and p.cap_margin > 0])
+        for bs in batch_sizes
+    }
     shares = {key: capped_share(p.tail_capped, p.cap_margin, below[key[0]]) for key, p in preds.items()}
     flags = fit_flag_model(measured, preds, shares, err)
     base = baseline_speeds(rows)
@@ -243,15 +295,25 @@ def estimate_cells(profile: TwinProfile, rows: Sequence[SweepRow], configs: Sequ
             reward, sigma = statistics.fmean(rs), row_sd / math.sqrt(len(rs))
         else:
             reward, sigma = pr, reward_sigma(p, baseline, err, q)
-        out.append(CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s)))
+        out.append(
+            CellEstimate(bs, cfg, p, pr, rs, reward, sigma, cost_model.predict(p.model_launch_s, p.model_measure_s))
+        )
     return out, err, cost_model, flags
 
 
-def fit_flag_model(measured: dict[tuple[int, tuple[int, int, int]], list[RowReward]],
-                   preds: dict[tuple[int, tuple[int, int, int]], Prediction],
-                   shares: dict[tuple[int, tuple[int, int, int]], float], err: ModelError) -> FlagModel:
+def fit_flag_model(
+    measured: dict[tuple[int, tuple[int, int, int]], list[RowReward]],
+    preds: dict[tuple[int, tuple[int, int, int]], Prediction],
+    shares: dict[tuple[int, tuple[int, int, int]], float],
+    err: ModelError,
+) -> FlagModel:
     """The flag model fitted to every measured row's flag against its cell's cap margin and capped share (baselines
     included; error rows left out: they have no after-run snapshot)."""
-    observed = [(p.cap_margin, shares[key], x.flagged)
-                for key, xs in measured.items() if (p := preds.get(key)) is not None and p.fits for x in xs if not x.error]
+    observed = [
+        (p.cap_margin, shares[key], x.flagged)
+        for key, xs in measured.items()
+        if (p := preds.get(key)) is not None and p.fits
+        for x in xs
+        if not x.error
+    ]
     return FlagModel.fit(observed, err.util_abs)

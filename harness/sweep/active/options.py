@@ -13,27 +13,39 @@ DEFAULT_BUDGET = 0.2
 def check_active_options(opts: Any) -> None:
     """``--budget``/``--budget-s`` only with ``--strategy active``, one of them; a plan the strategy can work on."""
     if opts.strategy != "active":
-        raise UsageError("--budget and --budget-s only apply to --strategy active",
-                         fix="add --strategy active, or drop the budget")
+        raise UsageError(
+            "--budget and --budget-s only apply to --strategy active", fix="add --strategy active, or drop the budget"
+        )
     if opts.budget is not None and opts.budget_s is not None:
-        raise UsageError("--budget (a fraction of the full grid) and --budget-s (seconds) are two ways to say the same",
-                         fix="pass one of them")
+        raise UsageError(
+            "--budget (a fraction of the full grid) and --budget-s (seconds) are two ways to say the same",
+            fix="pass one of them",
+        )
     if opts.launch_per != "cell":
-        raise UsageError("--strategy active measures single cells, so it launches a server per cell",
-                         fix="drop --launch-per config")
+        raise UsageError(
+            "--strategy active measures single cells, so it launches a server per cell", fix="drop --launch-per config"
+        )
     if getattr(opts, "executor", "local") != "local":
-        raise UsageError("--strategy active picks a few cells per round from the rows so far; it does not run on "
-                         "--executor ray yet", fix="use --executor local (the default) with --strategy active")
+        raise UsageError(
+            "--strategy active picks a few cells per round from the rows so far; it does not run on --executor ray yet",
+            fix="use --executor local (the default) with --strategy active",
+        )
     if opts.power_caps or opts.sm_clocks:
         flag = "--power-caps" if opts.power_caps else "--sm-clocks"
-        raise UsageError(f"--strategy active settles one recipe per GPU setting; it does not sweep {flag}",
-                         fix="run one active sweep per setting (set it beforehand), or use --strategy grid")
+        raise UsageError(
+            f"--strategy active settles one recipe per GPU setting; it does not sweep {flag}",
+            fix="run one active sweep per setting (set it beforehand), or use --strategy grid",
+        )
     if (0, 0, 0) not in [tuple(c) for c in opts.configs]:
-        raise UsageError("--strategy active needs the baseline (0,0,0) in the grid: rewards are speed-ups over it",
-                         fix="include 0:0:0 in --configs (the default grid has it)")
+        raise UsageError(
+            "--strategy active needs the baseline (0,0,0) in the grid: rewards are speed-ups over it",
+            fix="include 0:0:0 in --configs (the default grid has it)",
+        )
     if not any(tuple(c) != (0, 0, 0) for c in opts.configs):
-        raise UsageError("--strategy active needs at least one speculative config to choose from",
-                         fix="add configs to --configs, e.g. 3:4:8,3:2:4")
+        raise UsageError(
+            "--strategy active needs at least one speculative config to choose from",
+            fix="add configs to --configs, e.g. 3:4:8,3:2:4",
+        )
 
 
 HEADROOM_MIN = 0.03

@@ -27,9 +27,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from harness.runs.rows import SweepRow
 from harness.sweep.active.estimate import RowReward, flag_sd, measured_row_rewards, pooled_noise_sd
 from harness.sweep.active.throttle_flags import FlagModel
-from harness.runs.rows import SweepRow
 
 Key = tuple[int, tuple[int, int, int]]
 

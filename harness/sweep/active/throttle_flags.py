@@ -64,9 +64,12 @@ class FlagModel:
         best: tuple[float, FlagModel] | None = None
         for ceiling, offset, width in product(CEILINGS, OFFSETS, WIDTHS):
             model = cls(ceiling, offset, width, len(observed))
-            log_post = (a * math.log(ceiling) + b * math.log(max(1e-9, 1 - ceiling))
-                        - 0.5 * (offset / OFFSET_PRIOR_SD) ** 2
-                        - WIDTH_PRIOR_PER_DOUBLING * abs(math.log2(width / prior_width)))
+            log_post = (
+                a * math.log(ceiling)
+                + b * math.log(max(1e-9, 1 - ceiling))
+                - 0.5 * (offset / OFFSET_PRIOR_SD) ** 2
+                - WIDTH_PRIOR_PER_DOUBLING * abs(math.log2(width / prior_width))
+            )
             for margin, share, flagged in observed:
                 q = min(1 - Q_CLIP, max(Q_CLIP, model.chance(margin, share)))
                 log_post += math.log(q if flagged else 1 - q)

@@ -24,10 +24,19 @@ def open_sweep_world(opts: Any, run_dir: Path, spec: Any, manifest: Any, console
         return open_ray_world(opts, run_dir, spec, manifest, console)
     from harness.world.world import open_world
 
-    return open_world(opts.engine, sampler_url=opts.sampler_url, twin_gpu_url=opts.twin_gpu_url,
-                      time_scale=opts.time_scale, seed=opts.seed, run_dir=run_dir, spec=spec,
-                      launch_timeout_s=opts.launch_timeout_s, request_timeout_s=opts.request_timeout_s,
-                      stop_timeout_s=opts.stop_timeout_s, hardware=opts.hardware)
+    return open_world(
+        opts.engine,
+        sampler_url=opts.sampler_url,
+        twin_gpu_url=opts.twin_gpu_url,
+        time_scale=opts.time_scale,
+        seed=opts.seed,
+        run_dir=run_dir,
+        spec=spec,
+        launch_timeout_s=opts.launch_timeout_s,
+        request_timeout_s=opts.request_timeout_s,
+        stop_timeout_s=opts.stop_timeout_s,
+        hardware=opts.hardware,
+    )
 
 
 def check_executor_options(opts: Any) -> None:
@@ -38,12 +47,20 @@ def check_executor_options(opts: Any) -> None:
             raise UsageError(f"{flag} only applies to --executor ray", fix=f"add --executor ray, or drop {flag}")
         return
     if opts.sampler_url is not None or opts.twin_gpu_url is not None:
-        raise UsageError("--executor ray starts a twin GPU (or an NVML sampler) per Ray GPU itself, so it takes no "
-                         "--sampler-url / --twin-gpu", fix="drop --sampler-url and --twin-gpu")
+        raise UsageError(
+            "--executor ray starts a twin GPU (or an NVML sampler) per Ray GPU itself, so it takes no "
+            "--sampler-url / --twin-gpu",
+            fix="drop --sampler-url and --twin-gpu",
+        )
     if opts.twin_gpus is not None and opts.engine != "twin":
-        raise UsageError("--twin-gpus only applies to --engine twin (real GPUs are the Ray cluster's own)",
-                         fix="drop --twin-gpus; start the cluster with the GPUs to use (ray start --num-gpus N)")
+        raise UsageError(
+            "--twin-gpus only applies to --engine twin (real GPUs are the Ray cluster's own)",
+            fix="drop --twin-gpus; start the cluster with the GPUs to use (ray start --num-gpus N)",
+        )
     if opts.power_caps or opts.sm_clocks:
         flag = "--power-caps" if opts.power_caps else "--sm-clocks"
-        raise UsageError(f"{flag} is not supported with --executor ray yet (a cap or clock is set per device, "
-                         "and the passes are not sharded)", fix=f"sweep {flag} with --executor local")
+        raise UsageError(
+            f"{flag} is not supported with --executor ray yet (a cap or clock is set per device, "
+            "and the passes are not sharded)",
+            fix=f"sweep {flag} with --executor local",
+        )

@@ -25,10 +25,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
 
+from harness.core.clocks import mono_ns, wall_ns
 from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.core.extras import needs
 from harness.runs.manifest import SweepManifest
-from harness.core.clocks import mono_ns, wall_ns
 
 MAX_ATTEMPTS = 3
 """Times one cell may be started on a GPU that then fails before the run stops (resumable) instead."""
@@ -85,8 +85,9 @@ class RayExecutor:
                         unit, attempt = queue.popleft()
                         inflight[slot.actor.run.remote(unit)] = (slot, unit, attempt, mono_ns())
                         self._set(slot, "busy", unit[0].cell_id)
-                        runner.console.cell_started(unit[0].cell_id, unit[0].config.label, unit[0].batch_size,
-                                                    unit[0].repeat)
+                        runner.console.cell_started(
+                            unit[0].cell_id, unit[0].config.label, unit[0].batch_size, unit[0].repeat
+                        )
                 if not inflight:
                     break
                 ready, _ = ray.wait(list(inflight), num_returns=1)
@@ -100,8 +101,9 @@ class RayExecutor:
                         continue
                     self._take_out(slot, lost)
                     if rest and attempt >= MAX_ATTEMPTS:
-                        stop = stop or (f"cell {rest[0].cell_id} was cut by a failing GPU {attempt} times "
-                                        f"(last: {lost['message']})")
+                        stop = stop or (
+                            f"cell {rest[0].cell_id} was cut by a failing GPU {attempt} times (last: {lost['message']})"
+                        )
                     elif rest:
                         queue.appendleft((rest, attempt + 1))
                 if stop is None and queue and not any(s.state != "lost" for s in self.slots):
@@ -109,15 +111,18 @@ class RayExecutor:
             if stop is not None:
                 from harness.sweep.errors import WorldLost
 
-                raise WorldLost(f"{stop}: the sweep stopped with cells left (no row for them; every finished cell is "
-                                "kept)", fix=f"bring the GPUs back, then continue with: harness sweep --resume {self.run_dir}")
+                raise WorldLost(
+                    f"{stop}: the sweep stopped with cells left (no row for them; every finished cell is kept)",
+                    fix=f"bring the GPUs back, then continue with: harness sweep --resume {self.run_dir}",
+                )
         finally:
             wall_s = (mono_ns() - t0) / 1e9
             self.record["wall_s"] = self.record.get("wall_s", 0.0) + wall_s
             self.record["gpu_busy_s"] = {s.label: round(s.busy_s, 3) for s in self.slots}
             live = [s for s in self.slots if s.state != "lost"] or self.slots
-            self.record["gpu_idle_fraction"] = (round(1.0 - sum(s.busy_s for s in self.slots) / (len(live) * wall_s), 4)
-                                                if wall_s > 0 else None)
+            self.record["gpu_idle_fraction"] = (
+                round(1.0 - sum(s.busy_s for s in self.slots) / (len(live) * wall_s), 4) if wall_s > 0 else None
+            )
             self.manifest.save(self.run_dir)
 
     def _collect(self, runner: Any, ref: Any, slot: Slot, unit: list[Any]) -> tuple[list[Any], dict[str, Any] | None]:
@@ -129,8 +134,11 @@ class RayExecutor:
         try:
             report = ray.get(ref)
         except RayError as exc:  # the worker process or its node died, or the worker raised
-            lost: dict[str, Any] | None = {"kind": "worker", "message": f"{type(exc).__name__}: {str(exc)[:300]}",
-                                           "cell_id": unit[0].cell_id}
+            lost: dict[str, Any] | None = {
+                "kind": "worker",
+                "message": f"{type(exc).__name__}: {str(exc)[:300]}",
+                "cell_id": unit[0].cell_id,
+            }
             rows: list[Any] = []
         else:
             lost, rows = report.lost, report.rows
@@ -153,11 +161,19 @@ class RayExecutor:
         import ray
 
         self._set(slot, "lost", None)
-        event = {"wall_ns": wall_ns(), "gpu_id": slot.info.get("gpu_id"), "gpu_uuid": slot.info.get("gpu_uuid"),
-                 "node_id": slot.info.get("node_id"), **lost, "action": "GPU taken out; its cell queued again"}
+        event = {
+            "wall_ns": wall_ns(),
+            "gpu_id": slot.info.get("gpu_id"),
+            "gpu_uuid": slot.info.get("gpu_uuid"),
+            "node_id": slot.info.get("node_id"),
+            **lost,
+            "action": "GPU taken out; its cell queued again",
+        }
         self.record["events"].append(event)
-        self.console.line(f"{slot.label} ({slot.info.get('gpu_uuid')}) lost while running {lost['cell_id']}: "
-                          f"{lost['message']}; taken out, the cell runs again on another GPU")
+        self.console.line(
+            f"{slot.label} ({slot.info.get('gpu_uuid')}) lost while running {lost['cell_id']}: "
+            f"{lost['message']}; taken out, the cell runs again on another GPU"
+        )
         try:
             ray.kill(slot.actor)
         except Exception:  # noqa: BLE001 - already dead with its node
@@ -183,14 +199,23 @@ class RayWorld:
         first = slots[0].info
         self.hardware = first.get("hardware") or ""
         self.power_limit_w = first.get("power_limit_w")
-        self.telemetry = SimpleNamespace(snapshot=lambda: SimpleNamespace(memory_total_mb=first.get("memory_total_mb"),
-                                                                          power_w=first.get("idle_power_w")))
+        self.telemetry = SimpleNamespace(
+            snapshot=lambda: SimpleNamespace(
+                memory_total_mb=first.get("memory_total_mb"), power_w=first.get("idle_power_w")
+            )
+        )
 
     def identity(self) -> dict[str, Any]:
-        return {"engine": self.engine, "executor": "ray", "ray_address": self.address, "hardware": self.hardware,
-                "power_limit_w": self.power_limit_w,
-                "gpus": [{k: s.info.get(k) for k in ("gpu_id", "gpu_uuid", "gpu_name", "node_id", "host")}
-                         for s in self.slots]}
+        return {
+            "engine": self.engine,
+            "executor": "ray",
+            "ray_address": self.address,
+            "hardware": self.hardware,
+            "power_limit_w": self.power_limit_w,
+            "gpus": [
+                {k: s.info.get(k) for k in ("gpu_id", "gpu_uuid", "gpu_name", "node_id", "host")} for s in self.slots
+            ],
+        }
 
     def check(self) -> None:
         return None  # each slot checks its own GPU; the driver has no device of its own
@@ -207,12 +232,20 @@ def _connect(opts: Any) -> tuple[bool, int]:
         try:
             ray.init(address=opts.ray_address, **common)
         except (ConnectionError, ValueError) as exc:
-            raise ServiceUnavailableError(f"cannot join the Ray cluster at {opts.ray_address}: {exc}",
-                                          fix="start it (ray start --head ...) or fix --ray-address") from None
+            raise ServiceUnavailableError(
+                f"cannot join the Ray cluster at {opts.ray_address}: {exc}",
+                fix="start it (ray start --head ...) or fix --ray-address",
+            ) from None
     else:
         gpus = (opts.twin_gpus or 1) if opts.engine == "twin" else None
-        ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                 object_store_memory=OBJECT_STORE_BYTES, **common)
+        ray.init(
+            address="local",
+            num_gpus=gpus,
+            num_cpus=os.cpu_count() or 1,
+            include_dashboard=False,
+            object_store_memory=OBJECT_STORE_BYTES,
+            **common,
+        )
     return True, int(ray.cluster_resources().get("GPU", 0))
 
 
@@ -223,15 +256,18 @@ def _start_slots(opts: Any, spec: Any, run_dir: Path, run_id: str, n: int) -> li
     from harness.sweep.executors.slot import GpuSlot
 
     remote: Any = ray.remote(GpuSlot).options(num_gpus=1, num_cpus=0, max_restarts=0)  # ray's stubs type actors loosely
-    actors: list[Any] = [remote.remote(opts.model_dump(), spec.model_dump(), str(run_dir.resolve()), run_id) for _ in range(n)]
+    actors: list[Any] = [
+        remote.remote(opts.model_dump(), spec.model_dump(), str(run_dir.resolve()), run_id) for _ in range(n)
+    ]
     try:
         infos = ray.get([a.info.remote() for a in actors], timeout=SLOT_START_TIMEOUT_S)
     except (RayError, GetTimeoutError) as exc:
         for a in actors:
             ray.kill(a)
-        raise ServiceUnavailableError(f"the GPU slots did not start: {type(exc).__name__}: {str(exc)[:500]}",
-                                      fix=f"see the worker logs under {run_dir}/logs/ray and Ray's own logs "
-                                          "(/tmp/ray/session_latest/logs)") from None
+        raise ServiceUnavailableError(
+            f"the GPU slots did not start: {type(exc).__name__}: {str(exc)[:500]}",
+            fix=f"see the worker logs under {run_dir}/logs/ray and Ray's own logs (/tmp/ray/session_latest/logs)",
+        ) from None
     return [Slot(actor=a, info=i) for a, i in zip(actors, infos)]
 
 
@@ -246,16 +282,23 @@ def open_ray_world(opts: Any, run_dir: Path, spec: Any, manifest: SweepManifest,
     try:
         n = opts.twin_gpus if opts.engine == "twin" and opts.twin_gpus else cluster_gpus
         if n < 1 or n > cluster_gpus:
-            raise UsageError(f"the Ray cluster has {cluster_gpus} GPU(s), the sweep asks for {n}",
-                             fix="start the cluster with more GPUs (ray start --num-gpus N) or ask for fewer (--twin-gpus)")
+            raise UsageError(
+                f"the Ray cluster has {cluster_gpus} GPU(s), the sweep asks for {n}",
+                fix="start the cluster with more GPUs (ray start --num-gpus N) or ask for fewer (--twin-gpus)",
+            )
         t0 = time.monotonic()
         slots = _start_slots(opts, spec, run_dir, manifest.run_id, n)
-        console.line(f"ray: {n} GPU slot(s) ready in {time.monotonic() - t0:.1f} s: "
-                     + ", ".join(f"gpu{s.info['gpu_id']}={s.info['gpu_uuid']}@{s.info['host']}" for s in slots))
+        console.line(
+            f"ray: {n} GPU slot(s) ready in {time.monotonic() - t0:.1f} s: "
+            + ", ".join(f"gpu{s.info['gpu_id']}={s.info['gpu_uuid']}@{s.info['host']}" for s in slots)
+        )
         executor = RayExecutor(slots, manifest, run_dir, console)
-        executor.record.update(kind="ray", address=opts.ray_address or "local",
-                               slots=[{k: v for k, v in s.info.items() if k != "world"} for s in slots],
-                               slots_start_s=round(time.monotonic() - t0, 3))
+        executor.record.update(
+            kind="ray",
+            address=opts.ray_address or "local",
+            slots=[{k: v for k, v in s.info.items() if k != "world"} for s in slots],
+            slots_start_s=round(time.monotonic() - t0, 3),
+        )
         manifest.save(run_dir)  # the slots (GPU UUIDs, nodes, service pids) are on disk before any row
         yield RayWorld(opts.engine, slots, executor, opts.ray_address)
     finally:

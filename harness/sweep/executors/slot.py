@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.sweep.console import SweepConsole
-from harness.engine.sglang_argv import EngineSpec
+from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
-from harness.runs.rows import SweepRow
+from harness.engine.sglang_argv import EngineSpec
 from harness.runs.manifest import SweepManifest
-from harness.sweep.runner import SweepRunner
-from harness.sweep.errors import InfrastructureLost
 from harness.runs.options import SweepOptions
 from harness.runs.plan import Cell
-from harness.core.clocks import wall_ns
+from harness.runs.rows import SweepRow
+from harness.sweep.console import SweepConsole
+from harness.sweep.errors import InfrastructureLost
+from harness.sweep.runner import SweepRunner
 
 
 class CellRunner(SweepRunner):
@@ -63,8 +63,9 @@ def assigned_gpu() -> int:
 
     ids = ray.get_gpu_ids()
     if len(ids) != 1:
-        raise HarnessError(f"a GPU slot worker needs exactly one Ray GPU, got {ids!r}",
-                           fix="create the slot with num_gpus=1")
+        raise HarnessError(
+            f"a GPU slot worker needs exactly one Ray GPU, got {ids!r}", fix="create the slot with num_gpus=1"
+        )
     return int(ids[0])
 
 
@@ -78,8 +79,15 @@ def node_identity() -> dict[str, Any]:
 class GpuSlot:
     """The worker of one GPU (a Ray actor: ``ray.remote(GpuSlot)``); every call runs on its one GPU, one at a time."""
 
-    def __init__(self, opts: dict[str, Any], spec: dict[str, Any], run_dir: str, run_id: str,
-                 gpu_id: int | None = None, node: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        opts: dict[str, Any],
+        spec: dict[str, Any],
+        run_dir: str,
+        run_id: str,
+        gpu_id: int | None = None,
+        node: dict[str, Any] | None = None,
+    ) -> None:
         from harness.world.world import open_world
 
         self.opts = SweepOptions.model_validate(opts)
@@ -88,25 +96,43 @@ class GpuSlot:
         slot_dir = Path(run_dir) / "logs" / "ray" / f"gpu{self.gpu_id}-{str(self.node['node_id'])[:8]}"
         slot_dir.mkdir(parents=True, exist_ok=True)
         o = self.opts
-        self.world = open_world(o.engine, time_scale=o.time_scale, seed=o.seed, run_dir=slot_dir,
-                                spec=EngineSpec.model_validate(spec), launch_timeout_s=o.launch_timeout_s,
-                                request_timeout_s=o.request_timeout_s, stop_timeout_s=o.stop_timeout_s,
-                                gpu_index=self.gpu_id, hardware=o.hardware)
+        self.world = open_world(
+            o.engine,
+            time_scale=o.time_scale,
+            seed=o.seed,
+            run_dir=slot_dir,
+            spec=EngineSpec.model_validate(spec),
+            launch_timeout_s=o.launch_timeout_s,
+            request_timeout_s=o.request_timeout_s,
+            stop_timeout_s=o.stop_timeout_s,
+            gpu_index=self.gpu_id,
+            hardware=o.hardware,
+        )
         ident = self.world.gpu_identity
         sample = self.world.telemetry.snapshot()
         self.uuid = ident.get("uuid") or (ident.get("sampler") or {}).get("uuid") or getattr(sample, "uuid", None)
-        self.runner = CellRunner(self.opts, self.world, slot_dir, SweepManifest(run_id=run_id), SweepConsole(quiet=True))
+        self.runner = CellRunner(
+            self.opts, self.world, slot_dir, SweepManifest(run_id=run_id), SweepConsole(quiet=True)
+        )
         self._memory_total_mb = getattr(sample, "memory_total_mb", None)
         self._idle_power_w = getattr(sample, "power_w", None)  # before any server: the manifest's idle_power_w
 
     def info(self) -> dict[str, Any]:
         """The slot's GPU and node, for the manifest and the driver's progress."""
-        return {"gpu_id": self.gpu_id, "gpu_uuid": self.uuid, **self.node,
-                "gpu_name": self.world.gpu_identity.get("name"), "hardware": self.world.hardware,
-                "power_limit_w": self.world.power_limit_w, "memory_total_mb": self._memory_total_mb,
-                "idle_power_w": self._idle_power_w,
-                "twin_gpu_url": self.world.twin_gpu_url, "sampler_url": self.world.sampler_url,
-                "services": self.world.child_pids, "world": self.world.identity()}
+        return {
+            "gpu_id": self.gpu_id,
+            "gpu_uuid": self.uuid,
+            **self.node,
+            "gpu_name": self.world.gpu_identity.get("name"),
+            "hardware": self.world.hardware,
+            "power_limit_w": self.world.power_limit_w,
+            "memory_total_mb": self._memory_total_mb,
+            "idle_power_w": self._idle_power_w,
+            "twin_gpu_url": self.world.twin_gpu_url,
+            "sampler_url": self.world.sampler_url,
+            "services": self.world.child_pids,
+            "world": self.world.identity(),
+        }
 
     def run(self, cells: list[Cell]) -> SlotReport:
         """Measure ``cells`` on this GPU; a lost GPU or sampler stops the unit (no row for the cell it cut)."""
@@ -130,8 +156,9 @@ class GpuSlot:
     def _stamp(self, row: SweepRow) -> SweepRow:
         """Which GPU (UUID, index, node) measured the row."""
         placement = {"kind": "ray", "gpu_id": self.gpu_id, "gpu_uuid": self.uuid, **self.node}
-        return row.model_copy(update={"gpu_uuid": row.gpu_uuid or self.uuid,
-                                      "extras": {**row.extras, "executor": placement}})
+        return row.model_copy(
+            update={"gpu_uuid": row.gpu_uuid or self.uuid, "extras": {**row.extras, "executor": placement}}
+        )
 
     def pids(self) -> dict[str, int]:
         """This worker's pid and its services' pids (tests kill one to fail a GPU)."""

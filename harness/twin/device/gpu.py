@@ -171,9 +171,18 @@ class TwinGpu(BoardSettings):
         if dt <= 0:
             return
         p = self.p
-        self.energy_j, self.util_avg, self.temp_c = relax(self.energy_j, self.util_avg, self.temp_c, self.power_w,
-                                                          self.util if self.busy else 0.0, dt, self.ambient_c,
-                                                          p.thermal_resistance_c_per_w, p.thermal_tau_s, p.util_avg_s)
+        self.energy_j, self.util_avg, self.temp_c = relax(
+            self.energy_j,
+            self.util_avg,
+            self.temp_c,
+            self.power_w,
+            self.util if self.busy else 0.0,
+            dt,
+            self.ambient_c,
+            p.thermal_resistance_c_per_w,
+            p.thermal_tau_s,
+            p.util_avg_s,
+        )
         self.t_ns = now
         if self.busy:
             self.last_busy_ns = now
@@ -227,11 +236,24 @@ class TwinGpu(BoardSettings):
         self._record()
 
     def _snapshot(self) -> Snapshot:
-        return Snapshot(t_ns=self.t_ns, energy_j=self.energy_j, power_w=self.power_w, temp_c=self.temp_c, util=self.util,
-                        util_avg=self.util_avg, busy=self.busy, last_busy_ns=self.last_busy_ns,
-                        clock_factor=self.clock_factor, capped=self.capped, lock_binds=self.lock_binds,
-                        limit_w=self.limit_w, engines=len(self.engines), memory_used_mb=self.memory_used_mb(),
-                        counter_offset_j=self.counter_offset_j, uuid=self.uuid)
+        return Snapshot(
+            t_ns=self.t_ns,
+            energy_j=self.energy_j,
+            power_w=self.power_w,
+            temp_c=self.temp_c,
+            util=self.util,
+            util_avg=self.util_avg,
+            busy=self.busy,
+            last_busy_ns=self.last_busy_ns,
+            clock_factor=self.clock_factor,
+            capped=self.capped,
+            lock_binds=self.lock_binds,
+            limit_w=self.limit_w,
+            engines=len(self.engines),
+            memory_used_mb=self.memory_used_mb(),
+            counter_offset_j=self.counter_offset_j,
+            uuid=self.uuid,
+        )
 
     def _record(self) -> None:
         self.history.record(self._snapshot())
@@ -239,7 +261,9 @@ class TwinGpu(BoardSettings):
     def snapshot_at(self, t_ns: int) -> Snapshot | None:
         """The exact state at device instant ``t_ns`` (at most the last update), or None before the history starts."""
         p = self.p
-        return self.history.at(min(t_ns, self.t_ns), self.ambient_c, p.thermal_resistance_c_per_w, p.thermal_tau_s, p.util_avg_s)
+        return self.history.at(
+            min(t_ns, self.t_ns), self.ambient_c, p.thermal_resistance_c_per_w, p.thermal_tau_s, p.util_avg_s
+        )
 
     def _ideal_power(self, base: float, dyn: float) -> float:
         return base + dyn * self.clock_factor**self.p.dvfs_exponent
@@ -280,18 +304,23 @@ class TwinGpu(BoardSettings):
                 if old is not None:
                     self.engines[engine_id] = old
                 return False, free
-            self.engines[engine_id] = Lease(engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9), pid=pid)
+            self.engines[engine_id] = Lease(
+                engine_id, float(memory_mb), float(lease_s), mono_ns() + int(lease_s * 1e9), pid=pid
+            )
             self.launch_seq += 1
             self._recompute()
             return True, self.memory_free_mb()
 
-    def activity(self, engine_id: str, busy: bool, dynamic_power_w: float, util: float,
-                 at_ns: int | None = None) -> tuple[float, int] | None:
+    def activity(
+        self, engine_id: str, busy: bool, dynamic_power_w: float, util: float, at_ns: int | None = None
+    ) -> tuple[float, int] | None:
         """Record an engine's demand (at full clocks) from device time ``at_ns`` (default: now; a past instant is
         applied now and counted as late); returns (clock_factor, device_ns) or None if no lease."""
         return self.post_events(engine_id, [(at_ns, busy, dynamic_power_w, util)])
 
-    def post_events(self, engine_id: str, events: list[tuple[int | None, bool, float, float]]) -> tuple[float, int] | None:
+    def post_events(
+        self, engine_id: str, events: list[tuple[int | None, bool, float, float]]
+    ) -> tuple[float, int] | None:
         """Timed load changes of one engine, in order (see ``activity``); also renews the lease."""
         with self.lock:
             now = self.now_ns()
@@ -305,7 +334,9 @@ class TwinGpu(BoardSettings):
             for at_ns, busy, dyn, util in events:
                 if at_ns is not None and at_ns > now:
                     self._event_seq += 1
-                    heapq.heappush(self.events, (int(at_ns), self._event_seq, engine_id, bool(busy), float(dyn), float(util)))
+                    heapq.heappush(
+                        self.events, (int(at_ns), self._event_seq, engine_id, bool(busy), float(dyn), float(util))
+                    )
                     continue
                 if at_ns is not None and at_ns < now:
                     self.late_events += 1
@@ -390,7 +421,12 @@ class TwinGpu(BoardSettings):
                 mono = m - (w - wall)
                 snap = self.snapshot_at(self.clock.from_mono(mono))
                 if snap is None:
-                    out.append({"wall_ns": wall, "error": f"instant older than the device's history ({HISTORY_WALL_S:g} wall s)"})
+                    out.append(
+                        {
+                            "wall_ns": wall,
+                            "error": f"instant older than the device's history ({HISTORY_WALL_S:g} wall s)",
+                        }
+                    )
                 else:
                     out.append(reading(self, snap, wall, mono))
             return out

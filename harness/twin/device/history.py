@@ -19,6 +19,7 @@ from harness.gpu.clock_events import APPLICATIONS_CLOCKS_SETTING, HW_THERMAL, ID
 if TYPE_CHECKING:
     from harness.twin.device.gpu import TwinGpu
 
+
 @dataclass(frozen=True)
 class Snapshot:
     """The device state from ``t_ns`` until the next snapshot: between two, power is constant, so energy,
@@ -50,24 +51,53 @@ class Snapshot:
         dt = (t_ns - self.t_ns) / 1e9
         if dt <= 0:
             return self
-        energy, util_avg, temp = relax(self.energy_j, self.util_avg, self.temp_c, self.power_w,
-                                       self.util if self.busy else 0.0, dt, ambient_c, r_th, tau_s, util_avg_s)
-        return replace(self, t_ns=t_ns, energy_j=energy, temp_c=temp, util_avg=util_avg,
-                       last_busy_ns=t_ns if self.busy else self.last_busy_ns)
+        energy, util_avg, temp = relax(
+            self.energy_j,
+            self.util_avg,
+            self.temp_c,
+            self.power_w,
+            self.util if self.busy else 0.0,
+            dt,
+            ambient_c,
+            r_th,
+            tau_s,
+            util_avg_s,
+        )
+        return replace(
+            self,
+            t_ns=t_ns,
+            energy_j=energy,
+            temp_c=temp,
+            util_avg=util_avg,
+            last_busy_ns=t_ns if self.busy else self.last_busy_ns,
+        )
 
 
 EVOLVING = frozenset({"t_ns", "energy_j", "temp_c", "util_avg", "last_busy_ns"})
 """The ``Snapshot`` fields that change with time alone; a change in any other starts a new regime."""
 
 
-def relax(energy_j: float, util_avg: float, temp_c: float, power_w: float, util_now: float, dt: float,
-          ambient_c: float, r_th: float, tau_s: float, util_avg_s: float) -> tuple[float, float, float]:
+def relax(
+    energy_j: float,
+    util_avg: float,
+    temp_c: float,
+    power_w: float,
+    util_now: float,
+    dt: float,
+    ambient_c: float,
+    r_th: float,
+    tau_s: float,
+    util_avg_s: float,
+) -> tuple[float, float, float]:
     """(energy J, utilization average, temperature C) after ``dt`` seconds at constant ``power_w``: the energy counter
     integrates the power; NVML utilization (the share of the last sample period with a kernel running) is a trailing
     average of ``util_now``; the temperature relaxes toward ambient + R_th x power (exact exponential steps)."""
     t_ss = ambient_c + r_th * power_w
-    return (energy_j + power_w * dt, util_now + (util_avg - util_now) * math.exp(-dt / max(util_avg_s, 1e-6)),
-            t_ss + (temp_c - t_ss) * math.exp(-dt / tau_s))
+    return (
+        energy_j + power_w * dt,
+        util_now + (util_avg - util_now) * math.exp(-dt / max(util_avg_s, 1e-6)),
+        t_ss + (temp_c - t_ss) * math.exp(-dt / tau_s),
+    )
 
 
 HISTORY_WALL_S = 120.0

@@ -67,24 +67,43 @@ def build_router(gpu: TwinGpu) -> Router:
             return error(400, "memory_mb and lease_s must be numbers, pid an integer")
         ok, free = gpu.lease(eid, mem, lease_s, pid)
         if not ok:
-            return error(507, f"CUDA out of memory (twin): tried to reserve {mem:.0f} MiB, "
-                              f"{max(free, 0):.0f} MiB free of {gpu.p.memory_total_mb} MiB", memory_free_mb=free)
+            return error(
+                507,
+                f"CUDA out of memory (twin): tried to reserve {mem:.0f} MiB, "
+                f"{max(free, 0):.0f} MiB free of {gpu.p.memory_total_mb} MiB",
+                memory_free_mb=free,
+            )
         return {"ok": True, "memory_free_mb": free, "launch_seq": gpu.launch_seq}
 
     def activity(req: Request) -> Reply:
         body = req.json()
         try:
             raw = body["events"] if "events" in body else [body]
-            events = [(None if e.get("at_ns") is None else int(e["at_ns"]), bool(e.get("busy")),
-                       float(e.get("dynamic_power_w", 0.0)), float(e.get("util", 0.0))) for e in raw]
+            events = [
+                (
+                    None if e.get("at_ns") is None else int(e["at_ns"]),
+                    bool(e.get("busy")),
+                    float(e.get("dynamic_power_w", 0.0)),
+                    float(e.get("util", 0.0)),
+                )
+                for e in raw
+            ]
         except (TypeError, ValueError, AttributeError, KeyError):
-            return error(400, "activity: busy, dynamic_power_w, util (numbers) and optional "
-                              "at_ns (device ns), or {\"events\": [...]} of those")
+            return error(
+                400,
+                "activity: busy, dynamic_power_w, util (numbers) and optional "
+                'at_ns (device ns), or {"events": [...]} of those',
+            )
         out = gpu.post_events(req.params["eid"], events)
         if out is None:
             return error(404, f"no lease for engine {req.params['eid']} (expired or released)")
-        return {"clock_factor": out[0], "device_ns": out[1], "thermal_factor": gpu.thermal_factor(),
-                "power_limit_w": gpu.limit_w, "sm_clock_locked_mhz": gpu.locked_mhz}
+        return {
+            "clock_factor": out[0],
+            "device_ns": out[1],
+            "thermal_factor": gpu.thermal_factor(),
+            "power_limit_w": gpu.limit_w,
+            "sm_clock_locked_mhz": gpu.locked_mhz,
+        }
 
     def release(req: Request) -> Reply:
         found = gpu.release(req.params["eid"])
@@ -145,17 +164,38 @@ def build_router(gpu: TwinGpu) -> Router:
     return r
 
 
-def serve(port: int, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, host: str = "127.0.0.1",
-          announce: Callable[..., None] = print, index: int = 0) -> None:
+def serve(
+    port: int,
+    profile: TwinProfile,
+    seed: int = 0,
+    time_scale: float = 1.0,
+    host: str = "127.0.0.1",
+    announce: Callable[..., None] = print,
+    index: int = 0,
+) -> None:
     """Run the device until SIGTERM/SIGINT. ``port`` 0 picks a free port; the ready line names the URL."""
     gpu = TwinGpu(profile, seed=seed, time_scale=time_scale, index=index)
     try:
         server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
     except OSError as exc:
-        raise ServiceUnavailableError(f"cannot bind the twin GPU to {host}:{port}: {exc.strerror or exc}",
-                                      fix="pick another --port (0 = any free port), or stop what holds this one") from None
+        raise ServiceUnavailableError(
+            f"cannot bind the twin GPU to {host}:{port}: {exc.strerror or exc}",
+            fix="pick another --port (0 = any free port), or stop what holds this one",
+        ) from None
     gpu.start()
     actual = server.server_address[1]
-    announce(json.dumps({"event": "ready", "service": "twin-gpu", "url": f"http://{host}:{actual}", "port": actual,
-                         "hardware": profile.hardware, "time_scale": time_scale, "seed": seed}), flush=True)
+    announce(
+        json.dumps(
+            {
+                "event": "ready",
+                "service": "twin-gpu",
+                "url": f"http://{host}:{actual}",
+                "port": actual,
+                "hardware": profile.hardware,
+                "time_scale": time_scale,
+                "seed": seed,
+            }
+        ),
+        flush=True,
+    )
     serve_until_signal(server, on_stop=gpu.stop)

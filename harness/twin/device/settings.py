@@ -35,8 +35,12 @@ class BoardSettings:
     # ---- power limit (nvmlDeviceSetPowerManagementLimit) ------------------------------------------------------
     def power_limits(self) -> dict:
         """The limit in force and the board's constraints, like NVML's limit getters."""
-        return {"power_limit_w": self.limit_w, "power_limit_min_w": self.p.power_limit_min_w,
-                "power_limit_max_w": self.p.power_limit_max_w, "power_limit_default_w": self.p.power_management_limit_w}
+        return {
+            "power_limit_w": self.limit_w,
+            "power_limit_min_w": self.p.power_limit_min_w,
+            "power_limit_max_w": self.p.power_limit_max_w,
+            "power_limit_default_w": self.p.power_management_limit_w,
+        }
 
     def set_power_limit(self, watts: float) -> dict:
         """Set the limit (as root does with NVML); a value outside [min, max] raises ValueError, like
@@ -62,15 +66,21 @@ class BoardSettings:
 
     def clocks(self) -> dict:
         """The lock in force, the maximum and the supported SM clocks."""
-        return {"sm_clock_locked_mhz": self.locked_mhz, "max_sm_clock_mhz": self.p.max_sm_clock_mhz,
-                "supported_sm_clocks_mhz": self.supported_sm_clocks(), "mem_clock_mhz": self.p.mem_clock_mhz}
+        return {
+            "sm_clock_locked_mhz": self.locked_mhz,
+            "max_sm_clock_mhz": self.p.max_sm_clock_mhz,
+            "supported_sm_clocks_mhz": self.supported_sm_clocks(),
+            "mem_clock_mhz": self.p.mem_clock_mhz,
+        }
 
     def lock_sm_clock(self, mhz: int | None) -> dict:
         """Lock the SM clock at ``mhz`` (None: unlock, as nvmlDeviceResetGpuLockedClocks); a clock the board does not
         support raises ValueError (NVML_ERROR_INVALID_ARGUMENT). Power and engines follow from now on."""
         if mhz is not None and mhz not in self.supported_sm_clocks():
-            raise ValueError(f"SM clock {mhz} MHz is not a supported clock of this GPU "
-                             f"({self.p.min_sm_clock_mhz}-{self.p.max_sm_clock_mhz} MHz in {self.p.sm_clock_step_mhz} MHz steps)")
+            raise ValueError(
+                f"SM clock {mhz} MHz is not a supported clock of this GPU "
+                f"({self.p.min_sm_clock_mhz}-{self.p.max_sm_clock_mhz} MHz in {self.p.sm_clock_step_mhz} MHz steps)"
+            )
         with self.lock:
             self._advance(self.now_ns())
             self.locked_mhz = None if mhz is None else int(mhz)

@@ -27,7 +27,9 @@ class DeviceLink:
         self.http = httpx.Client(base_url=self.url, timeout=5.0, trust_env=False)
         self.clock_factor = 1.0
         self.thermal_factor = 1.0
-        self.power_limit_w: float | None = None  # the device's limit in force (a set power cap), from /v1/info and replies
+        self.power_limit_w: float | None = (
+            None  # the device's limit in force (a set power cap), from /v1/info and replies
+        )
         self.lock_factor = 1.0  # the device's SM clock lock / max SM clock (1: unlocked), from /v1/info and replies
         self.max_sm_clock_mhz = 0.0
         self._last: tuple[bool, float, float] | None = (False, 0.0, 0.0)  # a new lease starts idle
@@ -50,8 +52,10 @@ class DeviceLink:
 
     def lease(self, memory_mb: float, lease_s: float = 10.0) -> tuple[int, dict[str, Any]]:
         """Reserve (or resize) this engine's memory: (HTTP status, answer); 507 when it does not fit."""
-        r = self.http.post("/v1/engines", json={"engine_id": self.engine_id, "memory_mb": memory_mb, "lease_s": lease_s,
-                                                "pid": os.getpid()})
+        r = self.http.post(
+            "/v1/engines",
+            json={"engine_id": self.engine_id, "memory_mb": memory_mb, "lease_s": lease_s, "pid": os.getpid()},
+        )
         return r.status_code, r.json()
 
     def release(self) -> None:

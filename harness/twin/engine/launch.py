@@ -17,19 +17,19 @@ from typing import Any
 
 import httpx
 
+from harness.core.clocks import ScaledClock
 from harness.core.httpserve import make_server, serve_in_thread
 from harness.core.stopflag import StopFlag
 from harness.grid import SpecConfig
-from harness.core.clocks import ScaledClock
 from harness.twin.engine import sglang_args as ea
-from harness.twin.engine.device_link import DeviceLink
-from harness.twin.engine.scheduler import TwinEngine
-from harness.twin.engine.log import log
-from harness.twin.model import launch_seconds, memory_footprint_mb
-from harness.twin.profile import TwinProfile, profile_from_dict
 from harness.twin.engine import vllm_args
+from harness.twin.engine.device_link import DeviceLink
+from harness.twin.engine.log import log
+from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_api import build_router
 from harness.twin.engine.tokens import stable_hash
+from harness.twin.model import launch_seconds, memory_footprint_mb
+from harness.twin.profile import TwinProfile, profile_from_dict
 
 
 def _sleep_twin(clock: ScaledClock, seconds: float, stop: StopFlag | None = None) -> None:
@@ -73,8 +73,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, ea.SpecChoice, set[str]
         log(w, "WARNING")
     args.twin_api, args.vllm_version = api, vllm_version
     emulated = f"vLLM {vllm_version}" if vllm_version else f"sglang {version}"
-    log(f"server_args: model_path={args.model_path} speculative={choice.config} dtype={args.dtype} "
-        f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, {emulated})")
+    log(
+        f"server_args: model_path={args.model_path} speculative={choice.config} dtype={args.dtype} "
+        f"mem_fraction_static={args.mem_fraction_static} max_running_requests={args.max_running_requests} (twin engine, {emulated})"
+    )
     return args, choice, faults, version
 
 
@@ -95,7 +97,9 @@ def _from_vllm(argv: list[str]) -> tuple[list[str], str] | int:
         return 1
 
 
-def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[DeviceLink, ScaledClock, TwinProfile, dict[str, Any]] | None:
+def _connect(
+    args: argparse.Namespace, cfg: SpecConfig, version: str
+) -> tuple[DeviceLink, ScaledClock, TwinProfile, dict[str, Any]] | None:
     """Handshake with the twin GPU (clock, profile, info, power limit) and resolve the attention backend on its
     hardware; None (logged) when the device is unreachable or the backend does not run on it."""
     link = DeviceLink(args.twin_gpu, f"engine-{os.getpid()}-{uuid.uuid4().hex[:6]}")
@@ -105,7 +109,9 @@ def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[D
         dev_info = link.get("/v1/info")
         if dev_info.get("power_limit_w") is not None:  # a power cap set on the device (harness sweep --power-caps)
             link.power_limit_w = float(dev_info["power_limit_w"])
-        link.note_lock(dev_info.get("sm_clock_locked_mhz"), dev_info.get("max_sm_clock_mhz") or profile.device.max_sm_clock_mhz)
+        link.note_lock(
+            dev_info.get("sm_clock_locked_mhz"), dev_info.get("max_sm_clock_mhz") or profile.device.max_sm_clock_mhz
+        )
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         log(f"cannot reach the twin GPU at {args.twin_gpu}: {exc}", "ERROR")
         return None
@@ -117,8 +123,10 @@ def _connect(args: argparse.Namespace, cfg: SpecConfig, version: str) -> tuple[D
             log(f"ValueError: {exc}", "ERROR")
             return None
     args.resolved_attention_backend = ea.resolved_attention_backend(args.attention_backend, cfg, cc, version)
-    log(f"Attention backend {'pinned' if args.attention_backend else 'not explicitly specified. Use'} "
-        f"{args.resolved_attention_backend}{'' if args.attention_backend else ' backend by default'}.")
+    log(
+        f"Attention backend {'pinned' if args.attention_backend else 'not explicitly specified. Use'} "
+        f"{args.resolved_attention_backend}{'' if args.attention_backend else ' backend by default'}."
+    )
     return link, clock, profile, dev_info
 
 
@@ -142,39 +150,59 @@ def main(argv: list[str]) -> int:
     t_launch0 = clock.now_ns()
     stop = StopFlag().stop_on_signals()
 
-    log(f"Load weight begin. avail mem={dev_info.get('memory_total_mb', 0) / 1024:.2f} GB (twin GPU {dev_info.get('name')})")
+    log(
+        f"Load weight begin. avail mem={dev_info.get('memory_total_mb', 0) / 1024:.2f} GB (twin GPU {dev_info.get('name')})"
+    )
     _sleep_twin(clock, (phases["imports"] + phases["weights"]) * scale, stop)
     if stop.is_set():
         return 0
     if not cfg.is_baseline and args.dtype == "auto":
-        log("Capture cuda graph failed: RuntimeError: expected mat1 and mat2 to have the same dtype, but got: "
-            "c10::BFloat16 != c10::Half (the EAGLE3 draft ships float16, the target bfloat16; pass --dtype float16)", "ERROR")
+        log(
+            "Capture cuda graph failed: RuntimeError: expected mat1 and mat2 to have the same dtype, but got: "
+            "c10::BFloat16 != c10::Half (the EAGLE3 draft ships float16, the target bfloat16; pass --dtype float16)",
+            "ERROR",
+        )
         return 1
     mem = memory_footprint_mb(profile, cfg, mem_fraction, graph_bs)
     if not mem["kv_ok"]:
-        log("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-            f"(static pool {mem['static_mb']:.0f} MB < weights {profile.memory.weights_mb:.0f} MB + minimum KV cache)", "ERROR")
+        log(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            f"(static pool {mem['static_mb']:.0f} MB < weights {profile.memory.weights_mb:.0f} MB + minimum KV cache)",
+            "ERROR",
+        )
         return 1
     want = mem["total_mb"] if "oom" not in faults else profile.device.memory_total_mb * 2
     status, body = link.lease(want)
     if status != 200:
         free = body.get("error", {}).get("memory_free_mb", 0.0)
-        log("Capture cuda graph failed: torch.OutOfMemoryError: CUDA out of memory. "
+        log(
+            "Capture cuda graph failed: torch.OutOfMemoryError: CUDA out of memory. "
             f"Tried to allocate {max(want - mem['static_mb'], 0):.0f} MiB. GPU 0 has a total capacity of "
             f"{profile.device.memory_total_mb / 1024:.2f} GiB of which {max(free - mem['static_mb'], 0):.0f} MiB is free "
             "after the static pool. "
-            "Possible solutions: reduce --mem-fraction-static, --cuda-graph-max-bs or --max-running-requests (twin)", "ERROR")
+            "Possible solutions: reduce --mem-fraction-static, --cuda-graph-max-bs or --max-running-requests (twin)",
+            "ERROR",
+        )
         return 1
-    seed = args.twin_seed if args.twin_seed is not None else stable_hash("launch", dev_info.get("seed", 0), body.get("launch_seq", 0)) % (2**31)
+    seed = (
+        args.twin_seed
+        if args.twin_seed is not None
+        else stable_hash("launch", dev_info.get("seed", 0), body.get("launch_seq", 0)) % (2**31)
+    )
     if mem["capture_mb"] > 0 and "oom" not in faults:
         link.lease(mem["steady_mb"])  # the capture workspace goes back after CUDA-graph capture
     link.start()
     try:
-        log(f"Memory pool end. KV cache {mem['kv_cache_mb']:.0f} MB, buffers {mem['extra_mb']:.0f} MB, total {mem['total_mb']:.0f} MB")
+        log(
+            f"Memory pool end. KV cache {mem['kv_cache_mb']:.0f} MB, buffers {mem['extra_mb']:.0f} MB, total {mem['total_mb']:.0f} MB"
+        )
         if ea.oversized_tree(cfg):
             _sleep_twin(clock, 2.0 * scale, stop)
-            log(f"Capture cuda graph failed: RuntimeError: selected index k out of range "
-                f"(speculative_num_draft_tokens - 1 = {cfg.draft_tokens - 1} > tree candidates)", "ERROR")
+            log(
+                f"Capture cuda graph failed: RuntimeError: selected index k out of range "
+                f"(speculative_num_draft_tokens - 1 = {cfg.draft_tokens - 1} > tree candidates)",
+                "ERROR",
+            )
             return 1
         _sleep_twin(clock, phases["cuda_graphs"] * scale, stop)
         if stop.is_set():
@@ -205,7 +233,9 @@ def _serve(eng: TwinEngine, stop: StopFlag, t_launch0: int) -> int:
     sched.start()
     serve_in_thread(server)
     log(f"Uvicorn running on http://{args.host}:{args.port} (twin)")
-    warm = eng.new_request("The capital city of France is", None, {"max_new_tokens": 8, "temperature": 0}, rid="twin-warmup")
+    warm = eng.new_request(
+        "The capital city of France is", None, {"max_new_tokens": 8, "temperature": 0}, rid="twin-warmup"
+    )
     eng.submit(warm)
     while not warm.done and not stop.is_set():
         warm.event.wait(0.05)

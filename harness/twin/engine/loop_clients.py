@@ -11,9 +11,9 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.core.clocks import ScaledClock
-from harness.twin.engine.request import EngineRequest
 from harness.twin.engine.log import log
 from harness.twin.engine.loop_hint import LoopSpec
+from harness.twin.engine.request import EngineRequest
 
 FRESH_MS = 1000.0
 """Wall ms between a complete unannounced first wave and its receipt (time for its load report to reach the device)."""
@@ -47,8 +47,14 @@ class ClosedLoops:
     ``hold_ns`` from its scheduler (under its lock); ``late_requests`` counts requests the host delivered too late.
     """
 
-    def __init__(self, clock: ScaledClock, lock: threading.RLock, wake: threading.Event, arrival_delay_ns: int,
-                 turnaround_ns: int) -> None:
+    def __init__(
+        self,
+        clock: ScaledClock,
+        lock: threading.RLock,
+        wake: threading.Event,
+        arrival_delay_ns: int,
+        turnaround_ns: int,
+    ) -> None:
         self.clock = clock
         self.lock = lock
         self.wake = wake
@@ -60,8 +66,11 @@ class ClosedLoops:
 
     def hold_ns(self) -> int | None:
         """The earliest arrival (device ns) of an announced request that has not come in yet."""
-        holds = [s.first_ns if s.wave_ns is None else s.wave_ns + self.arrival_delay_ns
-                 for s in self.sessions.values() if s.wave > 0]
+        holds = [
+            s.first_ns if s.wave_ns is None else s.wave_ns + self.arrival_delay_ns
+            for s in self.sessions.values()
+            if s.wave > 0
+        ]
         holds += [t + self.arrival_delay_ns for s in self.sessions.values() for t in s.expect.values()]
         return min(holds) if holds else None
 
@@ -69,22 +78,27 @@ class ClosedLoops:
         """Give up on announced requests the device clock ``now`` has passed (the host delivered them too late)."""
         for s in self.sessions.values():
             if s.wave > 0 and s.wave_ns is None and now - s.first_ns > WAVE_WAIT_S * 1e9 * self.clock.scale:
-                log(f"closed-loop first wave incomplete after {WAVE_WAIT_S:g} s: {s.wave} request(s) missing; "
-                    "starting without them", "WARNING")
+                log(
+                    f"closed-loop first wave incomplete after {WAVE_WAIT_S:g} s: {s.wave} request(s) missing; "
+                    "starting without them",
+                    "WARNING",
+                )
                 s.wave = 0
                 self._place_wave(s, now)
             elif s.wave > 0 and s.wave_ns is not None and s.wave_ns + self.arrival_delay_ns <= now:
                 # an announced wave the host did not deliver in time: placed when complete, like an unannounced one
                 # (the engine has run nothing since, so only the idle gap before the wave grows)
-                log(f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
-                    f"(host slower than the lead); placing the wave when it is complete", "WARNING")
+                log(
+                    f"closed-loop first wave late: {s.wave} request(s) not in when the device clock reached them "
+                    f"(host slower than the lead); placing the wave when it is complete",
+                    "WARNING",
+                )
                 self.late_requests += 1
                 s.wave_ns, s.first_ns = None, now
                 for m in s.members:
                     self._set_receipt(m, UNPLACED_NS - self.arrival_delay_ns)
             for k in [k for k, t in s.expect.items() if t + self.arrival_delay_ns <= now]:
-                log(f"closed-loop request {k} after the first wave late (host too slow for the "
-                    "lead)", "WARNING")
+                log(f"closed-loop request {k} after the first wave late (host too slow for the lead)", "WARNING")
                 del s.expect[k]
 
     def _place_wave(self, s: LoopSession, now: int) -> None:
@@ -137,8 +151,11 @@ class ClosedLoops:
                     s.early[k] = req
                     return
             if at is None or at + self.arrival_delay_ns <= now:
-                log(f"closed-loop request {hint.seq} of {spec.session} came after its instant (host too slow for the "
-                    "lead); counted from now", "WARNING")
+                log(
+                    f"closed-loop request {hint.seq} of {spec.session} came after its instant (host too slow for the "
+                    "lead); counted from now",
+                    "WARNING",
+                )
                 self.late_requests += 1
                 at = now + self.fresh_ns
             self._set_receipt(req, at)

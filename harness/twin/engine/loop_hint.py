@@ -52,8 +52,9 @@ def parse_loop_hint(headers: Message) -> LoopHint | None:
         if seq is None or int(seq) < 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, "
-                         f"got {seq!r}") from None
+        raise ValueError(
+            f"{SEQ_HEADER} must be the request's 0-based index in its {LOOP_HEADER} batch, got {seq!r}"
+        ) from None
     spec = _loop_spec(LOOP_HEADER, loop)
     if int(seq) >= spec.total:
         raise ValueError(f"{SEQ_HEADER} {seq} is not below the batch's TOTAL {spec.total}")

@@ -33,18 +33,30 @@ def _families(eng: TwinEngine) -> list[Any]:
             gauge("sglang:num_running_reqs", "The number of running requests.", len(eng.decoder.running)),
             gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", len(eng.decoder.waiting)),
             gauge("sglang:gen_throughput", "The generation throughput (token/s).", eng.last_gen_throughput),
-            gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
-                  eng.decoder.last_interval_accept or 0.0),
+            gauge(
+                "sglang:spec_accept_length",
+                "The average acceptance length of speculative decoding.",
+                eng.decoder.last_interval_accept or 0.0,
+            ),
             counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", eng.prompt_tokens_total),
-            counter("sglang:generation_tokens_total", "Number of generation tokens processed.", eng.generation_tokens_total),
+            counter(
+                "sglang:generation_tokens_total", "Number of generation tokens processed.", eng.generation_tokens_total
+            ),
         ]
-        e2e = SummaryMetricFamily("sglang:e2e_request_latency_seconds", "End-to-end request latency (seconds).",
-                                  labels=["model_name"])
+        e2e = SummaryMetricFamily(
+            "sglang:e2e_request_latency_seconds", "End-to-end request latency (seconds).", labels=["model_name"]
+        )
         e2e.add_metric(model, count_value=eng.e2e_count, sum_value=eng.e2e_sum)
         out.append(e2e)
         if eng.version == "0.5.23" and not eng.cfg.is_baseline:
-            out.append(counter("sglang:spec_verify_calls_total", "Verification forward passes of speculative decoding.",
-                               eng.decoder.cum_ct, per_engine=True))
+            out.append(
+                counter(
+                    "sglang:spec_verify_calls_total",
+                    "Verification forward passes of speculative decoding.",
+                    eng.decoder.cum_ct,
+                    per_engine=True,
+                )
+            )
             out.append(gauge("sglang:spec_num_draft_tokens", "Draft tokens per verification.", eng.cfg.draft_tokens))
     return out
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.core.httpserve import Request, Response, Router, Stream, error, sse
-from harness.twin.engine.scheduler import TwinEngine
-from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.loop_hint import LoopHint, parse_loop_hint
+from harness.twin.engine.request import EngineRequest, iter_counts
+from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_state import meta_info
 
 Reply = Response | Stream | dict[str, Any]
@@ -22,9 +22,20 @@ def add_routes(r: Router, eng: TwinEngine, admit: Admit) -> None:
     """Add the OpenAI routes to ``r``; ``admit`` is the engine's gate (status, JSON body, faults)."""
 
     def models(req: Request) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": eng.model_id, "object": "model", "created": int(eng.start_wall),
-                                            "owned_by": "sglang-twin", "root": eng.model_id, "max_model_len": eng.context_length(),
-                                            "twin": True}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": eng.model_id,
+                    "object": "model",
+                    "created": int(eng.start_wall),
+                    "owned_by": "sglang-twin",
+                    "root": eng.model_id,
+                    "max_model_len": eng.context_length(),
+                    "twin": True,
+                }
+            ],
+        }
 
     r.add("GET", "/v1/models", models)
     r.add("POST", "/v1/chat/completions", lambda req: _handle(eng, admit, req, "chat", "sglang"))
@@ -55,9 +66,14 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
         if not isinstance(prompt, str):
             return error(400, "prompt must be a string")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    sp = {"temperature": body.get("temperature", 1.0), "max_new_tokens": max_tokens if max_tokens is not None else eng.context_length(),
-          "stop": body.get("stop"), "ignore_eos": body.get("ignore_eos", False), "stop_token_ids": body.get("stop_token_ids"),
-          "min_new_tokens": body.get("min_tokens", 0)}
+    sp = {
+        "temperature": body.get("temperature", 1.0),
+        "max_new_tokens": max_tokens if max_tokens is not None else eng.context_length(),
+        "stop": body.get("stop"),
+        "ignore_eos": body.get("ignore_eos", False),
+        "stop_token_ids": body.get("stop_token_ids"),
+        "min_new_tokens": body.get("min_tokens", 0),
+    }
     q = eng.new_request(prompt, None, sp, body.get("request_id") if api == "vllm" else None, hint)
     q.streaming = bool(body.get("stream"))
     eng.submit(q)
@@ -73,8 +89,17 @@ def vllm_gate(eng: TwinEngine, req: Request, body: dict[str, Any]) -> LoopHint |
     """vLLM's 404 for another model's name (the twin answers to its path too), else the request's loop hint."""
     model = body.get("model")
     if model not in (None, eng.model_id, eng.args.model_path):
-        return Response(404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
-                                        "param": "model", "code": 404}})
+        return Response(
+            404,
+            {
+                "error": {
+                    "message": f"The model `{model}` does not exist.",
+                    "type": "NotFoundError",
+                    "param": "model",
+                    "code": 404,
+                }
+            },
+        )
     try:
         return parse_loop_hint(req.headers)
     except ValueError as exc:
@@ -85,8 +110,14 @@ def twin_stamps(q: EngineRequest) -> dict[str, Any]:
     """The twin's device-clock stamps of a finished request (``twin`` in vLLM-mode answers); {} before it finishes."""
     if q.sim.finish_ns is None:
         return {}
-    return {"twin": {"received_ns": q.received_ns, "finish_ns": q.sim.finish_ns, "first_token_ns": q.sim.first_token_ns,
-                     "e2e_latency_s": (q.sim.finish_ns - q.received_ns) / 1e9}}
+    return {
+        "twin": {
+            "received_ns": q.received_ns,
+            "finish_ns": q.sim.finish_ns,
+            "first_token_ns": q.sim.first_token_ns,
+            "e2e_latency_s": (q.sim.finish_ns - q.received_ns) / 1e9,
+        }
+    }
 
 
 def _chat_prompt(msgs: list[Any]) -> str:
@@ -96,7 +127,9 @@ def _chat_prompt(msgs: list[Any]) -> str:
         content = m.get("content") if isinstance(m, dict) else str(m)
         if isinstance(content, list):
             content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-        parts.append(f"<|start_header_id|>{m.get('role', 'user') if isinstance(m, dict) else 'user'}<|end_header_id|>\n\n{content or ''}<|eot_id|>")
+        parts.append(
+            f"<|start_header_id|>{m.get('role', 'user') if isinstance(m, dict) else 'user'}<|end_header_id|>\n\n{content or ''}<|eot_id|>"
+        )
     return "".join(parts) + "<|start_header_id|>assistant<|end_header_id|>\n\n"
 
 
@@ -107,8 +140,12 @@ def _finish_str(q: EngineRequest) -> str:
 
 def usage_of(q: EngineRequest, api: str) -> dict[str, Any]:
     """The ``usage`` object of a request as sglang or vLLM (``api``) reports it."""
-    out = {"prompt_tokens": q.sim.prompt_tokens, "completion_tokens": q.visible, "total_tokens": q.sim.prompt_tokens + q.visible,
-           "prompt_tokens_details": None}
+    out = {
+        "prompt_tokens": q.sim.prompt_tokens,
+        "completion_tokens": q.visible,
+        "total_tokens": q.sim.prompt_tokens + q.visible,
+        "prompt_tokens_details": None,
+    }
     return out if api == "vllm" else {**out, "reasoning_tokens": 0}
 
 
@@ -120,7 +157,11 @@ def _stop_field(q: EngineRequest, api: str) -> dict[str, Any]:
     """sglang's ``matched_stop`` (the stop string or token that ended it) or vLLM's ``stop_reason``."""
     fr = q.sim.finish_reason or {}
     matched = fr.get("matched") if fr.get("type") == "stop" else None
-    return {"matched_stop": matched} if api == "sglang" else {"stop_reason": matched if isinstance(matched, (str, int)) else None}
+    return (
+        {"matched_stop": matched}
+        if api == "sglang"
+        else {"stop_reason": matched if isinstance(matched, (str, int)) else None}
+    )
 
 
 def _spec_details(eng: TwinEngine, q: EngineRequest) -> dict[str, Any]:
@@ -132,15 +173,25 @@ def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, 
     text = q.text()
     if kind == "chat":
         tool_calls: list[Any] | None = None if api == "sglang" else []
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
-                                                          "tool_calls": tool_calls},
-                                  "logprobs": None, "finish_reason": _finish_str(q), **_stop_field(q, api)}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": tool_calls},
+            "logprobs": None,
+            "finish_reason": _finish_str(q),
+            **_stop_field(q, api),
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_str(q), **_stop_field(q, api)}
         obj = "text_completion"
-    out: dict[str, Any] = {"id": _ids(q, kind, api), "object": obj, "created": int(time.time()), "model": eng.model_id,
-                           "choices": [choice], "usage": usage_of(q, api)}
+    out: dict[str, Any] = {
+        "id": _ids(q, kind, api),
+        "object": obj,
+        "created": int(time.time()),
+        "model": eng.model_id,
+        "choices": [choice],
+        "usage": usage_of(q, api),
+    }
     if api == "sglang":
         out["metadata"] = {"weight_version": "default"}
     else:
@@ -150,7 +201,9 @@ def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, 
     return out
 
 
-def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: bool, details: bool, api: str) -> Iterator[str]:
+def _sse_openai(
+    eng: TwinEngine, q: EngineRequest, kind: str, include_usage: bool, details: bool, api: str
+) -> Iterator[str]:
     sent_text = 0
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
     created, rid = int(time.time()), _ids(q, kind, api)
@@ -162,12 +215,28 @@ def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: boo
             sent_text = len(text)
             if kind == "chat":
                 d = {"role": "assistant", "content": delta} if first else {"content": delta}
-                choice: dict[str, Any] = {"index": 0, "delta": d, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "delta": d,
+                    "logprobs": None,
+                    "finish_reason": _finish_str(q) if final else None,
+                }
             else:
-                choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": _finish_str(q) if final else None}
+                choice = {
+                    "index": 0,
+                    "text": delta,
+                    "logprobs": None,
+                    "finish_reason": _finish_str(q) if final else None,
+                }
             if api == "vllm":
                 choice.update(_stop_field(q, api) if final else {"stop_reason": None})
-            chunk: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [choice]}
+            chunk: dict[str, Any] = {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": eng.model_id,
+                "choices": [choice],
+            }
             if final and details:
                 chunk["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
             if final and api == "vllm":
@@ -175,7 +244,16 @@ def _sse_openai(eng: TwinEngine, q: EngineRequest, kind: str, include_usage: boo
             first = False
             yield sse(chunk)
         if include_usage:
-            yield sse({"id": rid, "object": obj, "created": created, "model": eng.model_id, "choices": [], "usage": usage_of(q, api)})
+            yield sse(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": eng.model_id,
+                    "choices": [],
+                    "usage": usage_of(q, api),
+                }
+            )
         yield sse("[DONE]")
     except GeneratorExit:
         if not q.done:

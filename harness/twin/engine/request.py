@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from harness.twin.engine.loop_hint import LoopHint
-from harness.twin.model import Iteration, SimRequest
 from harness.twin.engine.tokens import decode, filler_id
+from harness.twin.model import Iteration, SimRequest
 
 
 @dataclass

@@ -17,13 +17,14 @@ import uuid
 from collections import deque
 from typing import Any
 
-from harness.grid import SpecConfig
 from harness.core.clocks import ScaledClock
-from harness.twin.engine.loop_clients import UNPLACED_NS, ClosedLoops
+from harness.grid import SpecConfig
 from harness.twin.engine.device_link import DeviceLink
-from harness.twin.engine.request import Computed, EngineRequest
 from harness.twin.engine.log import log
+from harness.twin.engine.loop_clients import UNPLACED_NS, ClosedLoops
 from harness.twin.engine.loop_hint import LoopHint
+from harness.twin.engine.request import Computed, EngineRequest
+from harness.twin.engine.tokens import count_tokens, stable_hash
 from harness.twin.model import (
     CLIENT_TURNAROUND_MS,
     Decoder,
@@ -34,7 +35,6 @@ from harness.twin.model import (
     prompt_quality,
 )
 from harness.twin.profile import TwinProfile
-from harness.twin.engine.tokens import count_tokens, stable_hash
 
 LEAD_MS = 3000.0
 """How far (wall ms) the engine's timeline may run ahead of the device clock (env ``TWIN_LEAD_MS``): the slack within
@@ -45,8 +45,18 @@ KV_BYTES_PER_TOKEN = 32 * 1024  # Llama-3.2-1B: 16 layers x 8 KV heads x 64 dims
 class TwinEngine:
     """Server state: args, clock, decoder, requests, counters."""
 
-    def __init__(self, args: argparse.Namespace, cfg: SpecConfig, profile: TwinProfile, clock: ScaledClock, link: DeviceLink,
-                 seed: int, faults: set[str], version: str, warnings: list[str]) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cfg: SpecConfig,
+        profile: TwinProfile,
+        clock: ScaledClock,
+        link: DeviceLink,
+        seed: int,
+        faults: set[str],
+        version: str,
+        warnings: list[str],
+    ) -> None:
         self.args = args
         self.cfg = cfg
         self.profile = profile
@@ -59,7 +69,9 @@ class TwinEngine:
         self.status = "Starting"
         self.lock = threading.RLock()
         self.max_running = args.max_running_requests or (48 if not cfg.is_baseline else 1024)
-        self.decoder = Decoder(profile, cfg, self.max_running, seed, start_ns=clock.now_ns(), log_interval=args.decode_log_interval)
+        self.decoder = Decoder(
+            profile, cfg, self.max_running, seed, start_ns=clock.now_ns(), log_interval=args.decode_log_interval
+        )
         self.requests: dict[str, EngineRequest] = {}
         self.counter = 0
         self.computed: deque[Computed] = deque()  # computed iterations not yet published, in order
@@ -81,8 +93,13 @@ class TwinEngine:
         self.launch_s = 0.0
         self.start_wall = time.time()
         self.lead_ns = int(float(os.environ.get("TWIN_LEAD_MS", str(LEAD_MS))) * 1e6 * clock.scale)
-        self.loops = ClosedLoops(clock, self.lock, self.wake, arrival_delay_ns=int(profile.perf.request_overhead_ms * 0.75e6),
-                                 turnaround_ns=int(CLIENT_TURNAROUND_MS * 1e6))
+        self.loops = ClosedLoops(
+            clock,
+            self.lock,
+            self.wake,
+            arrival_delay_ns=int(profile.perf.request_overhead_ms * 0.75e6),
+            turnaround_ns=int(CLIENT_TURNAROUND_MS * 1e6),
+        )
 
     @property
     def model_id(self) -> str:
@@ -202,9 +219,16 @@ class TwinEngine:
 
     def _publish(self, c: Computed) -> None:
         """Hand a computed iteration's tokens to the clients."""
-        if "crash" in self.faults and self.warmup_iters is not None and self.decoder.forward_ct - self.warmup_iters >= self.crash_after:
-            log("Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered "
-                "(twin fault: crash)", "ERROR")
+        if (
+            "crash" in self.faults
+            and self.warmup_iters is not None
+            and self.decoder.forward_ct - self.warmup_iters >= self.crash_after
+        ):
+            log(
+                "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered "
+                "(twin fault: crash)",
+                "ERROR",
+            )
             self.link.release()
             os._exit(1)
         for rid, (count, finished) in c.counts.items():
@@ -250,8 +274,14 @@ class TwinEngine:
             self.e2e_count += 1
 
     # ---- requests ------------------------------------------------------------------------------------------
-    def new_request(self, prompt_text: str | None, input_ids: list[int] | None, sp: dict[str, Any], rid: str | None = None,
-                    hint: LoopHint | None = None) -> EngineRequest:
+    def new_request(
+        self,
+        prompt_text: str | None,
+        input_ids: list[int] | None,
+        sp: dict[str, Any],
+        rid: str | None = None,
+        hint: LoopHint | None = None,
+    ) -> EngineRequest:
         """Build a request from sglang sampling params (``sp``), seeded and stamped (see ``ClosedLoops.stamp``)."""
         perf = self.profile.perf
         with self.lock:
@@ -279,16 +309,29 @@ class TwinEngine:
         # a closed-loop request is seeded by its client-given id, not by the order in which the host delivered it
         req_seed = stable_hash(self.seed, "req", rid if hint is not None else n, key_text)
         sim = SimRequest(
-            rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new, quality=quality,
-            arrival_ns=UNPLACED_NS, seed=req_seed,
-            ctx=ctx, ignore_eos=ignore_eos, eos_at=eos_at, never_finish=never, min_new_tokens=int(sp.get("min_new_tokens") or 0),
+            rid=rid or uuid.uuid4().hex,
+            prompt_tokens=prompt_tokens,
+            max_new_tokens=max_new,
+            quality=quality,
+            arrival_ns=UNPLACED_NS,
+            seed=req_seed,
+            ctx=ctx,
+            ignore_eos=ignore_eos,
+            eos_at=eos_at,
+            never_finish=never,
+            min_new_tokens=int(sp.get("min_new_tokens") or 0),
         )
         stops = sp.get("stop") or []
         if isinstance(stops, str):
             stops = [stops]
-        req = EngineRequest(sim=sim, stream_key=stable_hash(key_text, salt), stops=[s for s in stops if s],
-                             stop_ids=set(sp.get("stop_token_ids") or []), no_stop_trim=bool(sp.get("no_stop_trim")),
-                             loop=hint)
+        req = EngineRequest(
+            sim=sim,
+            stream_key=stable_hash(key_text, salt),
+            stops=[s for s in stops if s],
+            stop_ids=set(sp.get("stop_token_ids") or []),
+            no_stop_trim=bool(sp.get("no_stop_trim")),
+            loop=hint,
+        )
         self.loops.stamp(req)
         return req
 
@@ -311,5 +354,7 @@ class TwinEngine:
             if self.decoder.running or self.decoder.waiting or self.computed:
                 return False, "Cache not flushed because there are pending requests. (twin)"
             self.decoder.reset_accept()
-            return True, ("Cache flushed.\nPlease check backend logs for more details. "
-                          "(When there are running or waiting requests, the operation will not be performed.)\n")
+            return True, (
+                "Cache flushed.\nPlease check backend logs for more details. "
+                "(When there are running or waiting requests, the operation will not be performed.)\n"
+            )

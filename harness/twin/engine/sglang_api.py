@@ -13,18 +13,41 @@ from typing import Any
 from harness.core import promtext
 from harness.core.httpserve import Request, Response, Router, Stream, error, sse
 from harness.twin.engine import openai_api
-from harness.twin.engine.scheduler import TwinEngine
+from harness.twin.engine.loop_hint import parse_loop_hint
 from harness.twin.engine.metrics import render_metrics
 from harness.twin.engine.request import EngineRequest, iter_counts
-from harness.twin.engine.loop_hint import parse_loop_hint
+from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_state import meta_info, server_info
 
-SAMPLING_KEYS_0523 = frozenset({
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
-    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-    "custom_params", "stream_interval", "logit_bias", "sampling_seed",
-})
+SAMPLING_KEYS_0523 = frozenset(
+    {
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
+        "logit_bias",
+        "sampling_seed",
+    }
+)
 
 Reply = Response | Stream | dict[str, Any] | list[Any]
 
@@ -57,8 +80,11 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
     if eng.version == "0.5.23":
         unknown = sorted(set(sp) - SAMPLING_KEYS_0523)
         if unknown:
-            return error(400, f"unknown field `{unknown[0]}` in sampling_params, expected one of "
-                              + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)))
+            return error(
+                400,
+                f"unknown field `{unknown[0]}` in sampling_params, expected one of "
+                + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)),
+            )
     try:
         hint = parse_loop_hint(req.headers)
     except ValueError as exc:
@@ -73,7 +99,7 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
     reqs = []
     for i, item in enumerate(items):
         rid = body.get("rid")
-        rid = (rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid))
+        rid = rid[i] if isinstance(rid, list) else (f"{rid}-{i}" if rid and batch else rid)
         one_hint = None if batch else hint  # a closed loop is one request per call
         if isinstance(item, str):
             reqs.append(eng.new_request(item, None, sp, rid, one_hint))
@@ -104,10 +130,18 @@ def build_router(eng: TwinEngine) -> Router:
         return Response(200 if eng.status == "Up" else 503, None, text="")
 
     def model_info(req: Request) -> dict[str, Any]:
-        out = {"model_path": eng.args.model_path, "tokenizer_path": eng.args.tokenizer_path or eng.args.model_path,
-               "is_generation": True, "preferred_sampling_params": None, "weight_version": "default", "twin": True}
+        out = {
+            "model_path": eng.args.model_path,
+            "tokenizer_path": eng.args.tokenizer_path or eng.args.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "twin": True,
+        }
         if v523:
-            out.update({"served_model_name": eng.model_id, "load_format": eng.args.load_format, "reasoning_parser": None})
+            out.update(
+                {"served_model_name": eng.model_id, "load_format": eng.args.load_format, "reasoning_parser": None}
+            )
         return out
 
     def flush(req: Request) -> Response:

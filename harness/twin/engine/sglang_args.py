@@ -17,12 +17,49 @@ VERSIONS = ("0.5.2", "0.5.23")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 ATTENTION_BACKENDS: dict[str, tuple[str, ...]] = {
     # sglang's own choices (checked against the wheels by tests/test_sglang_conformance.py)
-    "0.5.2": ("aiter", "ascend", "cutlass_mla", "dual_chunk_flash_attn", "fa3", "flashinfer", "flashmla",
-              "hybrid_linear_attn", "intel_amx", "torch_native", "triton", "trtllm_mha", "trtllm_mla", "wave"),
-    "0.5.23": ("aiter", "ascend", "compressed", "cutedsl_mla", "dsa", "dsv4", "fa3", "fa4", "flashinfer", "flashmla",
-               "flex_attention", "hpc_ops", "intel_amx", "intel_xpu", "llada2_cfg_flashinfer", "minicpm_flashattn",
-               "minicpm_flashinfer", "nsa", "qsa", "tokenspeed_mla", "torch_native", "triton", "trtllm_mha",
-               "trtllm_mla", "wave"),
+    "0.5.2": (
+        "aiter",
+        "ascend",
+        "cutlass_mla",
+        "dual_chunk_flash_attn",
+        "fa3",
+        "flashinfer",
+        "flashmla",
+        "hybrid_linear_attn",
+        "intel_amx",
+        "torch_native",
+        "triton",
+        "trtllm_mha",
+        "trtllm_mla",
+        "wave",
+    ),
+    "0.5.23": (
+        "aiter",
+        "ascend",
+        "compressed",
+        "cutedsl_mla",
+        "dsa",
+        "dsv4",
+        "fa3",
+        "fa4",
+        "flashinfer",
+        "flashmla",
+        "flex_attention",
+        "hpc_ops",
+        "intel_amx",
+        "intel_xpu",
+        "llada2_cfg_flashinfer",
+        "minicpm_flashattn",
+        "minicpm_flashinfer",
+        "nsa",
+        "qsa",
+        "tokenspeed_mla",
+        "torch_native",
+        "triton",
+        "trtllm_mha",
+        "trtllm_mla",
+        "wave",
+    ),
 }
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 """0.5.2's argparse choices, case-sensitive; 0.5.23 has no choices at parse time (any string; checked later)."""
@@ -38,8 +75,12 @@ def emulated_version(argv: list[str]) -> str:
 
 def build_parser(version: str) -> argparse.ArgumentParser:
     if version not in VERSIONS:
-        raise SystemExit(f"harness twin engine: error: --emulate-version must be one of {', '.join(VERSIONS)}, got {version!r}")
-    p = argparse.ArgumentParser(prog="harness twin engine", description=f"sglang {version}-compatible twin engine (launch_server flags)")
+        raise SystemExit(
+            f"harness twin engine: error: --emulate-version must be one of {', '.join(VERSIONS)}, got {version!r}"
+        )
+    p = argparse.ArgumentParser(
+        prog="harness twin engine", description=f"sglang {version}-compatible twin engine (launch_server flags)"
+    )
     a = p.add_argument
     a("--model-path", "--model", dest="model_path", required=True)
     a("--tokenizer-path", default=None)
@@ -84,7 +125,12 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     # twin extras
     a("--twin-gpu", required=True, help="URL of the twin GPU device (harness twin gpu)")
     a("--emulate-version", default="0.5.2", choices=VERSIONS)
-    a("--twin-seed", type=int, default=None, help="seed of this launch (default: derived from the device seed and launch order)")
+    a(
+        "--twin-seed",
+        type=int,
+        default=None,
+        help="seed of this launch (default: derived from the device seed and launch order)",
+    )
     a("--twin-fault", default=None, help="comma-separated: " + ",".join(FAULTS) + " (or env TWIN_FAULT)")
     a("--twin-launch-scale", type=float, default=1.0, help="multiplier on the simulated launch time (tests)")
     return p
@@ -108,31 +154,44 @@ def resolve_spec(args: argparse.Namespace) -> SpecChoice:
     if algo is None:
         return SpecChoice(SpecConfig(0, 0, 0), warnings)
     if algo not in SPEC_ALGORITHMS:
-        raise SpecRejected(f"invalid choice for --speculative-algorithm: {algo!r} (choose from {', '.join(SPEC_ALGORITHMS)})")
+        raise SpecRejected(
+            f"invalid choice for --speculative-algorithm: {algo!r} (choose from {', '.join(SPEC_ALGORITHMS)})"
+        )
     if args.speculative_draft_model_path is None:
         raise SpecRejected("--speculative-draft-model-path is required with --speculative-algorithm EAGLE/EAGLE3")
     if steps is None:
         if topk is not None or draft is not None:
-            raise SpecRejected("AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be unset "
-                               "when speculative_num_steps is unset")
+            raise SpecRejected(
+                "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be unset "
+                "when speculative_num_steps is unset"
+            )
         steps, topk, draft = 5, 4, 8  # LlamaForCausalLM auto choice in both emulated versions
-        warnings.append("speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens are not set; "
-                        f"auto-chose ({steps}, {topk}, {draft}) for LlamaForCausalLM")
+        warnings.append(
+            "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens are not set; "
+            f"auto-chose ({steps}, {topk}, {draft}) for LlamaForCausalLM"
+        )
     if topk is None or draft is None:
-        raise SpecRejected("speculative_eagle_topk and speculative_num_draft_tokens must be set with speculative_num_steps")
+        raise SpecRejected(
+            "speculative_eagle_topk and speculative_num_draft_tokens must be set with speculative_num_steps"
+        )
     if steps < 1 or topk < 1 or draft < 1:
-        raise SpecRejected(f"speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be >= 1, "
-                           f"got ({steps}, {topk}, {draft})")
+        raise SpecRejected(
+            f"speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be >= 1, "
+            f"got ({steps}, {topk}, {draft})"
+        )
     if topk == 1 and draft != steps + 1:
-        warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")
+        warnings.append(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+        )
         draft = steps + 1
     if topk > 1 and args.attention_backend == "trtllm_mha":
         raise SpecRejected("trtllm_mha backend only supports topk = 1 for speculative decoding")
     return SpecChoice(SpecConfig(steps, topk, draft), warnings)
 
 
-def resolved_attention_backend(pinned: str | None, cfg: SpecConfig, compute_capability: tuple[int, int],
-                               version: str) -> str:
+def resolved_attention_backend(
+    pinned: str | None, cfg: SpecConfig, compute_capability: tuple[int, int], version: str
+) -> str:
     """The backend real sglang runs for a Llama (MHA) model: the pinned one, else its default for the GPU.
 
     Hopper (sm90, CUDA >= 12.3): fa3 without speculation or with topk == 1, else flashinfer. Blackwell (sm100):
@@ -152,7 +211,9 @@ def check_backend_hardware(backend: str | None, compute_capability: tuple[int, i
     """sglang 0.5.2 rejects the TensorRT-LLM backends off Blackwell (sm100) at argument validation."""
     if backend in ("trtllm_mha", "trtllm_mla") and compute_capability[0] != 10:
         name = "MHA" if backend == "trtllm_mha" else "MLA"
-        raise SpecRejected(f"TRTLLM {name} backend is only supported on Blackwell GPUs (SM100). Please use a different backend.")
+        raise SpecRejected(
+            f"TRTLLM {name} backend is only supported on Blackwell GPUs (SM100). Please use a different backend."
+        )
 
 
 def oversized_tree(cfg: SpecConfig) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.request import EngineRequest
+from harness.twin.engine.scheduler import TwinEngine
 
 
 def meta_info(eng: TwinEngine, req: EngineRequest, final: bool, completion: int | None = None) -> dict[str, Any]:
@@ -35,35 +35,44 @@ def meta_info(eng: TwinEngine, req: EngineRequest, final: bool, completion: int 
                 meta["spec_verify_ct"] = sim.verify_ct
             elif sim.verify_ct > 0:
                 proposed = sim.verify_ct * (eng.cfg.draft_tokens - 1)
-                meta.update({
-                    "spec_accept_rate": sim.correct_drafts / proposed if proposed else 0.0,
-                    "spec_accept_length": completion / sim.verify_ct,
-                    "spec_num_correct_drafts": sim.correct_drafts,
-                    "spec_num_proposed_drafts": proposed,
-                    "spec_verify_ct": sim.verify_ct,
-                    "spec_correct_drafts_histogram": list(sim.histogram),
-                })
+                meta.update(
+                    {
+                        "spec_accept_rate": sim.correct_drafts / proposed if proposed else 0.0,
+                        "spec_accept_length": completion / sim.verify_ct,
+                        "spec_num_correct_drafts": sim.correct_drafts,
+                        "spec_num_proposed_drafts": proposed,
+                        "spec_verify_ct": sim.verify_ct,
+                        "spec_correct_drafts_histogram": list(sim.histogram),
+                    }
+                )
         if eng.version == "0.5.23" and eng.args.enable_metrics and sim.finish_ns is not None:
             meta["queue_time"] = max(0.0, ((sim.first_token_ns or sim.finish_ns) - sim.arrival_ns) / 1e9)
             meta["first_token_latency"] = ((sim.first_token_ns or sim.finish_ns) - req.received_ns) / 1e9
-            meta["decode_throughput"] = completion / max((sim.finish_ns - (sim.first_token_ns or req.received_ns)) / 1e9, 1e-9)
+            meta["decode_throughput"] = completion / max(
+                (sim.finish_ns - (sim.first_token_ns or req.received_ns)) / 1e9, 1e-9
+            )
     return meta
 
 
 def server_args(eng: TwinEngine) -> dict[str, Any]:
     """The launch arguments as sglang reports them (resolved spec, backend and limits)."""
     a = eng.args
-    d = {k: v for k, v in vars(a).items()
-         if not k.startswith("twin") and k not in ("emulate_version", "resolved_attention_backend")}
-    d.update({
-        "speculative_num_steps": None if eng.cfg.is_baseline else eng.cfg.steps,
-        "speculative_eagle_topk": None if eng.cfg.is_baseline else eng.cfg.topk,
-        "speculative_num_draft_tokens": None if eng.cfg.is_baseline else eng.cfg.draft_tokens,
-        "max_running_requests": eng.max_running,
-        "mem_fraction_static": eng.memory.get("mem_fraction"),
-        "attention_backend": a.resolved_attention_backend,
-        "served_model_name": eng.model_id,
-    })
+    d = {
+        k: v
+        for k, v in vars(a).items()
+        if not k.startswith("twin") and k not in ("emulate_version", "resolved_attention_backend")
+    }
+    d.update(
+        {
+            "speculative_num_steps": None if eng.cfg.is_baseline else eng.cfg.steps,
+            "speculative_eagle_topk": None if eng.cfg.is_baseline else eng.cfg.topk,
+            "speculative_num_draft_tokens": None if eng.cfg.is_baseline else eng.cfg.draft_tokens,
+            "max_running_requests": eng.max_running,
+            "mem_fraction_static": eng.memory.get("mem_fraction"),
+            "attention_backend": a.resolved_attention_backend,
+            "served_model_name": eng.model_id,
+        }
+    )
     return d
 
 

@@ -43,7 +43,9 @@ def encode(text: str) -> list[int]:
     ids = [BOS_ID]
     for m in _PIECE.finditer(text):
         piece = m.group(0)
-        chunks = [piece[i:i + 4] for i in range(0, len(piece), 4)] if piece[0].isalnum() or piece[0] == "_" else [piece]
+        chunks = (
+            [piece[i : i + 4] for i in range(0, len(piece), 4)] if piece[0].isalnum() or piece[0] == "_" else [piece]
+        )
         for c in chunks:
             ids.append(int.from_bytes(hashlib.blake2b(c.encode(), digest_size=2).digest(), "little") + 2000)
     return ids

@@ -12,9 +12,9 @@ from typing import Any
 
 from harness.core import promtext
 from harness.core.httpserve import Request, Response, Router, Stream, error, sse
-from harness.twin.engine.scheduler import TwinEngine
-from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.openai_api import Reply, chat_route, twin_stamps, usage_of, vllm_gate
+from harness.twin.engine.request import EngineRequest, iter_counts
+from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_api import admit
 
 
@@ -32,9 +32,13 @@ def completions(eng: TwinEngine, req: Request) -> Reply:
     if not isinstance(prompt, (str, list)):
         return error(400, "prompt must be a string or a list of token ids")
     max_tokens = body.get("max_tokens")
-    sp = {"temperature": body.get("temperature", 1.0), "max_new_tokens": 16 if max_tokens is None else max_tokens,
-          "stop": body.get("stop"), "ignore_eos": bool(body.get("ignore_eos", False)),
-          "min_new_tokens": body.get("min_tokens", 0)}
+    sp = {
+        "temperature": body.get("temperature", 1.0),
+        "max_new_tokens": 16 if max_tokens is None else max_tokens,
+        "stop": body.get("stop"),
+        "ignore_eos": bool(body.get("ignore_eos", False)),
+        "min_new_tokens": body.get("min_tokens", 0),
+    }
     text, ids = (prompt, None) if isinstance(prompt, str) else (None, [int(t) for t in prompt])
     q = eng.new_request(text, ids, sp, body.get("request_id"), hint)
     q.streaming = bool(body.get("stream"))
@@ -42,17 +46,29 @@ def completions(eng: TwinEngine, req: Request) -> Reply:
     if body.get("stream"):
         return Stream(_sse(eng, q, bool((body.get("stream_options") or {}).get("include_usage"))))
     q.wait_done()
-    return _chunk(eng, q, {"index": 0, "text": q.text(), "logprobs": None, "finish_reason": _finish(q),
-                           "stop_reason": None}, usage=True, twin=True)
+    return _chunk(
+        eng,
+        q,
+        {"index": 0, "text": q.text(), "logprobs": None, "finish_reason": _finish(q), "stop_reason": None},
+        usage=True,
+        twin=True,
+    )
 
 
 def _finish(q: EngineRequest) -> str:
     return "length" if (q.sim.finish_reason or {}).get("type") == "length" else "stop"
 
 
-def _chunk(eng: TwinEngine, q: EngineRequest, choice: dict[str, Any] | None, *, usage: bool, twin: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": f"cmpl-{q.sim.rid}", "object": "text_completion", "created": int(time.time()),
-                           "model": eng.model_id, "choices": [choice] if choice else []}
+def _chunk(
+    eng: TwinEngine, q: EngineRequest, choice: dict[str, Any] | None, *, usage: bool, twin: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": f"cmpl-{q.sim.rid}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": eng.model_id,
+        "choices": [choice] if choice else [],
+    }
     if usage:
         out["usage"] = usage_of(q, "vllm")
     return {**out, **twin_stamps(q)} if twin else out
@@ -64,8 +80,13 @@ def _sse(eng: TwinEngine, q: EngineRequest, include_usage: bool) -> Iterator[str
     try:
         for n, final in iter_counts(q):
             text = q.text() if final else q.raw_text(n)
-            choice = {"index": 0, "text": text[sent:], "logprobs": None, "finish_reason": _finish(q) if final else None,
-                      "stop_reason": None}
+            choice = {
+                "index": 0,
+                "text": text[sent:],
+                "logprobs": None,
+                "finish_reason": _finish(q) if final else None,
+                "stop_reason": None,
+            }
             sent = len(text)
             yield sse(_chunk(eng, q, choice, usage=False, twin=final))
         if include_usage:
@@ -91,25 +112,55 @@ def _families(eng: TwinEngine) -> list[Any]:
     with eng.lock:
         d = eng.decoder
         out = [
-            family(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
-                   len(d.running)),
-            family(GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                   len(d.waiting)),
-            family(CounterMetricFamily, "vllm:prompt_tokens", "Number of prefill tokens processed.", eng.prompt_tokens_total),
-            family(CounterMetricFamily, "vllm:generation_tokens", "Number of generation tokens processed.",
-                   eng.generation_tokens_total),
+            family(
+                GaugeMetricFamily,
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                len(d.running),
+            ),
+            family(
+                GaugeMetricFamily,
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                len(d.waiting),
+            ),
+            family(
+                CounterMetricFamily,
+                "vllm:prompt_tokens",
+                "Number of prefill tokens processed.",
+                eng.prompt_tokens_total,
+            ),
+            family(
+                CounterMetricFamily,
+                "vllm:generation_tokens",
+                "Number of generation tokens processed.",
+                eng.generation_tokens_total,
+            ),
         ]
         if not eng.cfg.is_baseline:
             accepted = sum(d.accepted_per_pos)
             out += [
-                family(CounterMetricFamily, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-                       d.spec_drafts_total),
-                family(CounterMetricFamily, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-                       d.spec_drafts_total * eng.cfg.steps),
-                family(CounterMetricFamily, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
+                family(
+                    CounterMetricFamily,
+                    "vllm:spec_decode_num_drafts",
+                    "Number of spec decoding drafts.",
+                    d.spec_drafts_total,
+                ),
+                family(
+                    CounterMetricFamily,
+                    "vllm:spec_decode_num_draft_tokens",
+                    "Number of draft tokens.",
+                    d.spec_drafts_total * eng.cfg.steps,
+                ),
+                family(
+                    CounterMetricFamily, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted
+                ),
             ]
-            per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                          "Accepted tokens per draft position.", labels=[*labels, "position"])
+            per_pos = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*labels, "position"],
+            )
             for pos, n in enumerate(d.accepted_per_pos):
                 per_pos.add_metric([*values, str(pos)], n)
             out.append(per_pos)
@@ -125,9 +176,21 @@ def build_vllm_router(eng: TwinEngine) -> Router:
         return Response(200 if eng.status == "Up" else 503, None, text="")
 
     def models(req: Request) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": eng.model_id, "object": "model", "created": int(eng.start_wall),
-                                            "owned_by": "vllm-twin", "root": eng.args.model_path, "parent": None,
-                                            "max_model_len": eng.context_length(), "twin": True}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": eng.model_id,
+                    "object": "model",
+                    "created": int(eng.start_wall),
+                    "owned_by": "vllm-twin",
+                    "root": eng.args.model_path,
+                    "parent": None,
+                    "max_model_len": eng.context_length(),
+                    "twin": True,
+                }
+            ],
+        }
 
     def reset(req: Request) -> dict[str, Any]:
         """vLLM 0.34's dev route: 200 ``{"success": false}`` while requests hold blocks (the twin: pending requests)."""
@@ -141,6 +204,9 @@ def build_vllm_router(eng: TwinEngine) -> Router:
     r.add("POST", "/v1/completions", lambda req: completions(eng, req))
     r.add("POST", "/v1/chat/completions", chat_route(eng, lambda req: admit(eng, req)))
     r.add("POST", "/reset_prefix_cache", reset)
-    r.add("GET", "/metrics", lambda req: Response(200, None, text=promtext.render(_families(eng)),
-                                                  content_type=promtext.CONTENT_TYPE))
+    r.add(
+        "GET",
+        "/metrics",
+        lambda req: Response(200, None, text=promtext.render(_families(eng)), content_type=promtext.CONTENT_TYPE),
+    )
     return r

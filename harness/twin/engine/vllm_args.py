@@ -17,8 +17,20 @@ from harness.twin.engine.sglang_args import DTYPES, FAULTS, SpecRejected
 
 SPEC_METHODS = ("eagle", "eagle3", "ngram", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp", "mtp", "suffix")
 """Methods vLLM knows; the twin runs ``eagle3`` (and ``eagle``) and refuses the others as unsupported."""
-SPEC_KEYS = frozenset({"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
-                       "max_model_len", "revision", "code_revision", "draft_model_config", "parallel_drafting"})
+SPEC_KEYS = frozenset(
+    {
+        "method",
+        "model",
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "quantization",
+        "max_model_len",
+        "revision",
+        "code_revision",
+        "draft_model_config",
+        "parallel_drafting",
+    }
+)
 """``SpeculativeConfig`` fields the twin takes: all of them fields of the emulated vLLM's (tests/test_vllm_conformance.py);
 any other key, ``speculative_token_tree`` included (0.34.0 has no token tree), is refused as vLLM refuses it."""
 UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -33,8 +45,9 @@ def emulated_api(argv: list[str]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness twin engine --emulate vllm",
-                                description="vLLM-compatible twin engine (api_server flags)")
+    p = argparse.ArgumentParser(
+        prog="harness twin engine --emulate vllm", description="vLLM-compatible twin engine (api_server flags)"
+    )
     a = p.add_argument
     a("model_tag", nargs="?", default=None, help="the model (as `vllm serve MODEL`)")
     a("--model", default=None)
@@ -76,7 +89,7 @@ def chain_length(spec: Any) -> int | None:
     if method not in ("eagle", "eagle3"):
         raise SpecRejected(f"the twin engine emulates EAGLE speculation only, not method {method!r}")
     if not spec.get("model"):
-        raise SpecRejected("SpeculativeConfig: a draft model is required for method eagle3 (\"model\")")
+        raise SpecRejected('SpeculativeConfig: a draft model is required for method eagle3 ("model")')
     k = spec.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise SpecRejected(f"SpeculativeConfig: num_speculative_tokens must be a positive integer, got {k!r}")
@@ -90,10 +103,31 @@ def to_twin_argv(args: argparse.Namespace) -> list[str]:
         raise SpecRejected("no model: pass --model MODEL")
     k = chain_length(args.speculative_config)
     bs = args.max_num_seqs or 256
-    out = ["--model-path", model, "--host", args.host or "0.0.0.0", "--port", str(args.port), "--dtype", args.dtype,
-           "--mem-fraction-static", f"{args.gpu_memory_utilization:g}", "--max-running-requests", str(bs),
-           "--cuda-graph-max-bs", str(min(bs, 512)), "--log-level", args.uvicorn_log_level, "--enable-metrics",
-           "--twin-gpu", args.twin_gpu, "--twin-launch-scale", f"{args.twin_launch_scale:g}", "--emulate-version", "0.5.2"]
+    out = [
+        "--model-path",
+        model,
+        "--host",
+        args.host or "0.0.0.0",
+        "--port",
+        str(args.port),
+        "--dtype",
+        args.dtype,
+        "--mem-fraction-static",
+        f"{args.gpu_memory_utilization:g}",
+        "--max-running-requests",
+        str(bs),
+        "--cuda-graph-max-bs",
+        str(min(bs, 512)),
+        "--log-level",
+        args.uvicorn_log_level,
+        "--enable-metrics",
+        "--twin-gpu",
+        args.twin_gpu,
+        "--twin-launch-scale",
+        f"{args.twin_launch_scale:g}",
+        "--emulate-version",
+        "0.5.2",
+    ]
     if args.served_model_name:
         out += ["--served-model-name", args.served_model_name[0]]
     if args.max_model_len:
@@ -103,7 +137,16 @@ def to_twin_argv(args: argparse.Namespace) -> list[str]:
     if args.twin_fault:
         out += ["--twin-fault", args.twin_fault]
     if k is not None:
-        out += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", args.speculative_config["model"],
-                "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
-                str(k + 1)]
+        out += [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            args.speculative_config["model"],
+            "--speculative-num-steps",
+            str(k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(k + 1),
+        ]
     return out

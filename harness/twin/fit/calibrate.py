@@ -26,9 +26,9 @@ from pathlib import Path
 
 from harness.core.errors import MissingFileError
 from harness.grid import ACTIONS, BASELINE, SpecConfig
-from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
 from harness.twin.fit.report import print_fit_table
-from harness.twin.profile import PROFILES_DIR, DEFAULT_PROFILE, PerfParams, TwinProfile, load_profile
+from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
+from harness.twin.profile import DEFAULT_PROFILE, PROFILES_DIR, PerfParams, TwinProfile, load_profile
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # harness/data
 CALIBRATION_PATH = DATA_DIR / "calibration.json"
@@ -36,37 +36,70 @@ PROMPTS_PATH = DATA_DIR / "sweep_prompts.json"
 
 # Derived from the published rewards and J/token (see docs/twin.md): utilization = avg power / 80 W.
 DERIVED_UTILIZATION: dict[tuple[int, tuple[int, int, int]], float] = {
-    (1, (3, 4, 8)): 0.888, (1, (5, 4, 16)): 0.921, (1, (5, 4, 8)): 0.888,
-    (16, (3, 4, 8)): 1.01, (16, (3, 2, 4)): 0.952, (16, (1, 4, 2)): 0.909, (16, (5, 2, 8)): 0.972,
+    (1, (3, 4, 8)): 0.888,
+    (1, (5, 4, 16)): 0.921,
+    (1, (5, 4, 8)): 0.888,
+    (16, (3, 4, 8)): 1.01,
+    (16, (3, 2, 4)): 0.952,
+    (16, (1, 4, 2)): 0.909,
+    (16, (5, 2, 8)): 0.972,
 }
 # Published live p20 step times (ms).
 PUBLISHED_STEP_MS: dict[tuple[int, tuple[int, int, int]], float] = {
-    (1, (0, 0, 0)): 10.28, (1, (3, 4, 8)): 15.35, (1, (5, 4, 16)): 18.0,
-    (16, (0, 0, 0)): 11.0, (16, (3, 4, 8)): 21.1, (16, (3, 2, 4)): 18.2, (16, (1, 4, 2)): 14.8, (16, (5, 2, 8)): 23.5,
+    (1, (0, 0, 0)): 10.28,
+    (1, (3, 4, 8)): 15.35,
+    (1, (5, 4, 16)): 18.0,
+    (16, (0, 0, 0)): 11.0,
+    (16, (3, 4, 8)): 21.1,
+    (16, (3, 2, 4)): 18.2,
+    (16, (1, 4, 2)): 14.8,
+    (16, (5, 2, 8)): 23.5,
 }
 TARGETS = {"speed": 0.05, "accept": 0.03, "jpt": 0.10, "util": 0.03}
 REWARD_TOLERANCE = 0.01
 """Residual scale of a published reward (fitting only): the recipe's margins are 0.015 (bs 1) and 0.09 (bs 16)."""
 
 STEP_POWER_PARAMS: tuple[tuple[str, str], ...] = (
-    ("perf", "target_mem_ms"), ("perf", "target_ms_per_token"), ("perf", "target_ms_per_token_above_knee"),
-    ("perf", "baseline_overhead_ms"), ("perf", "spec_overhead_ms"), ("perf", "spec_overhead_ms_per_req"),
-    ("perf", "draft_step_ms"), ("perf", "draft_ms_per_token"), ("perf", "tree_ms_per_candidate"),
-    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "target_w_token_sat"), ("power", "draft_w"),
+    ("perf", "target_mem_ms"),
+    ("perf", "target_ms_per_token"),
+    ("perf", "target_ms_per_token_above_knee"),
+    ("perf", "baseline_overhead_ms"),
+    ("perf", "spec_overhead_ms"),
+    ("perf", "spec_overhead_ms_per_req"),
+    ("perf", "draft_step_ms"),
+    ("perf", "draft_ms_per_token"),
+    ("perf", "tree_ms_per_candidate"),
+    ("power", "target_w"),
+    ("power", "target_w_per_token"),
+    ("power", "target_w_token_sat"),
+    ("power", "draft_w"),
     ("power", "overhead_w"),
 )
 # Physical floors (a tiny draft head still costs something per token; CPU-bound phases still draw some power).
 LOWER_BOUNDS: dict[str, float] = {
-    "target_ms_per_token_above_knee": 1e-4, "draft_ms_per_token": 0.004, "tree_ms_per_candidate": 2e-4, "overhead_w": 4.0,
-    "spec_overhead_ms_per_req": 1e-3, "target_w_per_token": 1e-3, "target_w_token_sat": 8.0,
+    "target_ms_per_token_above_knee": 1e-4,
+    "draft_ms_per_token": 0.004,
+    "tree_ms_per_candidate": 2e-4,
+    "overhead_w": 4.0,
+    "spec_overhead_ms_per_req": 1e-3,
+    "target_w_per_token": 1e-3,
+    "target_w_token_sat": 8.0,
 }
-ACCEPT_PARAMS: tuple[str, ...] = ("accept_first", "accept_decay", "accept_decay_power", "rank_share", "chain_depth_factor")
+ACCEPT_PARAMS: tuple[str, ...] = (
+    "accept_first",
+    "accept_decay",
+    "accept_decay_power",
+    "rank_share",
+    "chain_depth_factor",
+)
 
 
 def load_calibration(path: str | Path | None = None) -> dict:
     p = Path(path) if path else CALIBRATION_PATH
     if not p.exists():
-        raise MissingFileError(f"calibration file not found: {p}", fix="pass --calibration PATH (shared/reference/calibration.json)")
+        raise MissingFileError(
+            f"calibration file not found: {p}", fix="pass --calibration PATH (shared/reference/calibration.json)"
+        )
     return json.loads(p.read_text())
 
 
@@ -145,9 +178,18 @@ def published_targets(cal: dict) -> list[Target]:
     out = []
     for row in published_rows(cal):
         key = (int(row["batch_size"]), tuple(row["config"]))
-        out.append(Target(key[0], key[1], accept=row["accept_length"], speed=row["speed_tok_s"],
-                          jpt=row["joules_per_token"], util=row.get("utilization", DERIVED_UTILIZATION.get(key)),
-                          step_ms=PUBLISHED_STEP_MS.get(key), reward=row.get("reward")))
+        out.append(
+            Target(
+                key[0],
+                key[1],
+                accept=row["accept_length"],
+                speed=row["speed_tok_s"],
+                jpt=row["joules_per_token"],
+                util=row.get("utilization", DERIVED_UTILIZATION.get(key)),
+                step_ms=PUBLISHED_STEP_MS.get(key),
+                reward=row.get("reward"),
+            )
+        )
     return out
 
 
@@ -156,25 +198,46 @@ def evaluate(profile: TwinProfile, cal: dict | None = None, seeds: tuple[int, ..
     return evaluate_targets(profile, published_targets(cal or load_calibration()), Protocol.published(), seeds)
 
 
-def evaluate_targets(profile: TwinProfile, targets: list[Target], protocol: Protocol,
-                     seeds: tuple[int, ...] = (0, 1, 2)) -> list[RowFit]:
+def evaluate_targets(
+    profile: TwinProfile, targets: list[Target], protocol: Protocol, seeds: tuple[int, ...] = (0, 1, 2)
+) -> list[RowFit]:
     """Simulate every target's cell under ``protocol`` (mean over ``seeds``, nominal launches) and pair them."""
     prompts = list(protocol.prompts)
     out = []
     for t in targets:
         cfg, bs = SpecConfig(*t.config), t.batch_size
-        sims = [simulate_cell(profile, cfg, bs, prompts, max_new_tokens=protocol.output_tokens,
-                              num_requests=protocol.num_prompts, seed=s, nominal_launch=True) for s in seeds]
-        out.append(RowFit(
-            bs, t.config,
-            accept=statistics.fmean(c.accept_length for c in sims),
-            speed=statistics.fmean(c.speed_tok_s for c in sims),
-            jpt=statistics.fmean(c.joules_per_token for c in sims),
-            util=statistics.fmean(c.utilization for c in sims),
-            step_ms=statistics.fmean(c.step_time_p20_s or 0.0 for c in sims) * 1000 if all(c.step_time_p20_s for c in sims) else None,
-            pub_accept=t.accept, pub_speed=t.speed, pub_jpt=t.jpt, pub_util=t.util, pub_step_ms=t.step_ms,
-            pub_reward=t.reward,
-        ))
+        sims = [
+            simulate_cell(
+                profile,
+                cfg,
+                bs,
+                prompts,
+                max_new_tokens=protocol.output_tokens,
+                num_requests=protocol.num_prompts,
+                seed=s,
+                nominal_launch=True,
+            )
+            for s in seeds
+        ]
+        out.append(
+            RowFit(
+                bs,
+                t.config,
+                accept=statistics.fmean(c.accept_length for c in sims),
+                speed=statistics.fmean(c.speed_tok_s for c in sims),
+                jpt=statistics.fmean(c.joules_per_token for c in sims),
+                util=statistics.fmean(c.utilization for c in sims),
+                step_ms=statistics.fmean(c.step_time_p20_s or 0.0 for c in sims) * 1000
+                if all(c.step_time_p20_s for c in sims)
+                else None,
+                pub_accept=t.accept,
+                pub_speed=t.speed,
+                pub_jpt=t.jpt,
+                pub_util=t.util,
+                pub_step_ms=t.step_ms,
+                pub_reward=t.reward,
+            )
+        )
     baseline = {f.batch_size: f.speed for f in out if f.config == (0, 0, 0)}
     for f in out:
         if f.pub_reward is not None and f.batch_size in baseline:
@@ -183,10 +246,12 @@ def evaluate_targets(profile: TwinProfile, targets: list[Target], protocol: Prot
 
 
 # ---- reward (the published definition) -------------------------------------------------------------------------
-def published_reward(util: float, speed: float, baseline_speed: float, temp_c: float | None = None, throttled: bool = False) -> float:
+def published_reward(
+    util: float, speed: float, baseline_speed: float, temp_c: float | None = None, throttled: bool = False
+) -> float:
     band = 1.0 if 0.95 <= util <= 0.98 else (util / 0.95 if util < 0.95 else max(0.0, 1.0 - 10.0 * (util - 0.98)))
     thr = min(1.0, max(0.0, (speed / baseline_speed - 1.0) / 2.0))
-    combined = band ** 0.5 * thr ** 0.5
+    combined = band**0.5 * thr**0.5
     mult = 1.0
     if temp_c is not None:
         mult = 0.5 if temp_c > 80 else (0.8 if temp_c > 75 else 1.0)
@@ -195,8 +260,13 @@ def published_reward(util: float, speed: float, baseline_speed: float, temp_c: f
     return min(1.0, max(0.0, combined * mult))
 
 
-def predict_rewards(profile: TwinProfile, batch_sizes: tuple[int, ...] = (1, 4, 8, 16), repeats: int = 3,
-                    configs: tuple[SpecConfig, ...] = ACTIONS, mem_fraction: float = 0.65) -> dict[int, list[tuple[SpecConfig, float, float]]]:
+def predict_rewards(
+    profile: TwinProfile,
+    batch_sizes: tuple[int, ...] = (1, 4, 8, 16),
+    repeats: int = 3,
+    configs: tuple[SpecConfig, ...] = ACTIONS,
+    mem_fraction: float = 0.65,
+) -> dict[int, list[tuple[SpecConfig, float, float]]]:
     """Per batch size: (config, mean reward, std over repeats), best first, from the pure model.
 
     The baseline speed of a repeat is that repeat's baseline cell; configs that do not fit in memory at 0.65 or
@@ -249,8 +319,12 @@ def protocol_accept(perf: PerfParams, cfg: SpecConfig, bs: int, protocol: Protoc
     return len(qs) / sum(1.0 / expected_accept_length(perf, cfg, q) for q in qs)
 
 
-def fit_accept_targets(profile: TwinProfile, targets: list[tuple[SpecConfig, int, float, float]], protocol: Protocol,
-                       prior: float | None = None) -> TwinProfile:
+def fit_accept_targets(
+    profile: TwinProfile,
+    targets: list[tuple[SpecConfig, int, float, float]],
+    protocol: Protocol,
+    prior: float | None = None,
+) -> TwinProfile:
     """The acceptance parameters (``ACCEPT_PARAMS``) by least squares on (config, bs, accept length, tolerance)
     targets (analytic, no sampling). ``prior``: each parameter's distance from the start, in its own units, counts
     as one tolerance per ``prior`` (keeps parameters the targets do not pin where they started)."""
@@ -281,8 +355,11 @@ def fit_long_context(profile: TwinProfile, cal: dict) -> TwinProfile:
 
     from harness.twin.model import context_quality
 
-    targets = [(SpecConfig(*map(int, k.strip("()").split(","))), float(v))
-               for k, v in cal.get("agentic_accept_length", {}).items() if k.startswith("(")]
+    targets = [
+        (SpecConfig(*map(int, k.strip("()").split(","))), float(v))
+        for k, v in cal.get("agentic_accept_length", {}).items()
+        if k.startswith("(")
+    ]
     if not targets:
         return profile
     prof = profile.model_copy(deep=True)
@@ -325,8 +402,14 @@ def fit_step_power(profile: TwinProfile, cal: dict, max_nfev: int = 60) -> TwinP
     return fit_step_power_targets(profile, published_targets(cal), Protocol.published(), max_nfev=max_nfev)
 
 
-def fit_step_power_targets(profile: TwinProfile, targets: list[Target], protocol: Protocol, max_nfev: int = 60,
-                           prior: float | None = None, band_walls: bool = True) -> TwinProfile:
+def fit_step_power_targets(
+    profile: TwinProfile,
+    targets: list[Target],
+    protocol: Protocol,
+    max_nfev: int = 60,
+    prior: float | None = None,
+    band_walls: bool = True,
+) -> TwinProfile:
     """``STEP_POWER_PARAMS`` (log scale) by least squares on the simulated cells of ``targets`` (one seed, nominal
     launches). ``prior``: a log-distance of ``prior`` from the start counts as one target tolerance."""
     from scipy.optimize import least_squares
@@ -334,7 +417,10 @@ def fit_step_power_targets(profile: TwinProfile, targets: list[Target], protocol
     prof = profile.model_copy(deep=True)
     lo = [math.log(LOWER_BOUNDS.get(n, 1e-3)) for _, n in STEP_POWER_PARAMS]
     hi = [math.log(1e3) for _ in STEP_POWER_PARAMS]
-    x0 = [min(max(math.log(max(getattr(getattr(prof, s), n), 1e-6)), a + 1e-3), b - 1e-3) for (s, n), a, b in zip(STEP_POWER_PARAMS, lo, hi)]
+    x0 = [
+        min(max(math.log(max(getattr(getattr(prof, s), n), 1e-6)), a + 1e-3), b - 1e-3)
+        for (s, n), a, b in zip(STEP_POWER_PARAMS, lo, hi)
+    ]
 
     def apply(x: Sequence[float]) -> None:
         for (s, n), v in zip(STEP_POWER_PARAMS, x):
@@ -351,8 +437,13 @@ def fit_step_power_targets(profile: TwinProfile, targets: list[Target], protocol
 
 
 POLISH_PARAMS: tuple[tuple[str, str], ...] = (
-    ("power", "target_w"), ("power", "target_w_per_token"), ("power", "target_w_token_sat"), ("power", "draft_w"),
-    ("power", "overhead_w"), ("perf", "target_mem_ms"), ("perf", "spec_overhead_ms"),
+    ("power", "target_w"),
+    ("power", "target_w_per_token"),
+    ("power", "target_w_token_sat"),
+    ("power", "draft_w"),
+    ("power", "overhead_w"),
+    ("perf", "target_mem_ms"),
+    ("perf", "spec_overhead_ms"),
 )
 
 
@@ -377,8 +468,13 @@ def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinP
     return prof
 
 
-def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spreads: tuple[float, ...] = (0.15, 0.2, 0.25, 0.3),
-                max_nfev: int = 60, log: Callable[..., None] = print) -> tuple[TwinProfile, float]:
+def fit_profile(
+    profile: TwinProfile | None = None,
+    cal: dict | None = None,
+    spreads: tuple[float, ...] = (0.15, 0.2, 0.25, 0.3),
+    max_nfev: int = 60,
+    log: Callable[..., None] = print,
+) -> tuple[TwinProfile, float]:
     """All stages; returns the best profile and its total squared (normalised) error."""
     cal = cal or load_calibration()
     start = profile or load_profile()
@@ -398,17 +494,27 @@ def fit_profile(profile: TwinProfile | None = None, cal: dict | None = None, spr
     return best
 
 
-def run_calibration(out: Path | None = None, calibration_path: Path | None = None, spreads: tuple[float, ...] = (0.25, 0.3, 0.35),
-                    max_evals: int = 50, start: TwinProfile | None = None) -> Path:
+def run_calibration(
+    out: Path | None = None,
+    calibration_path: Path | None = None,
+    spreads: tuple[float, ...] = (0.25, 0.3, 0.35),
+    max_evals: int = 50,
+    start: TwinProfile | None = None,
+) -> Path:
     """``harness twin calibrate``: fit, write the profile (default: the committed one), print the fit table."""
     from harness.core.jsonl import write_json_atomic
 
     cal = load_calibration(calibration_path)
     prof, err = fit_profile(profile=start, cal=cal, spreads=spreads, max_nfev=max_evals)
     fits = evaluate(prof, cal)
-    prof.calibration = {"source": str(calibration_path or "harness/data/calibration.json"), "total_sq_error": round(err, 3),
-                        "rows_within_targets": sum(f.within_targets() for f in fits), "rows": len(fits),
-                        "spreads_tried": list(spreads), "max_evals": max_evals}
+    prof.calibration = {
+        "source": str(calibration_path or "harness/data/calibration.json"),
+        "total_sq_error": round(err, 3),
+        "rows_within_targets": sum(f.within_targets() for f in fits),
+        "rows": len(fits),
+        "spreads_tried": list(spreads),
+        "max_evals": max_evals,
+    }
     target = out or (PROFILES_DIR / f"{DEFAULT_PROFILE}.json")
     write_json_atomic(target, prof.model_dump(mode="json"))
     print_fit_table(fits)

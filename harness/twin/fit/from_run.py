@@ -19,8 +19,8 @@ from harness.core.errors import DataError
 from harness.grid import SpecConfig
 from harness.runs.rows import SweepRow
 from harness.twin.fit.calibrate import (
-    RowFit,
     Protocol,
+    RowFit,
     Target,
     evaluate_targets,
     fit_accept_targets,
@@ -46,8 +46,14 @@ def row_utilization(row: SweepRow, fallback_limit_w: float | None) -> float | No
 def usable(row: SweepRow) -> bool:
     """A measured row the fit can use: no error, a valid window, speed and power present, and an unlocked SM clock
     (the fit is of the board at its own clocks; a ``--sm-clocks`` pass measures the clock law, docs/smclocks.md)."""
-    return (not row.is_error and row.window_valid is not False and bool(row.speed_tok_s)
-            and row.avg_power_watts is not None and bool(row.joules_per_token) and row.sm_clock_locked_mhz is None)
+    return (
+        not row.is_error
+        and row.window_valid is not False
+        and bool(row.speed_tok_s)
+        and row.avg_power_watts is not None
+        and bool(row.joules_per_token)
+        and row.sm_clock_locked_mhz is None
+    )
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,14 @@ def baseline_speeds(rows: Sequence[SweepRow]) -> dict[int, float]:
     return {bs: statistics.fmean(v) for bs, v in by.items()}
 
 
-def row_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | None, *, throttle: bool = True,
-               thermal: bool = True) -> float | None:
+def row_reward(
+    row: SweepRow,
+    baseline: float | None,
+    fallback_limit_w: float | None,
+    *,
+    throttle: bool = True,
+    thermal: bool = True,
+) -> float | None:
     """The published reward of a row (an error row scores 0; None without a baseline or a utilization).
     ``throttle``/``thermal``: apply the throttle flag's and the temperature's multipliers (both off: the plain
     reward of speed and utilization alone, what the model's figures score)."""
@@ -87,8 +99,9 @@ def row_reward(row: SweepRow, baseline: float | None, fallback_limit_w: float | 
     u = row_utilization(row, fallback_limit_w)
     if baseline is None or u is None or not row.speed_tok_s:
         return None
-    return published_reward(u, float(row.speed_tok_s), baseline, row.gpu_temp_c if thermal else None,
-                            throttle and bool(row.gpu_throttling))
+    return published_reward(
+        u, float(row.speed_tok_s), baseline, row.gpu_temp_c if thermal else None, throttle and bool(row.gpu_throttling)
+    )
 
 
 def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list[CellMeans]:
@@ -102,26 +115,43 @@ def cell_means(rows: Sequence[SweepRow], fallback_limit_w: float | None) -> list
     for (bs, cfg), rs in sorted(groups.items()):
         utils = [u for u in (row_utilization(r, fallback_limit_w) for r in rs) if u is not None]
         steps = [r.step_time_s for r in rs if r.step_time_s]
-        rewards = [x for x in (row_reward(r, base.get(bs), fallback_limit_w, throttle=False, thermal=False)
-                                for r in rs) if x is not None]
-        out.append(CellMeans(
-            bs, cfg, len(rs),
-            accept=statistics.fmean(r.accept_length or 1.0 for r in rs) if cfg != (0, 0, 0) else 1.0,
-            speed=statistics.fmean(float(r.speed_tok_s or 0.0) for r in rs),
-            jpt=statistics.fmean(float(r.joules_per_token or 0.0) for r in rs),
-            util=statistics.fmean(utils) if utils else None,
-            step_ms=1000 * statistics.fmean(steps) if len(steps) == len(rs) else None,
-            plain_rewards=tuple(rewards),
-        ))
+        rewards = [
+            x
+            for x in (row_reward(r, base.get(bs), fallback_limit_w, throttle=False, thermal=False) for r in rs)
+            if x is not None
+        ]
+        out.append(
+            CellMeans(
+                bs,
+                cfg,
+                len(rs),
+                accept=statistics.fmean(r.accept_length or 1.0 for r in rs) if cfg != (0, 0, 0) else 1.0,
+                speed=statistics.fmean(float(r.speed_tok_s or 0.0) for r in rs),
+                jpt=statistics.fmean(float(r.joules_per_token or 0.0) for r in rs),
+                util=statistics.fmean(utils) if utils else None,
+                step_ms=1000 * statistics.fmean(steps) if len(steps) == len(rs) else None,
+                plain_rewards=tuple(rewards),
+            )
+        )
     return out
 
 
 def targets_of(cells: Sequence[CellMeans]) -> list[Target]:
     """Fit targets: each cell's means, with its mean plain reward where its batch size has a baseline cell."""
     with_base = {c.batch_size for c in cells if c.config == (0, 0, 0)}
-    return [Target(c.batch_size, c.config, accept=c.accept, speed=c.speed, jpt=c.jpt, util=c.util, step_ms=c.step_ms,
-                   reward=statistics.fmean(c.plain_rewards) if c.plain_rewards and c.batch_size in with_base else None)
-            for c in cells]
+    return [
+        Target(
+            c.batch_size,
+            c.config,
+            accept=c.accept,
+            speed=c.speed,
+            jpt=c.jpt,
+            util=c.util,
+            step_ms=c.step_ms,
+            reward=statistics.fmean(c.plain_rewards) if c.plain_rewards and c.batch_size in with_base else None,
+        )
+        for c in cells
+    ]
 
 
 def with_device(profile: TwinProfile, manifest: dict[str, Any], name: str | None = None) -> TwinProfile:
@@ -175,15 +205,17 @@ def split_holdout(cells: Sequence[CellMeans], every: int) -> tuple[list[CellMean
 
 def require_cells(cells: Sequence[CellMeans], where: str) -> None:
     if not cells:
-        raise DataError(f"{where}: no usable rows to fit (every row is an error or has an invalid window)",
-                        fix="fit from a run with measured cells (harness sweep ...)")
+        raise DataError(
+            f"{where}: no usable rows to fit (every row is an error or has an invalid window)",
+            fix="fit from a run with measured cells (harness sweep ...)",
+        )
 
 
 def load_run(run_dir: Path) -> tuple[list[SweepRow], dict[str, Any], Protocol]:
     """A run folder's latest rows, its manifest and the protocol its cells ran."""
-    from harness.world.bench import load_prompts
     from harness.runs.manifest import read_manifest, read_options
     from harness.runs.rows import RowStore
+    from harness.world.bench import load_prompts
 
     manifest = read_manifest(run_dir).to_json()
     opts = read_options(run_dir)
@@ -192,8 +224,9 @@ def load_run(run_dir: Path) -> tuple[list[SweepRow], dict[str, Any], Protocol]:
     return rows, manifest, protocol
 
 
-def calibrate_from_run(run_dir: Path, out: Path | None, start: TwinProfile, holdout_every: int = 0,
-                       max_evals: int = 30) -> tuple[Path, list[RowFit], list[RowFit]]:
+def calibrate_from_run(
+    run_dir: Path, out: Path | None, start: TwinProfile, holdout_every: int = 0, max_evals: int = 30
+) -> tuple[Path, list[RowFit], list[RowFit]]:
     """``harness twin calibrate --from RUN_DIR``: fit, write the profile (default ``RUN_DIR/twin_profile.json``),
     print the per-cell fit error of the fitted and the held-out cells; returns (path, fitted, held-out)."""
     from harness.core.jsonl import write_json_atomic
@@ -208,19 +241,27 @@ def calibrate_from_run(run_dir: Path, out: Path | None, start: TwinProfile, hold
     fitted, held = fit_errors(prof, targets_of(fit_set), protocol), fit_errors(prof, targets_of(held_set), protocol)
     prof.about = f"fitted by harness twin calibrate --from {run_dir} ({len(fit_set)} cells; start profile {start.name})"
     prof.calibration = {
-        "source": str(run_dir), "run_id": manifest.get("run_id"), "hardware": manifest.get("hardware"),
-        "start_profile": start.name, "max_evals": max_evals, "holdout_every": holdout_every,
-        "cells_fitted": len(fitted), "cells_held_out": len(held),
+        "source": str(run_dir),
+        "run_id": manifest.get("run_id"),
+        "hardware": manifest.get("hardware"),
+        "start_profile": start.name,
+        "max_evals": max_evals,
+        "holdout_every": holdout_every,
+        "cells_fitted": len(fitted),
+        "cells_held_out": len(held),
         "fitted_within_targets": sum(f.within_targets() for f in fitted),
         "held_out_within_targets": sum(f.within_targets() for f in held),
-        "rows": [dict(r, held_out=False) for r in fit_table(fitted)] + [dict(r, held_out=True) for r in fit_table(held)],
+        "rows": [dict(r, held_out=False) for r in fit_table(fitted)]
+        + [dict(r, held_out=True) for r in fit_table(held)],
     }
     target = out or (run_dir / "twin_profile.json")
     write_json_atomic(target, prof.model_dump(mode="json"))
     print_fit_table(fitted, title=f"fitted cells: twin ({prof.name}) vs the run's rows (mean over repeats)", ref="run")
     if held:
         print_fit_table(held, title="held-out cells (not fitted)", ref="run")
-    print(f"wrote {target}: {prof.calibration['fitted_within_targets']}/{len(fitted)} fitted and "
-          f"{prof.calibration['held_out_within_targets']}/{len(held)} held-out cells within the twin targets "
-          "(speed 5 %, J/token 10 %, accept 3 %, utilization 0.03)")
+    print(
+        f"wrote {target}: {prof.calibration['fitted_within_targets']}/{len(fitted)} fitted and "
+        f"{prof.calibration['held_out_within_targets']}/{len(held)} held-out cells within the twin targets "
+        "(speed 5 %, J/token 10 %, accept 3 %, utilization 0.03)"
+    )
     return target, fitted, held

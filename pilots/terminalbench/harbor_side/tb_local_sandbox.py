@@ -36,7 +36,24 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
-PLAIN_DIRS = ("app", "logs/agent", "logs/verifier", "logs/artifacts", "tests", "solution", "tmp", "root", "var/tmp", "run", "home", "opt", "srv", "mnt", "proc", "dev")
+PLAIN_DIRS = (
+    "app",
+    "logs/agent",
+    "logs/verifier",
+    "logs/artifacts",
+    "tests",
+    "solution",
+    "tmp",
+    "root",
+    "var/tmp",
+    "run",
+    "home",
+    "opt",
+    "srv",
+    "mnt",
+    "proc",
+    "dev",
+)
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -132,7 +149,12 @@ class LocalSandboxEnvironment(BaseEnvironment):
             elif host.is_dir():
                 target.mkdir(exist_ok=True)
                 script.append(f'mount --bind /{name} "$R/{name}" && mount -o remount,bind,ro "$R/{name}"')
-        script += ['mount --rbind /dev "$R/dev"', 'mount -t proc proc "$R/proc"', 'touch "$R/tmp/.sandbox-ready"', "exec sleep infinity"]
+        script += [
+            'mount --rbind /dev "$R/dev"',
+            'mount -t proc proc "$R/proc"',
+            'touch "$R/tmp/.sandbox-ready"',
+            "exec sleep infinity",
+        ]
         self._holder = subprocess.Popen(
             ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "/bin/sh", "-c", "\n".join(script)],
             stdin=subprocess.DEVNULL,
@@ -179,7 +201,9 @@ class LocalSandboxEnvironment(BaseEnvironment):
             elif instr == "RUN":
                 result = await self.exec(arg, timeout_sec=int(self.task_env_config.build_timeout_sec))
                 if result.return_code != 0:
-                    raise SandboxError(f"RUN {arg!r} failed in the local sandbox ({result.return_code}): {result.stdout}")
+                    raise SandboxError(
+                        f"RUN {arg!r} failed in the local sandbox ({result.return_code}): {result.stdout}"
+                    )
             else:
                 self.logger.warning(f"local sandbox ignores Dockerfile instruction {instr}")
         if self.task_env_config.workdir:
@@ -235,11 +259,24 @@ class LocalSandboxEnvironment(BaseEnvironment):
         chroot = ["chroot"]
         if user not in (None, "root", 0, "0"):
             chroot.append(f"--userspec={user}")
-        argv = ["nsenter", f"--target={self._ns_pid}", "--mount", "--pid", *chroot, str(self.root),
-                "/bin/bash", "-c", f"cd {shlex.quote(workdir)} && {{\n{command}\n}}"]
+        argv = [
+            "nsenter",
+            f"--target={self._ns_pid}",
+            "--mount",
+            "--pid",
+            *chroot,
+            str(self.root),
+            "/bin/bash",
+            "-c",
+            f"cd {shlex.quote(workdir)} && {{\n{command}\n}}",
+        ]
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=run_env, start_new_session=True,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=run_env,
+            start_new_session=True,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout_sec or None)
@@ -251,8 +288,10 @@ class LocalSandboxEnvironment(BaseEnvironment):
             _kill_group(proc.pid)
             raise
         with open(self.sandbox_dir / "exec.log", "a") as log:
-            log.write(f"--- rc={proc.returncode} user={user} cwd={workdir} env={sorted((env or {}).keys())}\n{command}\n"
-                      f"stderr: {err.decode(errors='replace')[-500:]}\n")
+            log.write(
+                f"--- rc={proc.returncode} user={user} cwd={workdir} env={sorted((env or {}).keys())}\n{command}\n"
+                f"stderr: {err.decode(errors='replace')[-500:]}\n"
+            )
         return ExecResult(
             stdout=out.decode(errors="replace") or None,
             stderr=err.decode(errors="replace") or None,
