@@ -37,7 +37,7 @@ stamp "train"
 "$BIN/python" - "$OUT/models/picks.json" "$OUT/run/rows.jsonl" <<'PY'
 # Strict at bs 4, 8 and 16. At bs 1 the published live margin of (3,4,8) over (5,4,16) is 0.015, about the size of
 # repeat noise, so a regenerated grid may tie there: another pick at bs 1 passes only when its mean reward is within
-# two standard errors of the recipe's (said loudly); the committed fixture test (tests/test_policies_twin_grid.py)
+# two standard errors of the recipe's (said loudly); the committed fixture test (tests/policies/test_policies_twin_grid.py)
 # asserts the exact recipe everywhere.
 import json, math, sys
 sys.path.insert(0, "benchmarks")

@@ -35,8 +35,8 @@ def harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 
 
-def run_harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
+def run_harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     return subprocess.run(harness_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _dataset_helpers import grid_rows, write_native
 from _engine_helpers import FAST, ROOT, harness_cmd, read_lines, run_harness
-from _policies_helpers import harness
+from _engine_helpers import run_harness as harness
 
 from harness.cli import main
 from harness.grid import SpecConfig

@@ -1,7 +1,7 @@
 """Which sglang the servers run: ``auto`` detection in the server's own interpreter, and the supported range.
 
 The harness knows the flags and endpoints of sglang 0.5.2 through 0.5.23 (checked against the real wheels by
-``tests/test_sglang_conformance.py``); inside that range ``harness.engine.sglang_argv`` and ``harness.engine.sglang_client`` pick the
+``tests/engine/test_sglang_conformance.py``); inside that range ``harness.engine.sglang_argv`` and ``harness.engine.sglang_client`` pick the
 flag set and endpoint names by version. ``auto`` asks the interpreter that will run ``python -m sglang.launch_server``
 (``EngineSpec.python``: in the container the image's own Python), so the answer is the sglang the server really
 imports, not whatever the harness's environment has. The twin engine emulates 0.5.2 (default) and 0.5.23.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from harness.engine.sglang_argv import EngineSpec
 
 VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.34.0")
-"""vLLM versions whose parser the flags are checked against (tests/test_vllm_conformance.py: both ends)."""
+"""vLLM versions whose parser the flags are checked against (tests/engine/test_vllm_conformance.py: both ends)."""
 VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.34.0",)
 VLLM_DEFAULT_VERSION = "0.34.0"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"

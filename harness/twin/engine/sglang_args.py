@@ -16,7 +16,7 @@ from harness.grid import SpecConfig
 VERSIONS = ("0.5.2", "0.5.23")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 ATTENTION_BACKENDS: dict[str, tuple[str, ...]] = {
-    # sglang's own choices (checked against the wheels by tests/test_sglang_conformance.py)
+    # sglang's own choices (checked against the wheels by tests/engine/test_sglang_conformance.py)
     "0.5.2": (
         "aiter",
         "ascend",

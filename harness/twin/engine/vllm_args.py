@@ -31,7 +31,7 @@ SPEC_KEYS = frozenset(
         "parallel_drafting",
     }
 )
-"""``SpeculativeConfig`` fields the twin takes: all of them fields of the emulated vLLM's (tests/test_vllm_conformance.py);
+"""``SpeculativeConfig`` fields the twin takes: all of them fields of the emulated vLLM's (tests/engine/test_vllm_conformance.py);
 any other key, ``speculative_token_tree`` included (0.34.0 has no token tree), is refused as vLLM refuses it."""
 UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 

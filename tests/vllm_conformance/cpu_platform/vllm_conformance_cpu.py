@@ -2,7 +2,7 @@
 
 vLLM 0.11 picks its CPU platform only for a CPU build (a version with ``+cpu``, not on PyPI) or macOS, and its
 ``DeviceConfig`` then fails to infer a device while the parser is built; newer vLLM honours ``VLLM_TARGET_DEVICE=cpu``.
-This is vLLM's documented out-of-tree platform hook, put on ``PYTHONPATH`` by tests/test_vllm_conformance.py; the
+This is vLLM's documented out-of-tree platform hook, put on ``PYTHONPATH`` by tests/engine/test_vllm_conformance.py; the
 platform class itself is vLLM's.
 """
 

@@ -15,7 +15,7 @@ from harness.report.html import config_label, pareto_front
 from harness.report.sweep import summarize
 from harness.runs.rows import RowStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

@@ -15,7 +15,7 @@ from harness.runs.options import SweepOptions, parse_settle
 from harness.runs.plan import plan_cells
 from harness.sweep.cli import build_grid
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def harness(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from _policies_helpers import harness, synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
+from _engine_helpers import run_harness as harness
 
 from harness.core.jsonl import write_jsonl_atomic
 from policies.synthetic import synthetic_records

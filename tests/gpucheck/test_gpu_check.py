@@ -22,7 +22,7 @@ from harness.gpu.nvml_control import SET_CALLS
 from harness.gpucheck.judge import cap_binds_verdict, verdicts
 from harness.gpucheck.record import trapezoid_j, window
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMI_STAND_IN = REPO / "tests" / "nvml_shim" / "nvidia_smi.py"
 # the H200 seen by `run` (driver 580.159.04): limits 200..700 W, default 700 W; follow_limits makes power obey them
 H200 = {"limit_enforced_mw": 700000, "limit_mgmt_mw": 700000, "limit_default_mw": 700000, "limit_min_mw": 200000,

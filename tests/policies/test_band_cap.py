@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _policies_helpers import harness
+from _engine_helpers import run_harness as harness
 
 from harness.core.errors import DataError
 from harness.core.jsonl import write_json_atomic, write_jsonl_atomic

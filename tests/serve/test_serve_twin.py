@@ -99,7 +99,7 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
 
     from _engine_helpers import ROOT, harness_cmd, run_harness
 
-    grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+    grid = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
     bad = run_harness("serve", "--picks", "1=0:0:0", "--umodel", str(tmp_path / "nope"), "--out", str(tmp_path / "x"))
     assert bad.returncode != 0 and "nope" in bad.stderr and "fix:" in bad.stderr, bad.stderr
     out = tmp_path / "serve"

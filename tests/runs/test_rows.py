@@ -203,7 +203,7 @@ def test_store_repairs_a_torn_tail_left_by_a_killed_writer(tmp_path: Path) -> No
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert proc.returncode == -9
     assert not (tmp_path / "rows.jsonl").read_bytes().endswith(b"\n")
     assert [r.index for r in load_rows(tmp_path)] == [0]  # readers skip the torn tail

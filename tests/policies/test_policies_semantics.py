@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
-from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
+from _engine_helpers import run_harness as harness
 from torch.nn import functional as F
 
 from harness.core.errors import DataError
@@ -26,7 +26,7 @@ from policies.contract import ACTIONS, dataset_from_rows, load_dataset
 from policies.nets import predict
 from policies.synthetic import synthetic_rows
 
-GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+GRID = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
 
 
 @pytest.fixture(scope="module")

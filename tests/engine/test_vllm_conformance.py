@@ -15,7 +15,7 @@ from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, VLLM_TWI
 from harness.grid import ACTIONS, BASELINE
 from harness.twin.engine.vllm_args import SPEC_KEYS
 
-HERE = os.path.join(os.path.dirname(__file__), "vllm_conformance")
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_conformance")
 REPO_PROBE = os.path.join(HERE, "probe.py")
 VERSIONS = list(VLLM_SUPPORTED_RANGE)
 """The vLLM versions checked: both ends of the supported range (the oldest minor and the newest)."""

@@ -8,7 +8,6 @@ import joblib
 import numpy as np
 import pytest
 import torch
-from _policies_helpers import synthetic_files, trained_models  # noqa: F401 - pytest finds fixtures by name
 from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 

@@ -28,7 +28,7 @@ from harness.core.clocks import wall_ns
 from harness.telemetry.client import TelemetryClient
 from harness.telemetry.testbed import Service, harness_argv
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A library lacking entry points newer drivers have: field values, v2 memory, the clock-event-reasons name
 LACKING = (*OLD_DRIVER, "nvmlDeviceGetFieldValues")
 

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _policies_helpers import harness
+from _engine_helpers import run_harness as harness
 
 from policies.contract import dataset_from_rows, load_dataset
 
-GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+GRID = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
 
 
 def test_fold_rewards_are_rebuilt_from_the_fold_rows_only():

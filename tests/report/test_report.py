@@ -16,7 +16,7 @@ from harness.grid import BASELINE, REFERENCE, SpecConfig
 from harness.report.sweep import BAND, final_summary_table, power_limit_of, summarize
 from harness.runs.rows import RowStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

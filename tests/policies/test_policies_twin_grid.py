@@ -12,7 +12,7 @@ import pytest
 from policies.base import pick
 from policies.contract import load_dataset
 
-GRID = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+GRID = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
 RECIPE = {1: (3, 4, 8), 4: (3, 4, 8), 8: (3, 4, 8), 16: (3, 2, 4)}
 
 

@@ -205,7 +205,7 @@ def test_utilization_model_from_a_sweeps_rows(tmp_path) -> None:
 
     from harness.serve.utilization_rows import load_model
 
-    grid = Path(__file__).parent / "fixtures" / "twin_grid_3rep.jsonl"
+    grid = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
     model = load_model(grid)
     rows = [_json.loads(line) for line in grid.read_text().splitlines()]
     cell = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from _policies_helpers import harness, synthetic_files  # noqa: F401 - pytest finds fixtures by name
+from _engine_helpers import run_harness as harness
 
 from harness.grid import ACTIONS
 

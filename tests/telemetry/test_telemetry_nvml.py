@@ -30,7 +30,7 @@ from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.telemetry.probes import NvmlProbe
 from harness.telemetry.sampler import InProcessSampler
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARG_VERSION_MISMATCH = 25
 
 

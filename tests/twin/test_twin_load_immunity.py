@@ -20,7 +20,7 @@ from _twin_helpers import twin_engine, twin_gpu
 from harness.twin.model import CLIENT_TURNAROUND_MS
 from harness.world.bench import closed_loop_headers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENGINE_ARGS = [
     "--model-path",
     "unsloth/Llama-3.2-1B-Instruct",

@@ -16,7 +16,7 @@ from harness.dataset import compare, load, merge, validate_file
 from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import PILOT_ERROR_PREFIX, PUBLISHED_KEYS, RowStore, make_cell_id, to_published
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
