@@ -41,7 +41,7 @@ from harness.serve.band_feedback import LoopParams
 from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
-from harness.serve.session import ServeOptions, ServeSession, open_session
+from harness.serve.session import ServeSession, SessionOptions, open_session
 from harness.serve.utilization_model import model_pick
 from harness.world.bench import load_prompts
 
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.phase_s, a.calib_s, a.pilot_calls = 8.0, 5.0, 3
     scale = a.time_scale
-    opts = ServeOptions(
+    opts = SessionOptions(
         picks={1: BASELINE},
         configs=list(CANDIDATES),
         run_dir=a.out,

@@ -288,9 +288,11 @@ class TrainSummary(BaseModel):
     deviations: dict[str, dict[str, list[Any]]] = {}
     """Per algorithm trained with an option other than the published script's: ``{option: [value, published]}``."""
     published_picks: dict[str, dict[str, list[int]]] = {}
+    """For those algorithms, the picks of a refit with the published options (same data, same seed)."""
     selection: dict[str, Any] = {}
     """How the rows were chosen (``invalid_windows``, ``power_cap``): ``evaluate`` uses the same unless told otherwise."""
-    """For those algorithms, the picks of a refit with the published options (same data, same seed)."""
+    options: dict[str, Any] = {}
+    """The ``harness train`` options (``policies.options.TrainOptions``): a ``--config`` file that trains the same."""
 
 
 def fit_policy(name: str, data: PolicyDataset, seed: int = 0, **params: Any) -> Policy:
@@ -304,6 +306,7 @@ def train(
     seed: int = 0,
     params: dict[str, dict[str, Any]] | None = None,
     selection: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> TrainSummary:
     """Fit each algorithm on ``data``, save its artifact under ``out/<name>/``, write picks.json and train.json."""
     out = Path(out)
@@ -329,6 +332,7 @@ def train(
         reward_options=data.reward_options.model_dump(), seed=seed, algorithms=algos, artifacts=artifacts,
         picks=picks_json(picks), seconds=seconds, total_seconds=round(time.perf_counter() - t_all, 3),
         deviations=deviations, published_picks=picks_json(published), selection=selection or {},
+        options=options or {},
     )  # fmt: skip
     existing = json.loads((out / PICKS_FILE).read_text()) if (out / PICKS_FILE).exists() else {}
     write_json_atomic(out / PICKS_FILE, {**existing, **summary.picks})

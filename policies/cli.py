@@ -6,12 +6,14 @@ Heavy libraries (torch, sklearn, matplotlib) are imported inside the commands on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from harness.core.errors import UsageError
+from harness.core.model_options import options_command, resolve_options
 from harness.dataset.loader import WINDOW_RULE_HELP
+from policies.options import TrainOptions
 
 if TYPE_CHECKING:
     from policies.contract import RewardOptions
@@ -67,106 +69,65 @@ def _check_state(state: str) -> str:
     return state
 
 
+def train(ctx: typer.Context, **given: Any) -> None:
+    """Train the policies on a sweep and write their artifacts and picks.json.
+
+    The gbt artifact is a joblib pickle: loading a pickle can run code, so load models only from folders you made.
+    """
+    from policies.base import parse_algos, parse_params
+    from policies.base import train as train_all
+    from policies.contract import load_dataset
+    from policies.report import print_picks, print_published_picks
+
+    opts: TrainOptions = resolve_options(ctx, TrainOptions, given)
+    names = parse_algos(opts.algos)
+    params = parse_params(opts.param)
+    extra = sorted(set(params) - set(names))
+    if extra:
+        raise UsageError(
+            f"--param names {', '.join(extra)}, which --algos {opts.algos!r} does not train",
+            fix="add it to --algos or drop the --param",
+        )
+    data = load_dataset(
+        opts.dataset,
+        state=opts.state,
+        reward=_reward_options(
+            opts.power_limit,
+            opts.band,
+            opts.baseline_rule,
+            opts.throttle,
+            opts.energy_weight,
+            opts.limit_source,
+            opts.memory_term,
+            opts.memory_total_mb,
+        ),
+        windows=opts.invalid_windows,
+        power_cap=opts.power_cap,
+        sm_clock=opts.sm_clock,
+    )
+    if opts.tune:
+        from harness.core.jsonl import write_json_atomic
+        from policies.tune import tune_variants
+
+        tunings = tune_variants(data, opts.seed)
+        params.update({t.variant: t.chosen for t in tunings})
+        names += [t.variant for t in tunings]
+        write_json_atomic(opts.out / "tuning.json", [t.model_dump() for t in tunings])
+    selection = {"invalid_windows": opts.invalid_windows, "power_cap": opts.power_cap, "sm_clock": opts.sm_clock}
+    summary = train_all(
+        data, opts.out, names, opts.seed, params, selection=selection, options=opts.model_dump(mode="json")
+    )
+    print_picks(opts.out)
+    print_published_picks(summary.model_dump())
+    typer.echo(
+        f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in "
+        f"{summary.total_seconds:.1f} s -> {opts.out}"
+    )
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    @app.command()
-    def train(
-        dataset: Annotated[Path, typer.Option(help="run folder, native rows.jsonl or published dataset.jsonl")],
-        out: Annotated[Path, typer.Option(help="models folder: <algo>/<artifact>, picks.json, train.json")],
-        algos: Annotated[str, typer.Option(help="comma-separated algorithms, or 'all'")] = "all",
-        seed: Annotated[int, typer.Option(help="seed for every algorithm")] = 0,
-        state: Annotated[str, typer.Option(help="hindsight (published) or pre (pre-decision snapshot)")] = "hindsight",
-        tune: Annotated[
-            bool, typer.Option(help="also train cql_tuned and bcq_tuned, tuned on held-out repeats")
-        ] = False,
-        power_limit: Annotated[
-            float, typer.Option(help="watts; the cap of rows that record none (published files: 80)")
-        ] = 80.0,
-        limit_source: Annotated[
-            str, typer.Option(help="row (each row's enforced cap) or fixed (--power-limit for every row)")
-        ] = "row",
-        memory_term: Annotated[
-            str, typer.Option(help="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)")
-        ] = "published",
-        memory_total_mb: Annotated[
-            Optional[float], typer.Option(help="GPU total memory for --memory-term total (default: the manifest's)")
-        ] = None,
-        band: Annotated[str, typer.Option(help="utilization band LOW,HIGH")] = "0.95,0.98",
-        baseline_rule: Annotated[str, typer.Option(help="last (published) or per_repeat")] = "last",
-        throttle: Annotated[str, typer.Option(help="any (published, idle bit counts) or power_thermal")] = "any",
-        energy_weight: Annotated[float, typer.Option(help="w in band^w * throughput^(1-w)")] = 0.5,
-        param: Annotated[
-            Optional[list[str]],
-            typer.Option(
-                help="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md"
-            ),
-        ] = None,
-        invalid_windows: Annotated[str, typer.Option("--invalid-windows", help=WINDOWS_HELP)] = "exclude",
-        power_cap: Annotated[
-            Optional[str],
-            typer.Option("--power-cap", help="the cap pass to use when the sweep ran several (--power-caps), e.g. 60"),
-        ] = None,
-        sm_clock: Annotated[
-            Optional[str],
-            typer.Option(
-                "--sm-clock", help="the SM clock pass to use when the sweep ran several (--sm-clocks), e.g. 1410 or max"
-            ),
-        ] = None,
-    ) -> None:
-        """Train the policies on a sweep and write their artifacts and picks.json.
-
-        The gbt artifact is a joblib pickle: loading a pickle can run code, so load models only from folders you made.
-        """
-        from policies.base import parse_algos, parse_params
-        from policies.base import train as train_all
-        from policies.contract import load_dataset
-        from policies.report import print_picks, print_published_picks
-
-        names = parse_algos(algos)
-        params = parse_params(param)
-        extra = sorted(set(params) - set(names))
-        if extra:
-            raise UsageError(
-                f"--param names {', '.join(extra)}, which --algos {algos!r} does not train",
-                fix="add it to --algos or drop the --param",
-            )
-        data = load_dataset(
-            dataset,
-            state=_check_state(state),  # type: ignore[arg-type]
-            reward=_reward_options(
-                power_limit,
-                band,
-                baseline_rule,
-                throttle,
-                energy_weight,
-                limit_source,
-                memory_term,
-                memory_total_mb,
-            ),
-            windows=invalid_windows,
-            power_cap=power_cap,
-            sm_clock=sm_clock,
-        )
-        if tune:
-            from harness.core.jsonl import write_json_atomic
-            from policies.tune import tune_variants
-
-            tunings = tune_variants(data, seed)
-            params.update({t.variant: t.chosen for t in tunings})
-            names += [t.variant for t in tunings]
-            write_json_atomic(out / "tuning.json", [t.model_dump() for t in tunings])
-        summary = train_all(
-            data,
-            out,
-            names,
-            seed,
-            params,
-            selection={"invalid_windows": invalid_windows, "power_cap": power_cap, "sm_clock": sm_clock},
-        )
-        print_picks(out)
-        print_published_picks(summary.model_dump())
-        typer.echo(
-            f"trained {len(summary.algorithms)} on {len(data)} rows ({data.skipped_errors} skipped) in {summary.total_seconds:.1f} s -> {out}"
-        )
+    options_command(train, TrainOptions, "harness train")
+    app.command()(train)
 
     @app.command()
     def evaluate(

@@ -104,7 +104,8 @@ def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> li
 def with_parameters(fn: Callable[..., Any], extra: list[inspect.Parameter]) -> Callable[..., Any]:
     """``fn`` (taking ``**options``) presented to typer with ``extra`` parameters after its own named ones."""
     sig = inspect.signature(fn, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    added = {p.name for p in extra}  # a second call (an app built twice in one process) replaces, never repeats
+    own = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD and p.name not in added]
     fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
     fn.__annotations__ = {**{p.name: p.annotation for p in [*own, *extra]}, "return": None}
     return fn
@@ -141,7 +142,7 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise UsageError(
             f"--config {path}: not valid YAML or JSON ({exc})",
-            fix="fix the file (harness sweep --print-config writes a valid one)",
+            fix="fix the file (--print-config writes a valid one)",
         ) from None
     data = {} if data is None else data
     if not isinstance(data, dict):
@@ -162,7 +163,7 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
         key = ".".join(str(x) for x in err["loc"])
         raise UsageError(
             f"--config {path}: {key}: {err['msg']} (got {err.get('input')!r})",
-            fix="fix that key (harness sweep --print-config shows valid values)",
+            fix="fix that key (--print-config shows valid values)",
         ) from None
     return data
 
@@ -176,6 +177,8 @@ def build(model: type[BaseModel], values: dict[str, Any]) -> Any:
         name = str(err["loc"][0]) if err["loc"] else ""
         info = model.model_fields.get(name)
         flag = flag_name(name, info) if info is not None else "an option"
+        if err["type"] == "missing":
+            raise UsageError(f"{flag} is required", fix=f"pass {flag} (or set it in a --config file)") from None
         choices = _choices(info.annotation) if info is not None else None
         if choices:
             raise UsageError(
@@ -188,4 +191,61 @@ def to_yaml(options: BaseModel) -> str:
     """The options as a YAML config file (``--config`` reads it back to the same options)."""
     import yaml
 
-    return yaml.safe_dump(options.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+    class Dumper(yaml.SafeDumper):
+        """One line per option; a list of scalars inline (``[0, 1]``), a list of lists one item per line."""
+
+    def represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> Any:
+        flat = not any(isinstance(x, (list, tuple, dict)) for x in data)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat)
+
+    Dumper.add_representer(list, represent_list)
+    return yaml.dump(options.model_dump(mode="json"), Dumper=Dumper, sort_keys=False, default_flow_style=False)
+
+
+CONFIG_PANEL = "Config file"
+
+
+def config_parameters(command: str) -> list[inspect.Parameter]:
+    """``--config FILE`` and ``--print-config`` for a command whose options come from a model (``resolve_options``
+    reads them)."""
+    import typer
+
+    config = typer.Option(
+        "--config",
+        help=f"options from a YAML/JSON file (the names {command} --print-config writes), under the flags given",
+        rich_help_panel=CONFIG_PANEL,
+    )
+    printed = typer.Option(
+        "--print-config",
+        help="print the resolved options as YAML (a --config file) and exit",
+        rich_help_panel=CONFIG_PANEL,
+    )
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter("config", kw, default=None, annotation=Annotated[Optional[Path], config]),
+        inspect.Parameter("print_config", kw, default=False, annotation=Annotated[bool, printed]),
+    ]
+
+
+def options_command(fn: Callable[..., Any], model: type[BaseModel], command: str) -> Callable[..., Any]:
+    """``fn(ctx, ..., **options)`` presented to typer with a flag per field of ``model``, then ``--config`` and
+    ``--print-config``; ``resolve_options(ctx, model, options)`` turns what it receives into the model."""
+    return with_parameters(fn, [*model_parameters(model), *config_parameters(command)])
+
+
+def resolve_options(
+    ctx: Any, model: type[BaseModel], given: dict[str, Any], preset: dict[str, Any] | None = None
+) -> Any:
+    """The model's defaults, overlaid by ``preset``, then the ``--config`` file, then the flags the command line gave.
+    With ``--print-config`` the options are printed as YAML and the command ends (exit 0)."""
+    values: dict[str, Any] = dict(preset or {})
+    if given.get("config") is not None:
+        values.update(load_config(given["config"], model))
+    values.update(given_on_command_line(ctx, given, model))
+    options = build(model, values)
+    if given.get("print_config"):
+        import typer
+
+        typer.echo(to_yaml(options), nl=False)
+        raise typer.Exit(0)
+    return options

@@ -30,7 +30,7 @@ Instances = Literal["all", "one", "auto"]
 
 
 @dataclass
-class ServeOptions:
+class SessionOptions:
     """What ``harness serve`` (and the benchmark) runs: ``configs`` are the instances; ``picks`` the table the band
     controller applies (``mode="adaptive"`` runs the sglang-adaptive emulation instead)."""
 
@@ -115,7 +115,7 @@ class ServeSession:
         self.close()
 
 
-def _spec(options: ServeOptions) -> Any:
+def _spec(options: SessionOptions) -> Any:
     from harness.engine.sglang_argv import EngineSpec
     from harness.engine.version import resolve_version
 
@@ -124,7 +124,7 @@ def _spec(options: ServeOptions) -> Any:
     return base.model_copy(update={"sglang_version": version, "extra_args": tuple(options.engine_args)})
 
 
-def open_session(options: ServeOptions) -> ServeSession:
+def open_session(options: SessionOptions) -> ServeSession:
     """Start the world, the instances, the loop and the front; on failure stop what was started."""
     configs = options.instance_configs()
     missing = sorted(set(options.picks.values()) - set(configs))
@@ -195,7 +195,7 @@ def open_session(options: ServeOptions) -> ServeSession:
         raise
 
 
-def _launch_all(options: ServeOptions, world: World, configs: list[SpecConfig], run_dir: Path) -> Pool:
+def _launch_all(options: SessionOptions, world: World, configs: list[SpecConfig], run_dir: Path) -> Pool:
     """Every instance at once (topk-1 sglang instances with ``--speculative-adaptive`` when asked and supported)."""
     adaptive = None
     spec = world.launcher.spec

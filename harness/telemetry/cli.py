@@ -2,69 +2,66 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
+from typing import Any
 
 import typer
 
 
+def serve(ctx: typer.Context, **given: Any) -> None:
+    """Run the telemetry sampler sidecar until SIGTERM or Ctrl-C."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from harness.core.errors import ServiceUnavailableError
+    from harness.core.model_options import resolve_options
+    from harness.core.stopflag import StopFlag
+    from harness.telemetry.options import SamplerOptions
+    from harness.telemetry.probes import make_probe
+    from harness.telemetry.sampler import SamplerCore
+    from harness.telemetry.server import start_server
+
+    opts: SamplerOptions = resolve_options(ctx, SamplerOptions, given)
+    console = Console(stderr=True, highlight=False)
+    core = SamplerCore(
+        make_probe(opts.probe, gpu_index=opts.gpu_index, twin_url=opts.twin_url),
+        rate_hz=opts.rate_hz,
+        log_dir=opts.log,
+        retention_s=opts.retention_s,
+    )
+    try:
+        srv, _ = start_server(core, opts.host, opts.port)
+    except OSError as exc:
+        core.probe.close()
+        raise ServiceUnavailableError(
+            f"cannot bind {opts.host}:{opts.port}: {exc.strerror}", fix="pick another --port (0 = any free port)"
+        ) from None
+    core.start()
+    stop = StopFlag().stop_on_signals()
+    bound = srv.server_address[1]
+    typer.echo(
+        f"sampler listening on http://{opts.host}:{bound} probe={opts.probe} rate_hz={opts.rate_hz} "
+        f"run_id={core.run_id}",
+        err=False,
+    )
+    log = escape(str(opts.log or "(none)"))
+    console.print(f"[green]sampler[/] {opts.probe} @ {opts.rate_hz} Hz, log {log}; stop with Ctrl-C")
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        core.stop()
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+    from harness.core.model_options import options_command
+    from harness.telemetry.options import SamplerOptions
+
+    options_command(serve, SamplerOptions, "harness sampler serve")
     group = groups["sampler"]
 
-    @group.command("serve")
-    def serve(
-        probe: str = typer.Option("nvml", "--probe", help="nvml (a real GPU) or twin (the twin GPU device)."),
-        gpu_index: int = typer.Option(0, "--gpu-index", help="NVML device index."),
-        twin_url: Optional[str] = typer.Option(None, "--twin-url", help="Twin GPU device URL (with --probe twin)."),
-        rate_hz: float = typer.Option(10.0, "--rate-hz", help="Samples per second."),
-        log: Optional[Path] = typer.Option(
-            None, "--log", help="Folder for the append-only samples.jsonl (resumed with a gap record)."
-        ),
-        host: str = typer.Option("127.0.0.1", "--host"),
-        port: int = typer.Option(18200, "--port", help="0 picks a free port (printed on start)."),
-        retention_s: float = typer.Option(
-            3600.0, "--retention-s", help="Seconds of samples kept in memory for window queries."
-        ),
-    ) -> None:
-        """Run the telemetry sampler sidecar until SIGTERM or Ctrl-C."""
-        from rich.console import Console
-        from rich.markup import escape
-
-        from harness.core.errors import ServiceUnavailableError
-        from harness.core.stopflag import StopFlag
-        from harness.telemetry.probes import make_probe
-        from harness.telemetry.sampler import SamplerCore
-        from harness.telemetry.server import start_server
-
-        console = Console(stderr=True, highlight=False)
-        core = SamplerCore(
-            make_probe(probe, gpu_index=gpu_index, twin_url=twin_url),
-            rate_hz=rate_hz,
-            log_dir=log,
-            retention_s=retention_s,
-        )
-        try:
-            srv, _ = start_server(core, host, port)
-        except OSError as exc:
-            core.probe.close()
-            raise ServiceUnavailableError(
-                f"cannot bind {host}:{port}: {exc.strerror}", fix="pick another --port (0 = any free port)"
-            ) from None
-        core.start()
-        stop = StopFlag().stop_on_signals()
-        bound = srv.server_address[1]
-        typer.echo(
-            f"sampler listening on http://{host}:{bound} probe={probe} rate_hz={rate_hz} run_id={core.run_id}",
-            err=False,
-        )
-        console.print(f"[green]sampler[/] {probe} @ {rate_hz} Hz, log {escape(str(log or '(none)'))}; stop with Ctrl-C")
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            srv.shutdown()
-            srv.server_close()
-            core.stop()
+    group.command("serve")(serve)
 
     @group.command("window")
     def window(

@@ -66,3 +66,21 @@ def test_train_subset_with_options_from_a_run_folder(synthetic_files, tmp_path):
         and meta["reward_options"]["baseline_rule"] == "per_repeat"
     )
     assert set(json.loads((out / "picks.json").read_text())) == {"lookup_table", "linucb"}
+
+
+def test_train_json_records_the_options_as_a_config_file_that_retrains_the_same(
+    trained_models, synthetic_files, tmp_path
+):
+    """``train.json``'s ``options`` are ``harness train --print-config``'s: a ``--config`` file that trains the same."""
+    import yaml
+
+    options = json.loads((trained_models / "train.json").read_text())["options"]
+    assert (
+        options["dataset"] == str(synthetic_files["dataset"])
+        and options["seed"] == 0
+        and options["state"] == "hindsight"
+    )
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(options))
+    r = harness("train", "--config", str(config), "--print-config")
+    assert r.returncode == 0 and yaml.safe_load(r.stdout) == options, r.stderr

@@ -13,16 +13,16 @@ from typing import Any
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Done, Recorder
-from harness.serve.session import ServeOptions, ServeSession, open_session
+from harness.serve.session import ServeSession, SessionOptions, open_session
 
 B = SpecConfig(3, 2, 4)
 PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku about energy."]
 
 
 def serve_session(tmp_path: Path, table: dict[int, SpecConfig], **options: Any) -> ServeSession:
-    """A twin serve session at 20x with a quick controller and quick twin launches; ``options`` go to ServeOptions."""
+    """A twin serve session at 20x with a quick controller and quick twin launches; ``options`` go to SessionOptions."""
     return open_session(
-        ServeOptions(
+        SessionOptions(
             picks=table,
             run_dir=tmp_path,
             time_scale=20,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from _serve_helpers import PROMPTS, B, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE
@@ -143,6 +144,8 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
         )
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
         assert json.loads((out / "umodel.json").read_text())["16"]["3:2:4"]["u"] > 0
+        options = yaml.safe_load((out / "options.yaml").read_text())  # this session's --config file
+        assert options["umodel"] == str(grid) and options["engine_args"] == ["--twin-launch-scale", "0.1"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -1,0 +1,62 @@
+"""``TrainOptions``: the options of ``harness train``, one source for its flags, ``--config`` files,
+``--print-config`` and the ``options`` that ``train.json`` records (``harness.core.model_options``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.core.model_options import Flag
+from harness.dataset.loader import WINDOW_RULE_HELP
+
+DATA, REWARD, POLICIES = "Data", "Reward (the published scripts' options by default)", "Policies"
+"""Help panels of ``harness train``."""
+
+
+class TrainOptions(BaseModel):
+    """What to train on (dataset, state, rows), the reward the policies learn, and which policies with which
+    hyper-parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: Annotated[Path, Flag(DATA)] = Field(description="run folder, native rows.jsonl or published dataset.jsonl")
+    out: Path = Field(description="models folder: <algo>/<artifact>, picks.json, train.json")
+    algos: Annotated[str, Flag(POLICIES)] = Field("all", description="comma-separated algorithms, or 'all'")
+    seed: Annotated[int, Flag(POLICIES)] = Field(0, description="seed for every algorithm")
+    state: Annotated[Literal["hindsight", "pre"], Flag(DATA)] = Field(
+        "hindsight", description="hindsight (published) or pre (pre-decision snapshot)"
+    )
+    tune: Annotated[bool, Flag(POLICIES, flag="--tune/--no-tune")] = Field(
+        False, description="also train cql_tuned and bcq_tuned, tuned on held-out repeats"
+    )
+    power_limit: Annotated[float, Flag(REWARD)] = Field(
+        80.0, description="watts; the cap of rows that record none (published files: 80)"
+    )
+    limit_source: Annotated[str, Flag(REWARD)] = Field(
+        "row", description="row (each row's enforced cap) or fixed (--power-limit for every row)"
+    )
+    memory_term: Annotated[str, Flag(REWARD)] = Field(
+        "published", description="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)"
+    )
+    memory_total_mb: Annotated[float | None, Flag(REWARD, default_text="the manifest's")] = Field(
+        None, description="GPU total memory for --memory-term total"
+    )
+    band: Annotated[str, Flag(REWARD)] = Field("0.95,0.98", description="utilization band LOW,HIGH")
+    baseline_rule: Annotated[str, Flag(REWARD)] = Field("last", description="last (published) or per_repeat")
+    throttle: Annotated[str, Flag(REWARD)] = Field(
+        "any", description="any (published, idle bit counts) or power_thermal"
+    )
+    energy_weight: Annotated[float, Flag(REWARD)] = Field(0.5, description="w in band^w * throughput^(1-w)")
+    param: Annotated[list[str], Flag(POLICIES, repeat=True)] = Field(
+        default_factory=list,
+        description="ALGO.OPTION=VALUE, repeatable (e.g. linucb.alpha=1, cql.td_loss=huber); see docs/policies.md",
+    )
+    invalid_windows: Annotated[str, Flag(DATA)] = Field("exclude", description=WINDOW_RULE_HELP)
+    power_cap: Annotated[str | None, Flag(DATA)] = Field(
+        None, description="the cap pass to use when the sweep ran several (--power-caps), e.g. 60"
+    )
+    sm_clock: Annotated[str | None, Flag(DATA)] = Field(
+        None, description="the SM clock pass to use when the sweep ran several (--sm-clocks), e.g. 1410 or max"
+    )
