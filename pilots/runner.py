@@ -24,7 +24,7 @@ from harness.core.clocks import WALL_CLOCK, ScaledClock, mono_ns
 from harness.core.errors import HarnessError
 from harness.core.jsonl import JsonlAppender, write_jsonl_atomic
 from harness.engine.launch import RunningServer
-from harness.engine.sglang_argv import EngineSpec
+from harness.engine.spec import EngineSpec
 from harness.engine.version import resolve_version
 from harness.grid import SpecConfig
 from harness.runs.manifest import PilotManifest

@@ -235,7 +235,8 @@ def run_live(
 
 def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 30000) -> str:
     """The sglang launch command (env + argv) for ``algo``'s pick at ``batch_size``."""
-    from harness.engine.sglang_argv import ENGINE_ENV, EngineSpec, build_argv
+    from harness.engine.sglang_argv import ENGINE_ENV, build_argv
+    from harness.engine.spec import EngineSpec
 
     picks = load_picks(models)
     if algo not in picks:

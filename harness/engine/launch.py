@@ -19,8 +19,9 @@ from pydantic import BaseModel
 from harness.core.clocks import wall_ns
 from harness.core.errors import EngineLaunchError
 from harness.engine import proc as procs
-from harness.engine.sglang_argv import EngineSpec, build_argv, engine_env
+from harness.engine.sglang_argv import build_argv, engine_env
 from harness.engine.sglang_client import EngineClient
+from harness.engine.spec import EngineSpec
 from harness.grid import SpecConfig
 
 DEFAULT_MEM_FRACTIONS: tuple[float, ...] = (0.65, 0.55)

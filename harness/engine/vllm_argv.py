@@ -18,7 +18,7 @@ from harness.core.errors import UsageError
 from harness.grid import SpecConfig
 
 if TYPE_CHECKING:
-    from harness.engine.sglang_argv import EngineSpec
+    from harness.engine.spec import EngineSpec
 
 VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.34.0")
 """vLLM versions whose parser the flags are checked against (tests/engine/test_vllm_conformance.py: both ends)."""

@@ -10,7 +10,8 @@ SWEEP_BATCH_SIZE, SWEEP_MEM_FRACTION, PORT = 16, 0.65, 30000
 
 def launch_lines() -> dict[str, Any]:
     try:
-        from harness.engine.sglang_argv import EngineSpec, build_argv
+        from harness.engine.sglang_argv import build_argv
+        from harness.engine.spec import EngineSpec
         from harness.grid import ACTIONS
     except ImportError as exc:
         return {

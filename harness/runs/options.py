@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
-from harness.engine.sglang_argv import DEFAULT_ATTENTION_BACKEND
+from harness.engine.spec import DEFAULT_ATTENTION_BACKEND
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 
 GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = (

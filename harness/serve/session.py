@@ -116,7 +116,7 @@ class ServeSession:
 
 
 def _spec(options: SessionOptions) -> Any:
-    from harness.engine.sglang_argv import EngineSpec
+    from harness.engine.spec import EngineSpec
     from harness.engine.version import resolve_version
 
     base = EngineSpec(kind=options.engine)

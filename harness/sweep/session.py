@@ -12,7 +12,7 @@ from typing import Any
 from harness.core.clocks import mono_ns
 from harness.core.errors import HarnessError, UsageError
 from harness.core.jsonl import write_error
-from harness.engine.sglang_argv import EngineSpec
+from harness.engine.spec import EngineSpec
 from harness.engine.version import resolve_version
 from harness.gpu.pass_setting import PassSetting
 from harness.runs.folder import new_run_id, prepare_resume, prepare_run_dir

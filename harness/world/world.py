@@ -18,7 +18,7 @@ from harness.core.clocks import ScaledClock
 from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.engine import proc as procs
 from harness.engine.launch import EngineLauncher
-from harness.engine.sglang_argv import EngineSpec
+from harness.engine.spec import EngineSpec
 from harness.telemetry.client import TelemetrySource
 
 SERVICE_START_TIMEOUT_S = 60.0

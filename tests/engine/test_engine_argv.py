@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from harness.core.errors import UsageError
-from harness.engine.sglang_argv import EngineSpec, build_argv, cuda_graph_flag, engine_env, faults_for
+from harness.engine.sglang_argv import build_argv, cuda_graph_flag, engine_env, faults_for
 from harness.engine.sglang_client import parse_meta_info, parse_server_info, server_info_path
+from harness.engine.spec import EngineSpec
 from harness.grid import SpecConfig
 
 

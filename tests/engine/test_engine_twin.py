@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.engine.launch import EngineLauncher, LadderExhausted, ServerLaunchError
-from harness.engine.sglang_argv import EngineSpec
 from harness.engine.sglang_client import EngineRequestError
+from harness.engine.spec import EngineSpec
 from harness.grid import SpecConfig
 from harness.world.bench import BenchSettings, run_cell
 from harness.world.world import open_world

@@ -15,7 +15,8 @@ import io
 import pytest
 from _sglang_helpers import conformance_python, real_parse
 
-from harness.engine.sglang_argv import EngineSpec, build_argv
+from harness.engine.sglang_argv import build_argv
+from harness.engine.spec import EngineSpec
 from harness.engine.version import detect_installed, resolve_version
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 from harness.twin.engine import sglang_args as ea

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 from _sglang_helpers import conformance_python
 
-from harness.engine.sglang_argv import EngineSpec, build_argv
+from harness.engine.sglang_argv import build_argv
+from harness.engine.spec import EngineSpec
 from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS, vllm_configs
 from harness.grid import ACTIONS, BASELINE
 from harness.twin.engine.vllm_args import SPEC_KEYS

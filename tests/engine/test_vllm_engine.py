@@ -14,8 +14,9 @@ from _engine_helpers import FAST, HOST_LOAD, read_lines, run_harness
 from _twin_helpers import twin_engine, twin_gpu
 
 from harness.core.errors import UsageError
-from harness.engine.sglang_argv import EngineSpec, build_argv
+from harness.engine.sglang_argv import build_argv
 from harness.engine.sglang_client import EngineRequestError
+from harness.engine.spec import EngineSpec
 from harness.engine.vllm_client import ACCEPTED, DRAFTS, VllmClient, counter_totals
 from harness.grid import SpecConfig
 from harness.runs.options import SweepOptions

@@ -275,7 +275,7 @@ def test_world_check_on_an_in_process_sampler_tells_failing_reads_from_a_stopped
     NVML: GPU reads that start failing are a ``probe`` problem, a dead sampling loop a restartable ``sampler`` one."""
     from harness.core.clocks import ScaledClock
     from harness.engine.launch import EngineLauncher
-    from harness.engine.sglang_argv import EngineSpec
+    from harness.engine.spec import EngineSpec
     from harness.telemetry.probes import TwinProbe
     from harness.telemetry.sampler import InProcessSampler
     from harness.world.world import World

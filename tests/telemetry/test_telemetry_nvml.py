@@ -248,7 +248,7 @@ def test_capabilities_are_known_before_the_first_sample(script: ShimScript):
 
 
 def test_native_world_reads_name_and_power_limit_from_the_first_sample(script: ShimScript, tmp_path: Path):
-    from harness.engine.sglang_argv import EngineSpec
+    from harness.engine.spec import EngineSpec
     from harness.world.world import open_world
 
     script.set({"delay_ms": 20})  # a slow driver: ~0.3 s per reading, so no sample exists right after the start

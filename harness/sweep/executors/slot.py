@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
-from harness.engine.sglang_argv import EngineSpec
+from harness.engine.spec import EngineSpec
 from harness.runs.manifest import SweepManifest
 from harness.runs.options import SweepOptions
 from harness.runs.plan import Cell
