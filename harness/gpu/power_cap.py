@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Protocol
 
-import httpx
 from pydantic import BaseModel
 
-from harness.core.errors import ServiceUnavailableError, UsageError
+from harness.core.errors import UsageError
+from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 
 PowerCapMode = SettingMode
@@ -91,33 +91,6 @@ def resolve_cap(label: str, limits: CapLimits) -> float:
     return watts
 
 
-class TwinSettingDevice:
-    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
-    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
-
-    route = "/v1/power_limit"
-    what = "the power limit"
-    error: type[DeviceSettingError] = DeviceSettingError
-    fix = "choose a cap within the GPU's limits"
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            with httpx.Client(timeout=10.0, trust_env=False) as http:
-                resp = http.request(method, f"{self.url}{self.route}", json=body)
-        except httpx.HTTPError as exc:
-            raise ServiceUnavailableError(
-                f"the twin GPU at {self.url} is unreachable ({exc!r})", fix="start it or fix --twin-gpu"
-            ) from None
-        data = resp.json()
-        if resp.status_code >= 400:
-            msg = (data.get("error") or {}).get("message", resp.text)
-            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
-        return data
-
-
 class TwinCapDevice(TwinSettingDevice):
     """The twin GPU's limit endpoints (``GET``/``POST /v1/power_limit``)."""
 
@@ -135,58 +108,6 @@ class TwinCapDevice(TwinSettingDevice):
 
     def set_limit(self, watts: float) -> None:
         self._call("POST", {"power_limit_w": watts})
-
-
-class NvmlDevice:
-    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu_index``): the base of the NVML
-    setting devices (the power limit here, the SM clock lock in ``harness.gpu.sm_clocks``)."""
-
-    error: type[DeviceSettingError] = DeviceSettingError
-    purpose = "the power cap"
-
-    def __init__(self, gpu_index: int = 0) -> None:
-        try:
-            import pynvml
-        except ImportError:
-            raise self.error("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
-        self.nv = pynvml
-        try:
-            pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
-        except pynvml.NVMLError as exc:
-            raise self.error(
-                f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)"
-            ) from None
-
-    def set_call(
-        self,
-        call: Callable[..., Any],
-        *args: int,
-        doing: str,
-        refused: str,
-        root_fix: str,
-        refused_fix: str,
-        unsupported_fix: str | None = None,
-    ) -> None:
-        """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
-        error become ``self.error`` naming the NVML error text and the fix."""
-        nv = self.nv
-        try:
-            call(self.handle, *args)
-        except nv.NVMLError_NoPermission as exc:
-            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
-        except nv.NVMLError_NotSupported as exc:
-            if unsupported_fix is None:
-                raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
-            raise self.error(f"{doing}: this GPU does not support it (NVML: {exc})", fix=unsupported_fix) from None
-        except nv.NVMLError as exc:
-            raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
-
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except self.nv.NVMLError:
-            pass
 
 
 class NvmlCapDevice(NvmlDevice):

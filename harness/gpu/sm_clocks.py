@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from harness.core.errors import UsageError
+from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting
-from harness.gpu.power_cap import NvmlDevice, TwinSettingDevice
 
 UNLOCKED = "max"
 """The label of an unlocked pass (``max`` or ``default`` on the command line)."""

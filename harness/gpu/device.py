@@ -1,0 +1,92 @@
+"""The GPU a setting is applied to, one handle per kind: ``NvmlDevice`` (a real GPU through nvidia-ml-py) and
+``TwinSettingDevice`` (a setting endpoint of the twin GPU device over HTTP). The power cap and the SM clock lock are
+their subclasses (``harness.gpu.power_cap``, ``harness.gpu.sm_clocks``); each NVML refusal becomes the setting's
+own error with NVML's text and the fix."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import httpx
+
+from harness.core.errors import ServiceUnavailableError
+from harness.gpu.pass_setting import DeviceSettingError
+
+
+class NvmlDevice:
+    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu_index``): the base of the NVML
+    setting devices (the power limit here, the SM clock lock in ``harness.gpu.sm_clocks``)."""
+
+    error: type[DeviceSettingError] = DeviceSettingError
+    purpose = "the power cap"
+
+    def __init__(self, gpu_index: int = 0) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise self.error("nvidia-ml-py is not installed", fix="pip install nvidia-ml-py") from None
+        self.nv = pynvml
+        try:
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        except pynvml.NVMLError as exc:
+            raise self.error(
+                f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)"
+            ) from None
+
+    def set_call(
+        self,
+        call: Callable[..., Any],
+        *args: int,
+        doing: str,
+        refused: str,
+        root_fix: str,
+        refused_fix: str,
+        unsupported_fix: str | None = None,
+    ) -> None:
+        """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
+        error become ``self.error`` naming the NVML error text and the fix."""
+        nv = self.nv
+        try:
+            call(self.handle, *args)
+        except nv.NVMLError_NoPermission as exc:
+            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
+        except nv.NVMLError_NotSupported as exc:
+            if unsupported_fix is None:
+                raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+            raise self.error(f"{doing}: this GPU does not support it (NVML: {exc})", fix=unsupported_fix) from None
+        except nv.NVMLError as exc:
+            raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
+
+    def close(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+
+class TwinSettingDevice:
+    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
+    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
+
+    route = "/v1/power_limit"
+    what = "the power limit"
+    error: type[DeviceSettingError] = DeviceSettingError
+    fix = "choose a cap within the GPU's limits"
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            with httpx.Client(timeout=10.0, trust_env=False) as http:
+                resp = http.request(method, f"{self.url}{self.route}", json=body)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailableError(
+                f"the twin GPU at {self.url} is unreachable ({exc!r})", fix="start it or fix --twin-gpu"
+            ) from None
+        data = resp.json()
+        if resp.status_code >= 400:
+            msg = (data.get("error") or {}).get("message", resp.text)
+            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
+        return data
