@@ -79,7 +79,11 @@ def _wait_ready_line(proc: subprocess.Popen, log: Path, timeout: float) -> dict:
 
 @contextlib.contextmanager
 def twin_gpu(
-    time_scale: float = 50.0, seed: int = 0, profile: str = "rtx4060-laptop", log_dir: str | None = None
+    time_scale: float = 50.0,
+    seed: int = 0,
+    profile: str = "rtx4060-laptop",
+    log_dir: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[TwinProc]:
     """A twin GPU device on a free port (the device binds port 0 and announces the one it got)."""
     log = Path(log_dir or tempfile.mkdtemp(prefix="twin-gpu-")) / "gpu.log"
@@ -99,6 +103,7 @@ def twin_gpu(
                 str(seed),
                 "--profile",
                 profile,
+                *extra,
             ],
             stdout=fh,
             stderr=subprocess.STDOUT,

@@ -12,13 +12,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pydantic import BaseModel
 
 from harness.core.clocks import wall_ns
 from harness.core.errors import EngineLaunchError
 from harness.engine import proc as procs
+from harness.engine.memory_release import MemoryRelease
 from harness.engine.sglang_argv import build_argv, engine_env
 from harness.engine.sglang_client import EngineClient
 from harness.engine.spec import EngineSpec
@@ -109,6 +110,7 @@ class RunningServer:
         argv: list[str],
         stop_timeout_s: float,
         twin_gpu_url: str | None = None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.proc = proc
         self.port = port
@@ -123,6 +125,7 @@ class RunningServer:
         self.stop_timeout_s = stop_timeout_s
         self.twin_gpu_url = twin_gpu_url
         self.released: list[str] = []
+        self._on_stop = on_stop
 
     @property
     def pid(self) -> int:
@@ -145,6 +148,9 @@ class RunningServer:
         code = procs.stop(self.proc, self.stop_timeout_s)
         if self.twin_gpu_url:
             self.released += release_twin_leases(self.twin_gpu_url, self.pid)
+        on_stop, self._on_stop = self._on_stop, None
+        if on_stop is not None:  # once: the launcher's memory gate learns the server is gone
+            on_stop()
         return code
 
     def __enter__(self) -> "RunningServer":
@@ -188,8 +194,11 @@ class EngineLauncher:
         stop_timeout_s: float = 60.0,
         request_timeout_s: float = 300.0,
         poll_s: float | None = None,
+        memory: MemoryRelease | None = None,
     ) -> None:
         self.spec = spec
+        self.memory = memory or MemoryRelease()
+        """The gate every launch passes: it waits for a stopped server's memory (``harness.engine.memory_release``)."""
         self.run_dir = Path(run_dir)
         self.launch_timeout_s = launch_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -238,9 +247,14 @@ class EngineLauncher:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as f:
             f.write(f"# harness: launching {' '.join(argv)}\n".encode())
+        level = self.memory.before_launch()
         self.launches += 1
         t0 = time.monotonic()
-        proc = procs.spawn(argv, log, env=engine_env(spec))
+        try:
+            proc = procs.spawn(argv, log, env=engine_env(spec))
+        except BaseException:
+            self.memory.stopped(level)
+            raise
         client = make_client(spec, f"http://{self.spec.host}:{port}", self.request_timeout_s)
         try:
             self._wait_ready(proc, client, log, t0, cancel)
@@ -249,6 +263,7 @@ class EngineLauncher:
             procs.stop(proc, self.stop_timeout_s)
             if spec.kind == "twin" and spec.twin_gpu_url:
                 release_twin_leases(spec.twin_gpu_url, proc.pid)
+            self.memory.stopped(level)
             raise
         return RunningServer(
             proc,
@@ -263,6 +278,7 @@ class EngineLauncher:
             argv=argv,
             stop_timeout_s=self.stop_timeout_s,
             twin_gpu_url=spec.twin_gpu_url if spec.kind == "twin" else None,
+            on_stop=lambda: self.memory.stopped(level),
         )
 
     def _wait_ready(

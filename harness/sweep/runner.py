@@ -31,8 +31,6 @@ from harness.world.health import ServiceProblem
 
 MAX_SERVICE_RECOVERIES = 3
 """Sampler restarts one sweep session may make before it stops instead."""
-MEMORY_RELEASE_TIMEOUT_S = 60.0
-"""Before a launch, wait at most this long (wall s) for the GPU memory of the previous server to be free again."""
 
 
 def _num(x: Any) -> float | int | None:
@@ -83,7 +81,8 @@ class SweepRunner:
         self.recoveries = 0
         self._written: set[str] = set()
         self._retry: set[str] = set()
-        self._idle_mem_mb: float | None = None
+        if getattr(world, "launcher", None) is not None:  # a Ray driver's world launches nothing itself
+            world.launcher.memory.note = console.line  # the launcher waits for a stopped server's memory; said here
 
     # --- top level ------------------------------------------------------------------------------------------------
     def run(self) -> list[SweepRow]:
@@ -265,7 +264,6 @@ class SweepRunner:
     # --- steps ----------------------------------------------------------------------------------------------------
     def _launch(self, config: SpecConfig, batch_size: int, stem: str) -> tuple[RunningServer, list[LaunchAttempt]]:
         launcher = self.world.launcher
-        self._await_memory_release()
         before = launcher.launches
         try:
             return launcher.launch_with_ladder(
@@ -278,28 +276,6 @@ class SweepRunner:
         finally:
             self.launches += launcher.launches - before
             self.manifest.launches_recorded(self.launches)
-
-    def _await_memory_release(self) -> None:
-        """Before a launch: wait (at most ``MEMORY_RELEASE_TIMEOUT_S``) until the GPU's memory use is back to what it
-        was before the previous launch, so a dead server's memory (a real GPU frees it some time after the process
-        dies) never turns the next cell into a false out-of-memory row. Then note the level for the next launch."""
-        base = self._idle_mem_mb
-        if base is not None:
-            deadline = time.monotonic() + MEMORY_RELEASE_TIMEOUT_S
-            while True:
-                sample = self.world.telemetry.snapshot()
-                used = getattr(sample, "memory_used_mb", None)
-                total = getattr(sample, "memory_total_mb", None) or 0.0
-                if used is None or used <= base + max(256.0, 0.02 * total):
-                    break
-                if time.monotonic() >= deadline:
-                    self.console.line(
-                        f"GPU memory still {used:.0f} MB in use (was {base:.0f} MB before the previous "
-                        f"server) after {MEMORY_RELEASE_TIMEOUT_S:g} s; launching anyway"
-                    )
-                    break
-                time.sleep(0.05)
-        self._idle_mem_mb = getattr(self.world.telemetry.snapshot(), "memory_used_mb", None)
 
     def _measure(self, cell: Cell, server: RunningServer, attempts: list[LaunchAttempt], t0: float) -> bool:
         """Run the bench on ``server`` and write the cell's row; False when the cell failed (server unusable)."""

@@ -25,6 +25,7 @@ def gpu(ctx: typer.Context, **given: Any) -> None:
         time_scale=opts.time_scale,
         host=opts.host,
         index=opts.index,
+        memory_release_s=opts.memory_release_s,
     )
 
 

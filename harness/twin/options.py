@@ -36,6 +36,12 @@ class TwinGpuOptions(BaseModel):
     time_scale: float = Field(1.0, gt=0, description="the twin world runs this many times faster than the wall clock")
     host: str = Field("127.0.0.1", description="address to bind")
     index: int = Field(0, ge=0, description="device index on this node (N devices of one seed get N UUIDs)")
+    memory_release_s: float = Field(
+        0.0,
+        ge=0,
+        description="wall seconds a stopped engine's memory stays in use, as a driver frees a dead process's memory "
+        "some time after it exits (0: at once)",
+    )
 
 
 class CalibrateOptions(BaseModel):

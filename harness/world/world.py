@@ -90,6 +90,12 @@ class World:
         self.sampler_rate_hz = sampler_rate_hz
         self.gpu_index = gpu_index
         self.sampler_restarts = 0
+        launcher.memory.read = self.gpu_memory  # every launch waits for a stopped server's memory, as read here
+
+    def gpu_memory(self) -> tuple[float | None, float | None]:
+        """The GPU's memory (used, total MB) as the sampler sees it now (the sampler in use, after a restart too)."""
+        sample = self.telemetry.snapshot()
+        return getattr(sample, "memory_used_mb", None), getattr(sample, "memory_total_mb", None)
 
     @property
     def spec(self) -> EngineSpec:
@@ -304,7 +310,7 @@ def open_world(
             stop_timeout_s=stop_timeout_s,
             request_timeout_s=request_timeout_s,
         )
-        return World(
+        world = World(
             engine=engine,
             telemetry=telemetry,
             launcher=launcher,
@@ -319,6 +325,7 @@ def open_world(
             sampler_rate_hz=rate_hz,
             gpu_index=gpu_index,
         )
+        return world
     except BaseException:
         if telemetry is not None:
             telemetry.close()

@@ -81,8 +81,19 @@ def cap_clock_factor(base_w: float, dynamic_w: float, cap_w: float, gamma: float
 class TwinGpu(BoardSettings):
     """Thread-safe state of one twin GPU. All times are device (twin) epoch ns."""
 
-    def __init__(self, profile: TwinProfile, seed: int = 0, time_scale: float = 1.0, index: int = 0) -> None:
+    def __init__(
+        self,
+        profile: TwinProfile,
+        seed: int = 0,
+        time_scale: float = 1.0,
+        index: int = 0,
+        memory_release_s: float = 0.0,
+    ) -> None:
         self.profile = profile
+        self.memory_release_s = memory_release_s
+        """Wall seconds a released lease's memory stays in use (a driver frees a dead process's memory some time
+        after it exits); 0 frees it at once."""
+        self._releasing: list[tuple[int, float]] = []  # (mono ns when freed, MB) of released leases
         self.index = index  # the NVML-style device index on its node; only the UUID depends on it
         self.p = profile.device
         self.seed = seed
@@ -287,7 +298,16 @@ class TwinGpu(BoardSettings):
 
     # ---- engines -----------------------------------------------------------------------------------------
     def memory_used_mb(self) -> float:
-        return self.p.memory_base_used_mb + sum(e.memory_mb for e in self.engines.values())
+        now = mono_ns()
+        self._releasing = [(t, mb) for t, mb in self._releasing if t > now]
+        held = sum(e.memory_mb for e in self.engines.values()) + sum(mb for _, mb in self._releasing)
+        return self.p.memory_base_used_mb + held
+
+    def _freed_later(self, leases: list[Lease]) -> None:
+        """Released leases whose memory stays in use for ``memory_release_s`` wall seconds."""
+        if self.memory_release_s > 0:
+            at = mono_ns() + int(self.memory_release_s * 1e9)
+            self._releasing += [(at, lease.memory_mb) for lease in leases]
 
     def memory_free_mb(self) -> float:
         return self.p.memory_total_mb - self.p.memory_reserved_mb - self.memory_used_mb()
@@ -349,7 +369,9 @@ class TwinGpu(BoardSettings):
     def release(self, engine_id: str) -> bool:
         with self.lock:
             self._advance(self.now_ns())
-            found = self.engines.pop(engine_id, None) is not None
+            lease = self.engines.pop(engine_id, None)
+            found = lease is not None
+            self._freed_later([lease] if lease is not None else [])
             self.events = [e for e in self.events if e[2] != engine_id]
             heapq.heapify(self.events)
             self._recompute()
@@ -360,8 +382,7 @@ class TwinGpu(BoardSettings):
         with self.lock:
             self._advance(self.now_ns())
             ids = [eid for eid, lease in self.engines.items() if lease.pid == pid]
-            for eid in ids:
-                del self.engines[eid]
+            self._freed_later([self.engines.pop(eid) for eid in ids])
             if ids:
                 self.events = [e for e in self.events if e[2] not in ids]
                 heapq.heapify(self.events)

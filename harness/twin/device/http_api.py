@@ -172,9 +172,10 @@ def serve(
     host: str = "127.0.0.1",
     announce: Callable[..., None] = print,
     index: int = 0,
+    memory_release_s: float = 0.0,
 ) -> None:
     """Run the device until SIGTERM/SIGINT. ``port`` 0 picks a free port; the ready line names the URL."""
-    gpu = TwinGpu(profile, seed=seed, time_scale=time_scale, index=index)
+    gpu = TwinGpu(profile, seed=seed, time_scale=time_scale, index=index, memory_release_s=memory_release_s)
     try:
         server = make_server(host, port, build_router(gpu), server_header="twin-gpu")
     except OSError as exc:

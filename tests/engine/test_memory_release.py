@@ -1,0 +1,68 @@
+"""Every launch waits for a stopped server's memory (issue 39, item 4): a real GPU frees a dead process's memory some
+time after it exits, and sglang sizes its KV pool from the memory free at start (vLLM refuses to start below its
+target). The twin GPU plays such a driver with ``--memory-release-s``; two bs-16 (3,4,8) servers do not fit on it
+together, so a launch that does not wait fails out of memory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from _twin_helpers import twin_gpu
+
+from harness.engine.launch import ServerLaunchError
+from harness.engine.memory_release import MemoryRelease
+from harness.engine.spec import EngineSpec
+from harness.grid import SpecConfig
+from harness.world.world import open_world
+
+TREE = SpecConfig(3, 4, 8)
+QUICK_LAUNCH = ("--twin-launch-scale", "0.1")
+
+
+def test_a_relaunch_waits_for_the_memory_of_the_server_it_replaces(tmp_path: Path) -> None:
+    notes: list[str] = []
+    with twin_gpu(time_scale=20, extra=("--memory-release-s", "2")) as gpu:
+        spec = EngineSpec(kind="twin", twin_gpu_url=gpu.url, extra_args=QUICK_LAUNCH)
+        with open_world("twin", twin_gpu_url=gpu.url, time_scale=20, run_dir=tmp_path, spec=spec) as world:
+            launcher = world.launcher
+            launcher.memory.note = notes.append
+            idle_mb = gpu.get("/v1/state").json()["memory_used_mb"]
+            first = launcher.launch(TREE, 16, 0.65)
+            first.stop()
+            held_mb = gpu.get("/v1/state").json()["memory_used_mb"]
+            assert held_mb > idle_mb + 1000  # the stopped server's memory is still in use: the driver frees it later
+            t0 = time.monotonic()
+            second = launcher.launch(TREE, 16, 0.65)  # the sweep's next cell, a ladder rung, serve's relaunch
+            waited = time.monotonic() - t0
+            second.stop()
+            assert 1.0 < launcher.memory.waited_s <= waited, (launcher.memory.waited_s, waited)
+            assert notes == []  # freed within the timeout: nothing to say
+
+            # without the gate (the launcher before issue 39 item 4) the same relaunch runs out of memory
+            launcher.memory = MemoryRelease()
+            time.sleep(2.5)  # the second server's memory is free again
+            third = launcher.launch(TREE, 16, 0.65)
+            third.stop()
+            with pytest.raises(ServerLaunchError) as info:
+                launcher.launch(TREE, 16, 0.65)
+            assert info.value.oom, info.value.message
+
+
+def test_the_gate_waits_only_when_no_server_of_its_own_still_runs() -> None:
+    """``harness serve`` launches one instance per config while the others run: their memory is in use by design."""
+    used = [5000.0]
+    gate = MemoryRelease(lambda: (used[0], 8000.0), timeout_s=0.3, poll_s=0.01)
+    a = gate.before_launch()
+    b = gate.before_launch()  # a second instance beside the first
+    gate.stopped(b)
+    used[0] = 7000.0  # the stopped one's memory has not been freed yet, the first still runs
+    t0 = time.monotonic()
+    assert gate.before_launch() == 7000.0 and time.monotonic() - t0 < 0.2  # no wait: a server is still running
+    gate.stopped(a)
+    gate.stopped(7000.0)
+    notes: list[str] = []
+    gate.note = notes.append
+    gate.before_launch()  # nothing freed within the timeout: launch anyway, and say so
+    assert gate.waited_s >= 0.3 and notes and "still 7000 MB in use" in notes[0]
