@@ -346,3 +346,18 @@ def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str,
         f"{world}/{name}: harness {' '.join(args)} --help -> {out.stdout[-600:]}{out.stderr[-600:]}"
     )
     assert "Usage" in out.stdout
+
+
+@needs_compose
+def test_gpu_settings_run_as_root_with_sys_admin_only_when_asked() -> None:
+    """NVML's power-limit and clock setters need root and, in a container, CAP_SYS_ADMIN (NVML_ERROR_NO_PERMISSION
+    otherwise): the default sweep has neither; the "settings" profile's sweep has both (issue 39, item 1)."""
+    default = config("gpu", "jobs")["services"]["sweep"]
+    assert default["user"] == "1000:1000" and not default.get("cap_add") and not default.get("privileged")
+    for world in ("gpu", "twin"):
+        settings = config(world, "settings")["services"]["sweep-settings"]
+        assert settings["user"] == "0:0" and settings["cap_add"] == ["SYS_ADMIN"], world
+        assert settings["entrypoint"][:2] == ["harness", "sweep"] and not settings.get("privileged")
+    gpu = config("gpu", "settings")["services"]["sweep-settings"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    assert "--engine" in (e := gpu["entrypoint"]) and e[e.index("--engine") + 1] == "sglang"

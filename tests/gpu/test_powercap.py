@@ -117,6 +117,7 @@ def test_nvml_setter_sets_reads_back_and_refuses(script: ShimScript):
         with pytest.raises(PowerCapError, match="needs root") as exc:
             dev.set_limit(400)
         assert "--power-cap-mode record" in (exc.value.fix or "")
+        assert "CAP_SYS_ADMIN" in (exc.value.fix or "") and "sweep-settings" in (exc.value.fix or "")  # the Docker way
         assert dev.limits().current_w == 300.0
         script.set({"root": 1}).fail("nvmlDeviceGetPowerManagementLimit", 3)  # NOT_SUPPORTED: no limit to restore
         with pytest.raises(PowerCapError, match="could not be restored"):
