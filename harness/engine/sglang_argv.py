@@ -6,6 +6,8 @@ Real sglang runs as ``python -m sglang.launch_server <flags>``; the twin runs as
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 from harness.core.errors import UsageError
 from harness.engine.spec import EngineSpec
 from harness.engine.version import TWIN_VERSIONS, version_tuple
@@ -155,3 +157,21 @@ def engine_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str
     else:
         env.update(ENGINE_ENV)
     return env
+
+
+DISABLE_OVERLAP = "--disable-overlap-schedule"
+
+
+def overlap_scheduled(version: str, config: SpecConfig, args: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether sglang ``version`` runs ``config`` with the overlap scheduler, by its own rules: without speculation,
+    yes; with EAGLE, no up to 0.5.11 (spec v1, unless ``SGLANG_ENABLE_SPEC_V2=1``), for topk 1 only in 0.5.12-0.5.13
+    ("spec v2 currently only supports topk = 1"), always from 0.5.14; never with ``--disable-overlap-schedule``.
+    Step times of the two schedulers are not comparable, so every sglang row records which one it ran."""
+    if DISABLE_OVERLAP in args:
+        return False
+    if config.is_baseline:
+        return True
+    v = version_tuple(version)
+    if v < (0, 5, 12) and env.get("SGLANG_ENABLE_SPEC_V2", "").lower() not in ("1", "true"):
+        return False
+    return v >= (0, 5, 14) or config.topk == 1

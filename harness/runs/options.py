@@ -147,6 +147,11 @@ class SweepOptions(BaseModel):
     stream: Annotated[
         bool | None, Flag(BENCH, flag="--stream/--no-stream", default_text="on for sglang, off for the twin")
     ] = Field(None, description="stream responses")
+    overlap_schedule: Annotated[Literal["auto", "off"], Flag(ENGINE)] = Field(
+        "auto",
+        description="sglang's overlap scheduler: auto (each version's own rule: off for EAGLE up to 0.5.11, on from "
+        "0.5.14) or off for every launch (--disable-overlap-schedule), so rows of two versions measure one scheduler",
+    )
     engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
         default_factory=list,
         description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule",

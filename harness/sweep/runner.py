@@ -10,6 +10,7 @@ the cell again, or stops the run (status ``failed``, exit 4) so that ``--resume`
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
+from harness.engine.sglang_argv import DISABLE_OVERLAP, ENGINE_ENV, overlap_scheduled
 from harness.gpu.pass_setting import PassSetting
 from harness.grid import SpecConfig
 from harness.runs.manifest import SweepManifest
@@ -362,9 +364,20 @@ class SweepRunner:
                 "launch_attempts": [a.model_dump() for a in attempts],
                 "launch_per": self.opts.launch_per,
                 "stream": self.settings.stream,
+                **self._scheduler_extras(cell),
                 **self._cap_extras(cell),
             },
         )
+
+    def _scheduler_extras(self, cell: Cell) -> dict[str, Any]:
+        """sglang's scheduler for this cell (``overlap`` or ``no-overlap``, by the version's own rule; the twin: the
+        emulated version's, which it does not time differently)."""
+        if self.opts.api != "sglang":
+            return {}
+        args = [*self.opts.engine_args, *([DISABLE_OVERLAP] if self.opts.overlap_schedule == "off" else [])]
+        env = {**os.environ, **ENGINE_ENV}  # what a server launched by this process sees
+        overlap = overlap_scheduled(self.opts.sglang_version, cell.config, args, env)
+        return {"scheduler": "overlap" if overlap else "no-overlap"}
 
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:
         out: dict[str, Any] = {}
