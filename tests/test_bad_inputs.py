@@ -418,3 +418,29 @@ def test_a_full_disk_stops_the_sweep_cleanly_and_resume_finishes_it(tmp_path) ->
         assert v.returncode == 0 and "VALID" in v.stdout, v.stdout + v.stderr
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_option_values_no_command_can_run_on_are_usage_errors(tmp_path, capsys) -> None:
+    """Issue 38 A2: values that passed the checks and crashed later (a traceback in a child or after a world started)
+    are exit 2 naming the flag, before anything starts."""
+    cases = [
+        (["sweep", "--engine", "twin", "--time-scale", "inf", "--print-config"], "--time-scale"),
+        (["serve", "--picks", "1=0:0:0", "--port", "-5", "--print-config"], "--port"),
+        (["twin", "gpu", "--port", "70000", "--print-config"], "--port"),
+        (["twin", "gpu", "--time-scale", "nan", "--print-config"], "--time-scale"),
+        (["sampler", "serve", "--rate-hz", "0", "--print-config"], "--rate-hz"),
+    ]
+    for argv, flag in cases:
+        code, out = _run(argv, capsys)
+        assert code == 2 and flag in out and "fix:" in out and "Traceback" not in out, (argv, out)
+
+
+def test_config_files_that_are_not_utf8_or_hold_nothing_are_usage_errors(tmp_path, capsys) -> None:
+    binary = tmp_path / "latin1.yaml"
+    binary.write_bytes("repeats: 3  # r\xe9p\xe9titions\n".encode("latin-1"))
+    code, out = _run(["sweep", "--config", str(binary), "--print-config"], capsys)
+    assert code == 2 and "not UTF-8" in out and "Traceback" not in out, out
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    code, out = _run(["sweep", "--config", str(empty), "--print-config"], capsys)
+    assert code == 2 and "holds no options" in out, out  # it used to run the defaults, silently

@@ -35,11 +35,19 @@ class Request:
         length = int(handler.headers.get("Content-Length") or 0)
         self.raw = handler.rfile.read(length) if length > 0 else b""
 
-    def json(self) -> Any:
-        """The JSON body ({} when empty); ``json.JSONDecodeError`` becomes a 400 unless the route catches it."""
+    def json(self) -> dict[str, Any]:
+        """The JSON object of the body ({} when empty). Every route takes an object: a body that is not UTF-8, not
+        JSON (``json.JSONDecodeError``) or not an object is a 400 naming what it got."""
         if not self.raw:
             return {}
-        return json.loads(self.raw)
+        try:
+            text = self.raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"the body is not UTF-8 (byte {exc.start}): send a JSON object") from None
+        body = json.loads(text)
+        if not isinstance(body, dict):
+            raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
+        return body
 
     def int_param(self, name: str, default: int | None = None) -> int:
         """An integer query parameter; missing (without a default) or malformed raises ``BadRequest``."""

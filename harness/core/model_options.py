@@ -130,10 +130,14 @@ def given_on_command_line(ctx: Any, values: dict[str, Any], model: type[BaseMode
 def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
     """A config file's options (YAML or JSON mapping of field names); unknown keys and bad values are usage errors."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(
             f"--config {path}: cannot read it ({exc.strerror})", fix="pass an existing YAML or JSON file"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"--config {path}: not UTF-8 text (byte {exc.start})", fix="save the file as UTF-8 YAML or JSON"
         ) from None
     import yaml
 
@@ -144,7 +148,11 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
             f"--config {path}: not valid YAML or JSON ({exc})",
             fix="fix the file (--print-config writes a valid one)",
         ) from None
-    data = {} if data is None else data
+    if data is None or data == {}:
+        raise UsageError(
+            f"--config {path}: holds no options",
+            fix="write one option per line, e.g. repeats: 3 (--print-config writes them all)",
+        )
     if not isinstance(data, dict):
         raise UsageError(
             f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}",

@@ -50,6 +50,15 @@ class DatasetsDisagree(HarnessError):
     exit_code = 1
 
 
+def check_json_out(json_out: Path | None, force: bool) -> None:
+    """``--json FILE`` never replaces a file without ``--force`` (as merge and export refuse an existing ``--out``)."""
+    if json_out is not None and json_out.exists() and not force:
+        raise OutputError(
+            f"--json {json_out} already exists; nothing written",
+            fix="choose a new --json file, or pass --force to replace it",
+        )
+
+
 def _write_json(json_out: Path | None, result: Any, **verdict: bool) -> None:
     """``--json``: the result model plus its verdict (``ok`` / ``agrees``), written atomically; nothing when not asked."""
     if json_out is not None:
@@ -207,10 +216,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         ),
         strict: bool = typer.Option(False, "--strict", help="superseded (replaced) rows are errors, not warnings"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the report as JSON to this file"),
+        force: bool = typer.Option(False, "--force", help="replace an existing --json file"),
     ) -> None:
         """Check schema, key order, 19 actions per batch size per repeat, baselines, pilot rules, indexes."""
         from harness.dataset import validate_file
 
+        check_json_out(json_out, force)
         result = validate_file(path, subset=subset, strict=strict)
         render_validation(result, _console())
         _write_json(json_out, result, ok=result.ok)
@@ -286,6 +297,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         ),
         min_tau: float = typer.Option(0.6, "--min-tau", help="Kendall tau a batch size's config ranking needs"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON"),
+        force: bool = typer.Option(False, "--force", help="replace an existing --json file"),
         invalid_windows: str = windows_option(),
     ) -> None:
         """Per-cell relative differences against the repeat-noise band, and per-batch-size rank agreement.
@@ -294,6 +306,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         """
         from harness.dataset import compare, load, print_notes
 
+        check_json_out(json_out, force)
         la, lb = load(a, windows=invalid_windows), load(b, windows=invalid_windows)  # type: ignore[arg-type]
         print_notes(la)
         print_notes(lb)

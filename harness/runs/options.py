@@ -128,7 +128,9 @@ class SweepOptions(BaseModel):
     )
     settle: Annotated[str, Flag(BENCH)] = Field("5", description="between cells: world seconds or cool:TEMP_C")
     seed: Annotated[int, Flag(WORLD)] = Field(0, description="seed of the twin GPU and twin engines")
-    time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, gt=0, description="twin world speed-up (--quick: 20)")
+    time_scale: Annotated[float, Flag(WORLD)] = Field(
+        1.0, gt=0, allow_inf_nan=False, description="twin world speed-up (--quick: 20)"
+    )
     sampler_url: Annotated[str | None, Flag(WORLD, default_text="start one / in-process NVML")] = Field(
         None, description="a running sampler"
     )

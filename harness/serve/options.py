@@ -58,12 +58,12 @@ class ServeOptions(BaseModel):
     engine: Annotated[Literal["twin", "sglang"], Flag(ENGINES)] = Field("twin", description="twin or sglang")
     out: Path = Field(Path("results/serve"), description="folder for logs, switches.jsonl and options.yaml")
     host: str = Field("127.0.0.1", description="address to bind")
-    port: int = Field(8000, description="0 picks a free port (printed)")
+    port: int = Field(8000, ge=0, le=65535, description="0 picks a free port (printed)")
     max_batch_size: Annotated[int, Flag(ENGINES)] = Field(16, description="each instance's --max-running-requests")
     mem_fraction: Annotated[float | None, Flag(ENGINES, default_text="0.65 / instances")] = Field(
         None, description="per instance"
     )
-    time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, description="twin world speed-up")
+    time_scale: Annotated[float, Flag(WORLD)] = Field(1.0, gt=0, allow_inf_nan=False, description="twin world speed-up")
     sampler_url: Annotated[str | None, Flag(WORLD)] = Field(
         None, description="a running sampler (sglang: else NVML in-process)"
     )

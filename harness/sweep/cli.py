@@ -328,6 +328,12 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     done = {r.key for r in rows}
     pending = [c for c in cells if c.cell_id not in done]
     state, code = run_state(run_dir, manifest)
+    if code == 0 and pending and opts.strategy != "active":  # the rows on disk, not the manifest, say what is done
+        state, code = (
+            f"incomplete: the manifest says complete, but {len(pending)} planned cells have no row in rows.jsonl "
+            f"(emptied or torn?); harness sweep --resume {run_dir} measures them",
+            1,
+        )
     t = Table(show_header=False, box=None)
     t.add_row("run", escape(f"{manifest.run_id} ({state})"))
     if manifest.error:

@@ -15,10 +15,12 @@ class SamplerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     probe: Literal["nvml", "twin"] = Field("nvml", description="nvml (a real GPU) or twin (the twin GPU device)")
-    gpu_index: int = Field(0, description="NVML device index")
+    gpu_index: int = Field(0, ge=0, description="NVML device index")
     twin_url: str | None = Field(None, description="twin GPU device URL (with --probe twin)")
-    rate_hz: float = Field(10.0, description="samples per second")
+    rate_hz: float = Field(10.0, gt=0, le=1000, allow_inf_nan=False, description="samples per second")
     log: Path | None = Field(None, description="folder for the append-only samples.jsonl (resumed with a gap record)")
     host: str = Field("127.0.0.1", description="address to bind")
-    port: int = Field(18200, description="0 picks a free port (printed on start)")
-    retention_s: float = Field(3600.0, description="seconds of samples kept in memory for window queries")
+    port: int = Field(18200, ge=0, le=65535, description="0 picks a free port (printed on start)")
+    retention_s: float = Field(
+        3600.0, gt=0, allow_inf_nan=False, description="seconds of samples kept in memory for window queries"
+    )

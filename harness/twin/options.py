@@ -30,15 +30,18 @@ class TwinGpuOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    port: int = Field(18100, description="port to bind (0 picks a free one; the ready line names it)")
+    port: int = Field(18100, ge=0, le=65535, description="port to bind (0 picks a free one; the ready line names it)")
     profile: str = Field(DEFAULT_PROFILE, description="profile name or path to a profile JSON")
     seed: int = Field(0, description="seed for ambient temperature, power jitter and the UUID")
-    time_scale: float = Field(1.0, gt=0, description="the twin world runs this many times faster than the wall clock")
+    time_scale: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="the twin world runs this many times faster than the wall clock"
+    )
     host: str = Field("127.0.0.1", description="address to bind")
     index: int = Field(0, ge=0, description="device index on this node (N devices of one seed get N UUIDs)")
     memory_release_s: float = Field(
         0.0,
         ge=0,
+        allow_inf_nan=False,
         description="wall seconds a stopped engine's memory stays in use, as a driver frees a dead process's memory "
         "some time after it exits (0: at once)",
     )

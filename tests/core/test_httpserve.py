@@ -121,3 +121,18 @@ def test_bind_failure_is_an_oserror():
         s.listen()
         with pytest.raises(OSError):
             make_server("127.0.0.1", s.getsockname()[1], Router())
+
+
+def test_bodies_that_are_not_a_utf8_json_object_are_400s_naming_what_came(served) -> None:
+    """Issue 38 A4: these used to be 500s (a route's ``body.get`` on a list, a decode error in ``json.loads``)."""
+    url, _ = served
+    for content, says in (
+        (b'{"a": "\xff\xfe"}', "not UTF-8"),
+        (b"[1, 2, 3]", "must be a JSON object, got list"),
+        (b'"text"', "must be a JSON object, got str"),
+        (b"{not json", "invalid JSON body"),
+    ):
+        r = httpx.post(f"{url}/v1/echo/x", content=content, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and says in r.json()["error"]["message"], (content, r.text)
+    ok = httpx.post(f"{url}/v1/echo/x", json={"a": 1})
+    assert ok.status_code == 200 and ok.json()["body"] == {"a": 1}

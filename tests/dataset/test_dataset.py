@@ -434,3 +434,15 @@ def test_merge_and_export_refuse_bad_records_and_write_nothing(tmp_path: Path, g
     err = capsys.readouterr().err
     assert err.count("record 5") + err.count("at index 4") == 2, err  # the row is named either way
     assert not out.exists() and not exp.exists()
+
+
+def test_json_reports_never_replace_a_file_without_force(tmp_path: Path, grid228, capsys) -> None:
+    """Issue 38 A7: ``validate --json F`` and ``compare --json F`` overwrote F; merge and export refused."""
+    f = write_published(tmp_path / "d.jsonl", grid228)
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"mine": true}')
+    assert main(["dataset", "validate", str(f), "--json", str(keep)]) == 6
+    assert main(["dataset", "compare", str(f), str(f), "--json", str(keep)]) == 6
+    assert "already exists; nothing written" in capsys.readouterr().err and keep.read_text() == '{"mine": true}'
+    assert main(["dataset", "validate", str(f), "--json", str(keep), "--force"]) == 0
+    assert json.loads(keep.read_text())["ok"] is True

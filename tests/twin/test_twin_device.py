@@ -231,3 +231,13 @@ def test_past_instants_read_back_exactly_as_they_were_read_live(gpu):
     finally:
         gpu.post("/v1/faults", json={})
     assert late["dated"] is False and len(late["states"]) == 1
+
+
+def test_a_lease_of_negative_or_endless_memory_is_refused(gpu):
+    """Issue 38 A5: a negative lease made free memory 1,001,717 MB."""
+    before = gpu.get("/v1/state").json()["memory_used_mb"]
+    for body in ({"engine_id": "neg", "memory_mb": -1e6}, {"engine_id": "inf", "memory_mb": "inf"},
+                 {"engine_id": "zero-lease", "memory_mb": 10, "lease_s": 0}):  # fmt: skip
+        r = gpu.post("/v1/engines", json=body)
+        assert r.status_code == 400 and "memory_mb must be >= 0" in r.json()["error"]["message"], r.text
+    assert gpu.get("/v1/state").json()["memory_used_mb"] == before

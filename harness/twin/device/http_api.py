@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Callable
 
@@ -65,6 +66,8 @@ def build_router(gpu: TwinGpu) -> Router:
             pid = int(body["pid"]) if body.get("pid") is not None else None
         except (TypeError, ValueError):
             return error(400, "memory_mb and lease_s must be numbers, pid an integer")
+        if not (math.isfinite(mem) and mem >= 0 and math.isfinite(lease_s) and lease_s > 0):
+            return error(400, f"memory_mb must be >= 0 and lease_s > 0 (finite), got {mem!r} and {lease_s!r}")
         ok, free = gpu.lease(eid, mem, lease_s, pid)
         if not ok:
             return error(
