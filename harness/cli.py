@@ -117,7 +117,7 @@ def _print_error(message: str, fix: str | None) -> None:
     from rich.markup import escape
 
     # The message and fix are plain text (paths may hold "[/x]"): only the labels are markup.
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
     console.print(f"[bold red]error:[/] {escape(message)}", markup=True)  # text such as "[policies]" is not markup
     if fix:
         console.print(f"[bold]fix:[/] {escape(fix)}", markup=True)

@@ -14,6 +14,7 @@ index order is the I/O contract of every published policy.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -140,7 +141,9 @@ def parse_config(text: str) -> SpecConfig:
 
 def parse_configs(text: str) -> list[SpecConfig]:
     """Parse ``"0:0:0,3:4:8"`` (comma-separated ``s:k:d`` items), de-duplicated after the rewrite, order kept."""
-    items = [t for t in text.replace(";", " ").replace(",", " ").split() if t]
+    items = re.split(r"\s*[,;]\s*|\s+", text.strip()) if text.strip() else []
+    if "" in items:
+        raise InvalidConfigError(f"--configs {text!r} has an empty item", fix="e.g. --configs 0:0:0,3:4:8")
     # Items are s:k:d; commas above only separate items, so a bare "3,4,8" would be split: reject it clearly.
     out: dict[SpecConfig, None] = {}
     for item in items:
@@ -156,16 +159,19 @@ def parse_configs(text: str) -> list[SpecConfig]:
 
 
 def parse_int_list(text: str, name: str) -> list[int]:
-    """Parse ``"1,4,8,16"`` into a list of positive ints (for --batch-sizes, --steps ...)."""
+    """Parse ``"1,4,8,16"`` (or ``"1, 4"``, ``"1 4"``) into a list of ints (for --batch-sizes, --steps ...); an empty
+    item (``"1,,16"``, a trailing comma) is refused, not skipped: it is a typo, not a wish."""
+    if not text.strip():
+        raise InvalidConfigError(f"{name} is empty", fix=f"e.g. {name} 1,4,8,16")
+    pieces = re.split(r"\s*,\s*|\s+", text.strip())
+    if "" in pieces:
+        raise InvalidConfigError(f"{name} {text!r} has an empty item", fix=f"e.g. {name} 1,4,8,16")
     try:
-        values = [int(t) for t in text.replace(" ", ",").split(",") if t]
+        return [int(t) for t in pieces]
     except ValueError:
         raise InvalidConfigError(
             f"{name} must be comma-separated integers, got {text!r}", fix=f"e.g. {name} 1,4,8,16"
         ) from None
-    if not values:
-        raise InvalidConfigError(f"{name} is empty", fix=f"e.g. {name} 1,4,8,16")
-    return values
 
 
 MAX_BATCH_SIZE = 4096

@@ -19,7 +19,7 @@ def pilot_console(*, stderr: bool = False) -> Any:
     """A rich console; when output is not a terminal it is 160 columns wide (``COLUMNS`` overrides)."""
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(emoji=False, stderr=stderr, highlight=False, width=width)
 
 
 def check_result(result: PilotResult) -> None:

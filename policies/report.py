@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 LIVE_FILE = "live.json"
 EVALUATION_FILE = "evaluation.json"
-console = Console(highlight=False)
+console = Console(emoji=False, highlight=False)
 if not console.is_terminal:
-    console = Console(highlight=False, width=160)
+    console = Console(emoji=False, highlight=False, width=160)
 
 
 def _cfg(c: list[int]) -> str:

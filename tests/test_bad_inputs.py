@@ -444,3 +444,11 @@ def test_config_files_that_are_not_utf8_or_hold_nothing_are_usage_errors(tmp_pat
     empty.write_text("# nothing yet\n")
     code, out = _run(["sweep", "--config", str(empty), "--print-config"], capsys)
     assert code == 2 and "holds no options" in out, out  # it used to run the defaults, silently
+
+
+def test_user_input_is_printed_as_given_never_as_emoji_or_markup(capsys) -> None:
+    """Issue 38 A8: rich turned ``a:b:c`` into ``a🅱c`` (its ``:b:`` emoji code) in the error that quoted it."""
+    code, out = _run(["sweep", "--configs", "a:b:c", "--print-config"], capsys)
+    assert code == 2 and "'a:b:c'" in out and "\U0001f171" not in out, out
+    code, out = _run(["sweep", "--configs", "[bold]x[/bold]:1:2", "--print-config"], capsys)
+    assert code == 2 and "[bold]x[/bold]" in out, out

@@ -62,3 +62,14 @@ def test_parse_configs_and_batch_sizes():
     assert action_index((3, 4, 8)) == 10
     with pytest.raises(InvalidConfigError):
         action_index((3, 4, 16))
+
+
+def test_an_empty_item_in_a_list_is_refused_not_skipped():
+    """Issue 38 A8: ``--batch-sizes 1,,16`` ran as 1,16 (the typo hid a batch size the user meant)."""
+    assert parse_batch_sizes("1, 4 8") == [1, 4, 8]
+    for text in ("1,,16", "1,16,", ",1"):
+        with pytest.raises(InvalidConfigError, match="has an empty item"):
+            parse_batch_sizes(text)
+    assert parse_configs("0:0:0, 3:4:8;3:1:2") == [SpecConfig(0, 0, 0), SpecConfig(3, 4, 8), SpecConfig(3, 1, 4)]
+    with pytest.raises(InvalidConfigError, match="has an empty item"):
+        parse_configs("0:0:0,,3:4:8")

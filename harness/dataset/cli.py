@@ -69,8 +69,8 @@ def _write_json(json_out: Path | None, result: Any, **verdict: bool) -> None:
 
 def _console() -> Console:
     """Console for command output; wide enough for the tables when stdout is not a terminal."""
-    console = Console(highlight=False, soft_wrap=True)
-    return console if console.is_terminal else Console(highlight=False, soft_wrap=True, width=140)
+    console = Console(emoji=False, highlight=False, soft_wrap=True)
+    return console if console.is_terminal else Console(emoji=False, highlight=False, soft_wrap=True, width=140)
 
 
 def _signed(v: float | None) -> str:

@@ -72,7 +72,7 @@ def print_notes(loaded: Loaded) -> None:
     """Print the loader's notes to stderr (yellow), for every consumer command."""
     from rich.console import Console
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
     for note in loaded.notes():
         console.print("[yellow]note:[/] ", end="")
         console.print(note, markup=False)

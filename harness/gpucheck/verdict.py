@@ -47,4 +47,4 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         t.add_row(
             escape(r["check"]), f"[{style[r['status']]}]{r['status']}[/]", escape(r["figure"]), escape(r["detail"])
         )
-    Console(width=160).print(t)
+    Console(emoji=False, width=160).print(t)

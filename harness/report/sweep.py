@@ -494,7 +494,7 @@ def sweep_report(
     from harness.core.jsonl import write_json_atomic
     from harness.dataset import load, print_notes
 
-    console = console or Console()
+    console = console or Console(emoji=False)
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
     src = Path(path)

@@ -67,7 +67,7 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: SweepManifest) -> No
     """The final per-batch-size table (the dataset engineer's report when present) and the run's totals."""
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(emoji=False, highlight=False)
     # rows record the cap they ran under (several with --power-caps); the manifest's limit only stands in when none does
     limit = None if any(getattr(r, "power_limit_w", None) for r in rows) else manifest.power_limit_w
     from harness.report.sweep import final_summary_table
@@ -294,7 +294,7 @@ def reproduce(
     published = run_dir / "published.jsonl"
     records = sorted(RowStore(run_dir).published(), key=lambda rec: rec["index"])
     write_jsonl_atomic(published, records)
-    Console(highlight=False).print(
+    Console(emoji=False, highlight=False).print(
         f"published layout, sorted by index: {published} ({len(records)} rows)", markup=False
     )
     if compare is not None:
@@ -302,7 +302,7 @@ def reproduce(
         from harness.dataset.cli import render_compare
 
         result = dataset.compare(dataset.load_many([compare]), rows, a_name="published", b_name="reproduced")
-        render_compare(result, Console(highlight=False))
+        render_compare(result, Console(emoji=False, highlight=False))
         if not result.agrees:
             raise typer.Exit(1)
 
@@ -361,7 +361,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     t.add_row("launches", str(manifest.launches))
     t.add_row("sessions", str(len(manifest.sessions)))
     t.add_row("next", ", ".join(c.cell_id for c in pending[:3]) + (" ..." if len(pending) > 3 else "") or "-")
-    Console(highlight=False).print(t)
+    Console(emoji=False, highlight=False).print(t)
     if code:
         raise typer.Exit(code)
 

@@ -19,7 +19,7 @@ class SweepConsole:
 
     def __init__(self, *, stream: TextIO | None = None, force_plain: bool | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
-        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        self.console = Console(emoji=False, file=self.stream, highlight=False, soft_wrap=True)
         self.live = (not quiet) and not force_plain and self.console.is_terminal
         self.quiet = quiet
         self.total = 0

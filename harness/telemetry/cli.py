@@ -21,7 +21,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
     from harness.telemetry.server import start_server
 
     opts: SamplerOptions = resolve_options(ctx, SamplerOptions, given)
-    console = Console(stderr=True, highlight=False)
+    console = Console(emoji=False, stderr=True, highlight=False)
     core = SamplerCore(
         make_probe(opts.probe, gpu_index=opts.gpu_index, twin_url=opts.twin_url),
         rate_hz=opts.rate_hz,

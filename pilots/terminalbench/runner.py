@@ -413,7 +413,7 @@ def _finalize(pilot: TerminalBenchPilot, result: PilotResult) -> None:
 def run(options: PilotOptions, extra: TerminalBenchOptions | list[str] | None = None) -> PilotResult:
     """Run the pilot and print its tables; returns the shared ``PilotResult``."""
     extra = extra if isinstance(extra, TerminalBenchOptions) else TerminalBenchOptions()
-    console = Console()
+    console = Console(emoji=False)
     pilot = TerminalBenchPilot(options, extra)
     runner = PilotRunner(options, suite_meta=pilot.suite_meta(), console=console)
     result = runner.run(pilot.run_config, finalize=lambda r: _finalize(pilot, r))

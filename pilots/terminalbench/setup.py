@@ -43,7 +43,7 @@ class SetupError(HarnessError):
 
 def setup(options: object, extra: SetupOptions | None = None) -> Path:
     """Create (or check) the Harbor install; return the path of its ``harbor`` executable."""
-    console = Console()
+    console = Console(emoji=False)
     opts = extra if isinstance(extra, SetupOptions) else SetupOptions()
     if opts.harbor_bin:
         harbor = resolve_harbor_bin(opts.harbor_bin)

@@ -97,4 +97,4 @@ def print_fit_table(fits: list[RowFit], title: str = "twin vs published (calibra
             "" if r["pub_reward"] is None else f"{r['pub_reward']:.3f}",
             "yes" if r["ok"] else "NO",
         )
-    Console(width=max(160, Console().width)).print(t)
+    Console(width=max(160, Console(emoji=False).width)).print(t)
