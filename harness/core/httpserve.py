@@ -132,6 +132,38 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _hostname(value: str) -> str:
+    """The host of a ``Host`` header (``127.0.0.1:8000``, ``[::1]:80``) or of an ``Origin`` URL, lower-cased."""
+    if "://" in value:
+        value = urlsplit(value).netloc
+    if value.startswith("["):
+        return value[: value.find("]") + 1].lower()
+    return value.rsplit(":", 1)[0].lower() if value.count(":") == 1 else value.lower()
+
+
+def cross_site_refusal(method: str, headers: Message, bound_host: str) -> str | None:
+    """Why a state-changing request to a service bound to loopback is refused, else None. A web page the user has
+    open can send ``POST``s to 127.0.0.1 (a "simple" cross-site request: ``text/plain``, no preflight) or reach it
+    under a hostile name through DNS rebinding; such a request carries a foreign ``Origin`` or ``Host``. Programs
+    (httpx, the openai client, curl) send neither, or loopback ones. Services bound beyond loopback (an explicit
+    opt-in) are guarded by their API key instead."""
+    if method in READ_METHODS or bound_host not in LOOPBACK_NAMES:
+        return None
+    origin = headers.get("Origin")
+    if origin and origin != "null" and _hostname(origin) not in LOOPBACK_NAMES:
+        return f"cross-site request refused: Origin {origin!r} is not this machine"
+    if origin == "null":
+        return "cross-site request refused: an opaque Origin (null)"
+    host = headers.get("Host")
+    if host and _hostname(host) not in LOOPBACK_NAMES:
+        return f"request refused: Host {host!r} is not a loopback name (this service listens on {bound_host} only)"
+    return None
+
+
 class JsonHandler(BaseHTTPRequestHandler):
     """Dispatches every request through ``router``; subclasses set ``router``, ``server_header`` and ``dumps``."""
 
@@ -155,6 +187,11 @@ class JsonHandler(BaseHTTPRequestHandler):
             req = Request(self, method)
         except Exception:  # noqa: BLE001 - whatever a malformed request breaks in parsing, the answer is 400
             self._send(error(400, "bad request"))
+            return
+        bound = self.server.server_address
+        refused = cross_site_refusal(method, req.headers, str(bound[0] if isinstance(bound, tuple) else bound))
+        if refused is not None:
+            self._send(error(403, refused))
             return
         fn, params, known = self.router.match(method, req.path)
         if fn is None:

@@ -136,3 +136,33 @@ def test_bodies_that_are_not_a_utf8_json_object_are_400s_naming_what_came(served
         assert r.status_code == 400 and says in r.json()["error"]["message"], (content, r.text)
     ok = httpx.post(f"{url}/v1/echo/x", json={"a": 1})
     assert ok.status_code == 200 and ok.json()["body"] == {"a": 1}
+
+
+def test_a_web_page_cannot_change_state_of_a_loopback_service(served) -> None:
+    """Issue 38 A6: a ``text/plain`` POST with a foreign Origin (what a web page can send without a preflight), or a
+    hostile Host (DNS rebinding), changed the twin GPU's limit and clocks. Programs send neither and are served."""
+    url, _ = served
+    post = f"{url}/v1/echo/x"
+    for headers in (
+        {"Origin": "https://evil.example", "Content-Type": "text/plain"},
+        {"Origin": "null"},
+        {"Host": "evil.example:8000"},
+    ):
+        r = httpx.post(post, content=b'{"a": 1}', headers=headers)
+        assert r.status_code == 403 and "refused" in r.json()["error"]["message"], (headers, r.text)
+    for headers in ({}, {"Origin": "http://localhost:3000"}, {"Host": "localhost"}, {"Origin": "http://127.0.0.1:9"}):
+        assert httpx.post(post, json={"a": 1}, headers=headers).status_code == 200, headers
+    assert httpx.get(f"{url}/v1/echo/x", headers={"Origin": "https://evil.example"}).status_code == 200  # reads stay
+
+
+def test_the_twin_gpu_refuses_a_cross_site_power_limit(tmp_path) -> None:
+    from _twin_helpers import twin_gpu
+
+    with twin_gpu(time_scale=20) as gpu:
+        before = gpu.get("/v1/power_limit").json()["power_limit_w"]
+        r = httpx.post(
+            f"{gpu.url}/v1/power_limit",
+            content=json.dumps({"power_limit_w": 40}),
+            headers={"Origin": "https://evil.example", "Content-Type": "text/plain"},
+        )
+        assert r.status_code == 403 and gpu.get("/v1/power_limit").json()["power_limit_w"] == before
