@@ -5,6 +5,7 @@ milliseconds (the twin engine is launched once per sweep cell, so no framework i
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 import sys
@@ -174,6 +175,10 @@ class JsonHandler(BaseHTTPRequestHandler):
     wbufsize = 64 * 1024
     router: Router
     server_header = "harness"
+    api_key: str | None = None
+    """With a key, every route but ``open_paths`` needs ``Authorization: Bearer <key>`` (as sglang's and vLLM's
+    ``--api-key``); 401 otherwise."""
+    open_paths: frozenset[str] = frozenset({"/health"})
     dumps: Callable[[Any], bytes] = staticmethod(_dumps)
 
     def version_string(self) -> str:  # the one ``Server`` header (send_response writes it)
@@ -181,6 +186,10 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: services log their own events
         return
+
+    def _key_given(self, req: Request) -> bool:
+        scheme, _, token = (req.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), str(self.api_key).encode())
 
     def _dispatch(self, method: str) -> None:
         try:
@@ -192,6 +201,9 @@ class JsonHandler(BaseHTTPRequestHandler):
         refused = cross_site_refusal(method, req.headers, str(bound[0] if isinstance(bound, tuple) else bound))
         if refused is not None:
             self._send(error(403, refused))
+            return
+        if self.api_key is not None and req.path not in self.open_paths and not self._key_given(req):
+            self._send(error(401, "invalid or missing API key: send Authorization: Bearer <key>"))
             return
         fn, params, known = self.router.match(method, req.path)
         if fn is None:
@@ -281,12 +293,17 @@ class Server(ThreadingHTTPServer):
 
 
 def make_server(
-    host: str, port: int, router: Router, server_header: str = "harness", dumps: Callable[[Any], bytes] = _dumps
+    host: str,
+    port: int,
+    router: Router,
+    server_header: str = "harness",
+    dumps: Callable[[Any], bytes] = _dumps,
+    api_key: str | None = None,
 ) -> Server:
-    """Bind ``router`` on host:port (0 = any free port: ``server.server_address[1]``); OSError if it cannot bind."""
-    handler = type(
-        "Handler", (JsonHandler,), {"router": router, "server_header": server_header, "dumps": staticmethod(dumps)}
-    )
+    """Bind ``router`` on host:port (0 = any free port: ``server.server_address[1]``); OSError if it cannot bind.
+    With ``api_key``, every route but ``/health`` needs it as a bearer token."""
+    attrs = {"router": router, "server_header": server_header, "dumps": staticmethod(dumps), "api_key": api_key}
+    handler = type("Handler", (JsonHandler,), attrs)
     return Server((host, port), handler)
 
 

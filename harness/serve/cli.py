@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from harness.core.errors import UsageError
+from harness.core.httpserve import LOOPBACK_NAMES
 from harness.core.model_options import options_command, resolve_options, to_yaml
 from harness.serve.options import ServeOptions
 
@@ -22,6 +24,11 @@ def serve(ctx: typer.Context, **given: Any) -> None:
     from harness.serve.session import SessionOptions, open_session
 
     opts: ServeOptions = resolve_options(ctx, ServeOptions, given)
+    if opts.host not in LOOPBACK_NAMES and not opts.api_key:
+        raise UsageError(
+            f"--host {opts.host} serves beyond this machine without a guard",
+            fix="add --api-key KEY (clients send Authorization: Bearer KEY), or keep the default --host 127.0.0.1",
+        )
     table = pick_sources.resolve(opts.picks, opts.recipe, opts.models, opts.algo, opts.dataset)
     model = None
     if opts.umodel is not None:
@@ -47,6 +54,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         speculative_adaptive=opts.speculative_adaptive,
         engine_args=tuple(opts.engine_args),
         instances=opts.instances,
+        api_key=opts.api_key,
         relaunch_hold_s=opts.relaunch_hold_s,
         drain_timeout_s=opts.drain_timeout_s,
         controller=ControllerParams(
@@ -55,7 +63,8 @@ def serve(ctx: typer.Context, **given: Any) -> None:
     )
     stop = StopFlag().stop_on_signals()
     with open_session(options) as session:
-        (opts.out / "options.yaml").write_text(to_yaml(opts))  # this session's --config file
+        # this session's --config file; the key stays out of it (pass it again with --api-key)
+        (opts.out / "options.yaml").write_text(to_yaml(opts.model_copy(update={"api_key": None})))
         session.loop.on_switch = lambda rec: typer.echo(
             f"switch {rec['old']} -> {rec['new']}: {rec['reason']}", err=True
         )

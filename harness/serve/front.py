@@ -198,5 +198,5 @@ def _json_or_text(data: bytes) -> Any:
         return {"error": {"message": data.decode(errors="replace")[:500]}}
 
 
-def make_front_server(front: Front, host: str, port: int) -> Server:
-    return make_server(host, port, front.router(), server_header=SERVER_HEADER)
+def make_front_server(front: Front, host: str, port: int, api_key: str | None = None) -> Server:
+    return make_server(host, port, front.router(), server_header=SERVER_HEADER, api_key=api_key)

@@ -59,6 +59,11 @@ class ServeOptions(BaseModel):
     out: Path = Field(Path("results/serve"), description="folder for logs, switches.jsonl and options.yaml")
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(8000, ge=0, le=65535, description="0 picks a free port (printed)")
+    api_key: str | None = Field(
+        None,
+        description="clients must send Authorization: Bearer KEY on every route but /health (as sglang's and "
+        "vLLM's --api-key); required with a --host beyond loopback; never written to OUT/options.yaml",
+    )
     max_batch_size: Annotated[int, Flag(ENGINES)] = Field(16, description="each instance's --max-running-requests")
     mem_fraction: Annotated[float | None, Flag(ENGINES, default_text="0.65 / instances")] = Field(
         None, description="per instance"

@@ -63,6 +63,8 @@ class SessionOptions:
     """With one engine at a time: the least seconds (device clock) between load-driven switches (each costs a drain
     and a launch)."""
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    api_key: str | None = None
+    """Clients must send ``Authorization: Bearer <key>`` on every route but ``/health``."""
     twin_memory_x: int | None = None
     """Twin GPU memory as a multiple of the laptop's (default: the number of instances launched at once)."""
 
@@ -184,7 +186,7 @@ def open_session(options: SessionOptions) -> ServeSession:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
         pool.wait_ready(world.launcher.launch_timeout_s)
         front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
-        server = make_front_server(front, options.host, options.port)
+        server = make_front_server(front, options.host, options.port, api_key=options.api_key)
         return ServeSession(world, pool, loop, front, server, relaunch_why=why)
     except BaseException:
         if loop is not None:
