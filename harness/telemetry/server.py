@@ -18,6 +18,10 @@ MAX_WAIT_S = 30.0
 MAX_SAMPLES = 10_000
 
 
+MAX_MARK_NAME = 256
+"""Longest mark name the sampler keeps (marks live in memory and in the JSONL log)."""
+
+
 def _dumps(obj: Any) -> bytes:
     """Compact JSON; a NaN or infinity is a bug in the store, never sent as a non-standard token."""
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
@@ -59,6 +63,8 @@ def build_router(core: SamplerCore) -> Router:
             client_ns = body.get("wall_ns")
             if not isinstance(name, str) or (client_ns is not None and not isinstance(client_ns, int)):
                 raise TypeError
+            if not name or len(name) > MAX_MARK_NAME:
+                return error(400, f"a mark name is 1 to {MAX_MARK_NAME} characters, got {len(name)}")
         except (ValueError, KeyError, TypeError, AttributeError):
             return error(400, 'body must be {"name": str, "wall_ns": int (optional)}')
         return core.mark(name, client_ns)

@@ -183,3 +183,12 @@ def test_cli_nvml_without_gpu_is_a_clear_error(tmp_path: Path):
     r = subprocess.run([sys.executable, "-m", "harness", "sampler", "serve", "--probe", "twin", "--port", "0"],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "--twin-url" in r.stderr
+
+
+def test_a_mark_name_is_bounded(scripted_server):
+    """Issue 38 A5: the sampler kept a 5 MB mark name (in memory and in its log)."""
+    _, _, url = scripted_server
+    r = httpx.post(f"{url}/v1/marks", json={"name": "x" * 5_000_000})
+    assert r.status_code == 400 and "1 to 256 characters" in r.json()["error"]["message"]
+    assert httpx.post(f"{url}/v1/marks", json={"name": ""}).status_code == 400
+    assert httpx.post(f"{url}/v1/marks", json={"name": "cell-start"}).status_code == 200

@@ -241,3 +241,20 @@ def test_a_lease_of_negative_or_endless_memory_is_refused(gpu):
         r = gpu.post("/v1/engines", json=body)
         assert r.status_code == 400 and "memory_mb must be >= 0" in r.json()["error"]["message"], r.text
     assert gpu.get("/v1/state").json()["memory_used_mb"] == before
+
+
+def test_faults_and_clock_locks_take_only_what_they_can_run(gpu):
+    """Issue 38 A5: unknown fault names were dropped, ``probe_delay_ms: -50`` made every later ``/v1/state`` a 500,
+    and a lock at 1410.7 MHz was truncated to 1410 silently."""
+    for body, says in (
+        ({"probe_delay": 50}, "unknown fault(s) 'probe_delay'"),
+        ({"probe_delay_ms": -50}, "probe_delay_ms must be"),
+        ({"probe_delay_ms": "slow"}, "probe_delay_ms must be"),
+        ({"probe_error": 7}, "probe_error must be"),
+    ):
+        r = gpu.post("/v1/faults", json=body)
+        assert r.status_code == 400 and says in r.json()["error"]["message"], (body, r.text)
+    assert gpu.get("/v1/state").status_code == 200
+    r = gpu.post("/v1/clocks", json={"sm_clock_locked_mhz": 1410.7})
+    assert r.status_code == 400 and "1410.7" in r.json()["error"]["message"]
+    assert gpu.get("/v1/clocks").json()["sm_clock_locked_mhz"] is None

@@ -17,6 +17,10 @@ MAX_INSTANTS = 1200
 """The most instants one ``GET /v1/states`` answers (two minutes of a 10 Hz sampler)."""
 
 
+FAULT_NAMES = frozenset({"counter_reset", "uuid_change", "probe_delay_ms", "probe_error"})
+"""The twin GPU's fault hooks (``POST /v1/faults``; an empty body clears them)."""
+
+
 def build_router(gpu: TwinGpu) -> Router:
     """HTTP routes of the device contract (docs/ARCHITECTURE.md)."""
     r = Router()
@@ -139,13 +143,30 @@ def build_router(gpu: TwinGpu) -> Router:
         except ValueError as exc:
             return error(400, str(exc), code="invalid_argument", **gpu.power_limits())
 
+    def faults(req: Request) -> Reply:
+        """Test hooks (docs/twin.md): each known name with a value it can take, else 400 naming it (an unknown name
+        used to be dropped, a negative delay made every later ``/v1/state`` a 500)."""
+        body = req.json()
+        unknown = sorted(set(body) - FAULT_NAMES)
+        if unknown:
+            return error(
+                400, f"unknown fault(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(FAULT_NAMES))}"
+            )
+        delay = body.get("probe_delay_ms")
+        if delay is not None and (
+            isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60_000
+        ):
+            return error(400, f"probe_delay_ms must be a number of ms in [0, 60000], got {delay!r}")
+        if body.get("probe_error") is not None and not isinstance(body["probe_error"], str):
+            return error(400, f"probe_error must be a message (string) or null, got {body['probe_error']!r}")
+        return gpu.apply_faults(body)
+
     def lock_clocks(req: Request) -> Reply:
         body = req.json() or {}
         raw = body.get("sm_clock_locked_mhz", "missing")
-        try:
-            mhz = None if raw is None else int(raw)
-        except (TypeError, ValueError):
-            return error(400, "sm_clock_locked_mhz (MHz, an integer; null unlocks) is required")
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):  # 1410.7 is refused, not truncated
+            return error(400, f"sm_clock_locked_mhz (MHz, an integer; null unlocks) is required, got {raw!r}")
+        mhz = raw
         try:
             return gpu.lock_sm_clock(mhz)
         except ValueError as exc:
@@ -158,7 +179,7 @@ def build_router(gpu: TwinGpu) -> Router:
     r.add("DELETE", "/v1/engines/{eid}", release)
     r.add("DELETE", "/v1/engines", release_pid)
     r.add("GET", "/truth/energy", truth)
-    r.add("POST", "/v1/faults", lambda req: gpu.apply_faults(req.json() or {}))
+    r.add("POST", "/v1/faults", faults)
     r.add("GET", "/v1/power_limit", lambda req: gpu.power_limits())
     r.add("POST", "/v1/power_limit", power_limit)
     r.add("GET", "/v1/clocks", lambda req: gpu.clocks())
