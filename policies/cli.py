@@ -217,11 +217,18 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         algo: Annotated[str, typer.Option(help="which policy's pick")],
         batch_size: Annotated[int, typer.Option(help="the batch size to serve")],
         port: Annotated[int, typer.Option()] = 30000,
+        sglang_version: Annotated[
+            str,
+            typer.Option(
+                help="the sglang the command is for (its flags differ per version): auto (the one installed here, "
+                "else the published 0.5.2) or a version such as 0.5.23"
+            ),
+        ] = "auto",
     ) -> None:
         """Print the sglang launch command for a policy's pick at a batch size (after loading its artifact)."""
         from policies.live import launch_command
 
-        typer.echo(launch_command(models, algo, batch_size, port))
+        typer.echo(launch_command(models, algo, batch_size, port, sglang_version))
 
     @groups["report"].command("policies")
     def report_policies(

@@ -233,10 +233,24 @@ def run_live(
     return result
 
 
-def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 30000) -> str:
-    """The sglang launch command (env + argv) for ``algo``'s pick at ``batch_size``."""
+def launch_command(
+    models: str | Path, algo: str, batch_size: int, port: int = 30000, sglang_version: str = "auto"
+) -> str:
+    """The sglang launch command (env + argv) for ``algo``'s pick at ``batch_size``, in the flags of
+    ``sglang_version`` (``auto``: the sglang installed for this interpreter, else the published 0.5.2)."""
+    import sys
+
     from harness.engine.sglang_argv import ENGINE_ENV, build_argv
     from harness.engine.spec import EngineSpec
+    from harness.engine.version import check_supported, detect_installed
+
+    if sglang_version == "auto":
+        try:
+            version, whence = detect_installed(sys.executable), "installed here"
+        except HarnessError:
+            version, whence = "0.5.2", "the published version; none installed here: --sglang-version V for another"
+    else:
+        version, whence = check_supported(sglang_version, engine="sglang"), "--sglang-version"
 
     picks = load_picks(models)
     if algo not in picks:
@@ -249,6 +263,7 @@ def launch_command(models: str | Path, algo: str, batch_size: int, port: int = 3
     from policies.base import load_policy
 
     load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not recommended
-    argv = ["python", *build_argv(EngineSpec(kind="sglang"), cfg, batch_size, 0.65, port)[1:]]
+    spec = EngineSpec(kind="sglang", sglang_version=check_supported(version, engine="sglang"))
+    argv = ["python", *build_argv(spec, cfg, batch_size, 0.65, port)[1:]]
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
-    return f"# {algo} at batch size {batch_size}: {cfg}\n{env} {shlex.join(argv)}"
+    return f"# {algo} at batch size {batch_size}: {cfg} (sglang {version}, {whence})\n{env} {shlex.join(argv)}"

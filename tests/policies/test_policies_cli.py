@@ -84,3 +84,17 @@ def test_train_json_records_the_options_as_a_config_file_that_retrains_the_same(
     config.write_text(yaml.safe_dump(options))
     r = harness("train", "--config", str(config), "--print-config")
     assert r.returncode == 0 and yaml.safe_load(r.stdout) == options, r.stderr
+
+
+def test_recommend_speaks_the_flags_of_the_sglang_it_is_for(trained_models):
+    """Issue 38 C3: recommend printed --cuda-graph-max-bs, which sglang 0.5.23's parser rejects (exit 2)."""
+    r = harness("recommend", "--models", str(trained_models), "--algo", "lookup_table", "--batch-size", "16",
+                "--sglang-version", "0.5.23")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "--cuda-graph-max-bs-decode 16" in r.stdout and "--cuda-graph-max-bs 16" not in r.stdout
+    assert "(sglang 0.5.23, --sglang-version)" in r.stdout
+    r = harness("recommend", "--models", str(trained_models), "--algo", "lookup_table", "--batch-size", "16")
+    assert r.returncode == 0 and "sglang 0.5.2, the published version" in r.stdout  # none installed in this venv
+    r = harness("recommend", "--models", str(trained_models), "--algo", "lookup_table", "--batch-size", "16",
+                "--sglang-version", "0.4.0")  # fmt: skip
+    assert r.returncode == 2 and "fix:" in r.stderr
