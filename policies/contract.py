@@ -327,9 +327,20 @@ def load_dataset(
             reward = reward.model_copy(update={"memory_total_mb": total})
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
-    return dataset_from_rows(
-        rows_of_one_cap(loaded.rows, power_cap, path, sm_clock), state=state, reward=reward, source=str(path)
-    )
+    try:
+        return dataset_from_rows(
+            rows_of_one_cap(loaded.rows, power_cap, path, sm_clock), state=state, reward=reward, source=str(path)
+        )
+    except DataError as exc:
+        hidden = [r for r in loaded.excluded if r.is_baseline]
+        if "no baseline row" not in exc.message or not hidden:
+            raise
+        sizes = ", ".join(str(bs) for bs in sorted({r.batch_size for r in hidden}))
+        raise DataError(
+            f"{exc.message}: the baseline rows of batch size {sizes} were excluded for an invalid measurement window",
+            fix="pass --invalid-windows keep to use them (their window flags say what went wrong; a loaded host "
+            "flags windows it still measured), or measure those cells again",
+        ) from None
 
 
 def rows_of_one_cap(

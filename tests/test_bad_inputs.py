@@ -452,3 +452,21 @@ def test_user_input_is_printed_as_given_never_as_emoji_or_markup(capsys) -> None
     assert code == 2 and "'a:b:c'" in out and "\U0001f171" not in out, out
     code, out = _run(["sweep", "--configs", "[bold]x[/bold]:1:2", "--print-config"], capsys)
     assert code == 2 and "[bold]x[/bold]" in out, out
+
+
+def test_a_baseline_hidden_for_its_window_says_how_to_use_it(tmp_path, small) -> None:
+    """Issue 38 C1: on a loaded host the bs-1 baseline's windows were flagged, consumers dropped them, and train and
+    evaluate said "no baseline row for batch size 1" with a fix that did not apply."""
+    flagged = [
+        r.model_copy(update={"window_valid": False, "window_reasons": ["gap_over_3_periods"]})
+        if r.batch_size == 1 and r.config == SpecConfig(0, 0, 0)
+        else r
+        for r in small
+    ]
+    src = write_native(tmp_path / "flagged.jsonl", flagged)
+    r = harness("train", "--dataset", str(src), "--out", str(tmp_path / "m"), "--algos", "lookup_table")
+    assert r.returncode == 3 and "no baseline row for batch size 1" in r.stderr, r.stderr
+    assert "excluded for an invalid measurement window" in r.stderr and "--invalid-windows keep" in r.stderr
+    kept = harness("train", "--dataset", str(src), "--out", str(tmp_path / "k"), "--algos", "lookup_table",
+                   "--invalid-windows", "keep")  # fmt: skip
+    assert kept.returncode == 0, kept.stderr
