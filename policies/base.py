@@ -131,8 +131,14 @@ class Policy(ABC):
                 f"{path} points outside {d} (to {path.resolve()}); artifacts load only from the folder you name",
                 fix="copy the artifact into the models folder you trust, or retrain",
             )
+        params = d / PARAMS_FILE
         try:
-            meta = json.loads((d / PARAMS_FILE).read_text()) if (d / PARAMS_FILE).exists() else {}
+            meta = json.loads(params.read_text()) if params.exists() else {}
+            if not isinstance(meta, dict) or not isinstance(meta.get("params", {}), dict):
+                raise ValueError("not a JSON object with a params mapping")
+        except (ValueError, UnicodeDecodeError) as exc:  # the hyper-parameters, not the artifact, are damaged
+            raise DataError(f"{params} is corrupt ({str(exc)[:160]})", fix=fix) from None
+        try:
             policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
             policy.load_artifact(path)
         except HarnessError:

@@ -470,3 +470,16 @@ def test_a_baseline_hidden_for_its_window_says_how_to_use_it(tmp_path, small) ->
     kept = harness("train", "--dataset", str(src), "--out", str(tmp_path / "k"), "--algos", "lookup_table",
                    "--invalid-windows", "keep")  # fmt: skip
     assert kept.returncode == 0, kept.stderr
+
+
+def test_report_says_when_a_garbage_manifest_leaves_no_power_limit(tmp_path, small, capsys) -> None:
+    """Issue 38 A8: ``report sweep`` exited 0 on a garbage manifest, silently judging utilization against 80 W."""
+    run = tmp_path / "run"
+    with RowStore(run) as store:
+        for r in small:
+            store.append(r.model_copy(update={"power_limit_w": None}))
+    (run / "manifest.json").write_text("{garbage")
+    code, out = _run(["report", "sweep", str(run), "--no-figures"], capsys)
+    assert code == 3 and "manifest.json is unreadable" in out and "--power-limit" in out, out
+    code, out = _run(["report", "sweep", str(run), "--no-figures", "--power-limit", "80"], capsys)
+    assert code == 0, out

@@ -20,6 +20,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from harness.core.errors import DataError
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
 from harness.report.band import BAND, no_band_hint
 from harness.report.passes import Pass, PassGroup, pass_groups
@@ -76,8 +77,11 @@ def power_limit_of(
     if run_dir is not None and (run_dir / "manifest.json").is_file():
         try:
             found = _find_key(json.loads((run_dir / "manifest.json").read_text()), "power_limit_w")
-        except (OSError, ValueError):
-            found = None
+        except (OSError, ValueError) as exc:  # the rows name no limit and the manifest cannot: say so, not 80 W
+            raise DataError(
+                f"{run_dir / 'manifest.json'} is unreadable ({str(exc)[:120]}), and the rows record no power limit",
+                fix="pass --power-limit WATTS, or restore the manifest the sweep wrote",
+            ) from None
         if isinstance(found, (int, float)) and found > 0:
             return float(found), "manifest.json"
     return PUBLISHED_POWER_LIMIT_W, "published default"

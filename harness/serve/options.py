@@ -43,7 +43,9 @@ class ServeOptions(BaseModel):
         None, description="an active sweep's recipe.json (or its run folder)"
     )
     models: Annotated[Path | None, Flag(PICKS)] = Field(
-        None, description="models folder of harness train (with --algo)"
+        None,
+        description="models folder of harness train (with --algo). Warning: the gbt artifact is a joblib pickle "
+        "and loading a pickle can run code; load models only from folders you trust",
     )
     algo: Annotated[str | None, Flag(PICKS)] = Field(None, description="which of the eight policies picks")
     dataset: Annotated[Path | None, Flag(PICKS)] = Field(

@@ -98,3 +98,14 @@ def test_recommend_speaks_the_flags_of_the_sglang_it_is_for(trained_models):
     r = harness("recommend", "--models", str(trained_models), "--algo", "lookup_table", "--batch-size", "16",
                 "--sglang-version", "0.4.0")  # fmt: skip
     assert r.returncode == 2 and "fix:" in r.stderr
+
+
+def test_a_garbage_params_file_is_named_not_its_artifact(trained_models, tmp_path):
+    """Issue 38 A8: a garbage ``params.json`` was reported as the artifact being corrupt."""
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(trained_models, models)
+    (models / "lookup_table" / "params.json").write_text("{garbage")
+    r = harness("recommend", "--models", str(models), "--algo", "lookup_table", "--batch-size", "16")
+    assert r.returncode == 3 and "lookup_table/params.json is corrupt" in r.stderr, r.stderr
