@@ -401,3 +401,22 @@ def test_seed_determinism(gpu):
     assert a == b
     assert [t for t, _ in a] == [t for t, _ in c]  # temperature 0: same text
     assert [v for _, v in a] != [v for _, v in c]  # different acceptance draws
+
+
+def test_what_the_twin_would_shrink_silently_is_a_400(e052):
+    """Issue 38 B2/A3: a list of prompts returned one choice, n=2 one, logprobs null; max_tokens -1 was taken and
+    1e12 never returned. A real server answers these; the twin says it does not emulate them, or that no server
+    takes the value."""
+    url = e052.url + "/v1/completions"
+    for body, says in (
+        ({"prompt": "hi", "max_tokens": 4, "n": 2}, "n=2"),
+        ({"prompt": ["a", "b"], "max_tokens": 4}, "a list of 2 prompts"),
+        ({"prompt": "hi", "max_tokens": 4, "logprobs": 3}, "logprobs"),
+        ({"prompt": "hi", "max_tokens": -1}, "max_tokens must be an integer >= 0"),
+        ({"prompt": "hi", "max_tokens": "four"}, "max_tokens must be an integer >= 0"),
+        ({"prompt": "hi", "max_tokens": 10**12}, "exceeds the model's context length"),
+    ):
+        r = httpx.post(url, json=body, timeout=30)
+        assert r.status_code == 400 and says in r.json()["error"]["message"], (body, r.text)
+    ok = httpx.post(url, json={"prompt": ["hi"], "max_tokens": 4, "n": 1, "logprobs": None}, timeout=30)
+    assert ok.status_code == 200 and len(ok.json()["choices"]) == 1

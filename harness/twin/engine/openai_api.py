@@ -54,6 +54,9 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
     hint = vllm_gate(eng, req, body) if api == "vllm" else None
     if isinstance(hint, Response):
         return hint
+    refused = _not_emulated(eng, body)
+    if refused is not None:
+        return refused
     if kind == "chat":
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -61,8 +64,8 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
         prompt: Any = _chat_prompt(msgs)
     else:
         prompt = body.get("prompt")
-        if isinstance(prompt, list):
-            prompt = prompt[0] if prompt else ""
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
         if not isinstance(prompt, str):
             return error(400, "prompt must be a string")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -83,6 +86,30 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
         return Stream(_sse_openai(eng, q, kind, include_usage, details, api))
     q.wait_done()
     return _openai_result(eng, q, kind, details, api)
+
+
+def _not_emulated(eng: TwinEngine, body: dict[str, Any]) -> Response | None:
+    """A 400 for what a request asks that the twin would otherwise shrink silently (a real server answers it): more
+    than one choice or prompt, log probabilities; and for token limits no server takes."""
+    n = body.get("n", 1)
+    if n != 1:
+        return error(400, f"n={n!r}: the twin engine answers one choice per request (n=1)", param="n")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) != 1:
+        return error(
+            400, f"a list of {len(prompt)} prompts: the twin engine takes one prompt per request", param="prompt"
+        )
+    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
+        return error(400, "logprobs: the twin engine does not emulate log probabilities", param="logprobs")
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return error(400, f"{key} must be an integer >= 0, got {value!r}", param=key)
+        if value > eng.context_length():
+            return error(400, f"{key}={value} exceeds the model's context length {eng.context_length()}", param=key)
+    return None
 
 
 def vllm_gate(eng: TwinEngine, req: Request, body: dict[str, Any]) -> LoopHint | None | Response:
