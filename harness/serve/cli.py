@@ -62,6 +62,11 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         ),
     )
     stop = StopFlag().stop_on_signals()
+    typer.echo(
+        f"starting {len(options.instance_configs())} {opts.engine} engine instance(s) "
+        f"({', '.join(str(c) for c in options.instance_configs())}); each launch takes a while",
+        err=True,
+    )
     with open_session(options) as session:
         # this session's --config file; the key stays out of it (pass it again with --api-key)
         (opts.out / "options.yaml").write_text(to_yaml(opts.model_copy(update={"api_key": None})))
@@ -75,6 +80,11 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         typer.echo(f"serving on {session.url} ({how}, switches in {session.loop.log_path}); stop with Ctrl-C")
         while not stop.wait(0.5):
             pass
+        served = sum(i.served for i in session.pool.instances.values())
+        typer.echo(
+            f"stopping: served {served} request(s), {session.loop.switches} switch(es) (log {session.loop.log_path})",
+            err=True,
+        )
 
 
 options_command(serve, ServeOptions, "harness serve")

@@ -148,6 +148,8 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
         assert options["umodel"] == str(grid) and options["engine_args"] == ["--twin-launch-scale", "0.1"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "starting 2 twin engine instance(s)" in err and "served 1 request(s)" in err, err  # says what it does
     finally:
         if proc.poll() is None:
             proc.kill()
