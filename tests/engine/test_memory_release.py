@@ -23,28 +23,22 @@ QUICK_LAUNCH = ("--twin-launch-scale", "0.1")
 
 def test_a_relaunch_waits_for_the_memory_of_the_server_it_replaces(tmp_path: Path) -> None:
     notes: list[str] = []
-    with twin_gpu(time_scale=20, extra=("--memory-release-s", "2")) as gpu:
+    with twin_gpu(time_scale=20, extra=("--memory-release-s", "8")) as gpu:
         spec = EngineSpec(kind="twin", twin_gpu_url=gpu.url, extra_args=QUICK_LAUNCH)
         with open_world("twin", twin_gpu_url=gpu.url, time_scale=20, run_dir=tmp_path, spec=spec) as world:
             launcher = world.launcher
             launcher.memory.note = notes.append
-            idle_mb = gpu.get("/v1/state").json()["memory_used_mb"]
             first = launcher.launch(TREE, 16, 0.65)
-            first.stop()
-            held_mb = gpu.get("/v1/state").json()["memory_used_mb"]
-            assert held_mb > idle_mb + 1000  # the stopped server's memory is still in use: the driver frees it later
+            first.stop()  # its memory stays in use for 8 s more: the driver frees it later
             t0 = time.monotonic()
             second = launcher.launch(TREE, 16, 0.65)  # the sweep's next cell, a ladder rung, serve's relaunch
             waited = time.monotonic() - t0
-            second.stop()
             assert 1.0 < launcher.memory.waited_s <= waited, (launcher.memory.waited_s, waited)
             assert notes == []  # freed within the timeout: nothing to say
+            second.stop()
 
             # without the gate (the launcher before issue 39 item 4) the same relaunch runs out of memory
             launcher.memory = MemoryRelease()
-            time.sleep(2.5)  # the second server's memory is free again
-            third = launcher.launch(TREE, 16, 0.65)
-            third.stop()
             with pytest.raises(ServerLaunchError) as info:
                 launcher.launch(TREE, 16, 0.65)
             assert info.value.oom, info.value.message
