@@ -47,16 +47,17 @@ def test_a_relaunch_waits_for_the_memory_of_the_server_it_replaces(tmp_path: Pat
 def test_the_gate_waits_only_when_no_server_of_its_own_still_runs() -> None:
     """``harness serve`` launches one instance per config while the others run: their memory is in use by design."""
     used = [5000.0]
-    gate = MemoryRelease(lambda: (used[0], 8000.0), timeout_s=0.3, poll_s=0.01)
+    gate = MemoryRelease(lambda: (used[0], 8000.0), timeout_s=5.0, poll_s=0.01)
     a = gate.before_launch()
     b = gate.before_launch()  # a second instance beside the first
     gate.stopped(b)
     used[0] = 7000.0  # the stopped one's memory has not been freed yet, the first still runs
     t0 = time.monotonic()
-    assert gate.before_launch() == 7000.0 and time.monotonic() - t0 < 0.2  # no wait: a server is still running
+    assert gate.before_launch() == 7000.0 and time.monotonic() - t0 < 2.5  # no wait (5 s): a server still runs
     gate.stopped(a)
     gate.stopped(7000.0)
     notes: list[str] = []
     gate.note = notes.append
+    gate.timeout_s = 0.3
     gate.before_launch()  # nothing freed within the timeout: launch anyway, and say so
     assert gate.waited_s >= 0.3 and notes and "still 7000 MB in use" in notes[0]
