@@ -176,12 +176,14 @@ class Front:
                 elif line.startswith("data: ") and '"completion_tokens"' in line:  # a usage chunk (include_usage)
                     tokens = completion_tokens_of(_json_or_text(line[6:].encode())) or tokens
                 yield line + "\n"
-        except httpx.HTTPError as exc:  # the instance died mid-stream: the client gets an error event, then the end
-            yield (
-                "data: "
-                + json.dumps({"error": {"message": f"engine instance {inst.config} failed mid-stream: {exc}"}})
-                + "\n\n"
-            )
+        except httpx.HTTPError as exc:  # the instance died mid-stream: an error event (OpenAI's shape), then the end
+            failed = {
+                "message": f"engine instance {inst.config} failed mid-stream: {exc}",
+                "type": "server_error",
+                "param": None,
+                "code": 502,
+            }
+            yield "data: " + json.dumps({"error": failed}) + "\n\n" + "data: [DONE]\n\n"
         finally:
             resp.close()
             self._release(inst)

@@ -11,6 +11,7 @@ import pytest
 from _serve_helpers import PROMPTS, B, serve_session
 
 from harness.cli import main
+from harness.grid import BASELINE
 
 
 def test_the_openai_client_with_an_api_key(tmp_path: Path) -> None:
@@ -41,3 +42,38 @@ def test_serving_beyond_loopback_needs_a_key(capsys) -> None:
     code = main(["serve", "--picks", "1=0:0:0", "--host", "0.0.0.0"])
     err = capsys.readouterr().err
     assert code == 2 and "--api-key" in err and "beyond this machine" in err
+
+
+def test_a_stream_cut_by_a_dead_instance_ends_in_an_error_clients_count(tmp_path: Path) -> None:
+    """Issue 38 B3: when the instance behind a stream died, the front's error event had no type or code and no
+    ``[DONE]`` followed, so load tools (aiperf) counted the request as a success with no output."""
+    import json
+    import os
+    import signal
+
+    with serve_session(tmp_path, {1: B}) as s:
+        events: list[str] = []
+        with httpx.stream(
+            "POST", s.url + "/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 4000, "stream": True, "ignore_eos": True},
+            timeout=60,
+        ) as r:  # fmt: skip
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    if len(events) == 3:  # tokens have started: only now is the instance's death the client's
+                        server = s.pool.get(B).server
+                        assert server is not None
+                        os.kill(server.pid, signal.SIGKILL)
+        assert events[-1] == "[DONE]" and len(events) < 1000, events[-3:]  # cut short: 4000 tokens never came
+        err = json.loads(events[-2])["error"]
+        assert err["type"] == "server_error" and err["code"] == 502 and "failed mid-stream" in err["message"]
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIError):  # the official client raises on such a stream, as it should
+            stream = client.completions.create(
+                model="default", prompt=PROMPTS[0], max_tokens=4000, stream=True, extra_body={"ignore_eos": True}
+            )
+            for i, _ in enumerate(stream):
+                if i == 2:
+                    server = s.pool.get(BASELINE).server
+                    assert server is not None
+                    os.kill(server.pid, signal.SIGKILL)
