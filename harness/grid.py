@@ -139,11 +139,20 @@ def parse_config(text: str) -> SpecConfig:
     return effective(s, k, d)
 
 
+def list_items(text: str, name: str, example: str, separators: str = ",") -> list[str]:
+    """The items of a list option (``"1,4"``, ``"1, 4"`` or ``"1 4"``; [] for a blank text). An empty item (``"1,,16"``,
+    a trailing comma) is refused, not skipped: it is a typo, not a wish."""
+    if not text.strip():
+        return []
+    items = re.split(rf"\s*[{re.escape(separators)}]\s*|\s+", text.strip())
+    if "" in items:
+        raise InvalidConfigError(f"{name} {text!r} has an empty item", fix=f"e.g. {name} {example}")
+    return items
+
+
 def parse_configs(text: str) -> list[SpecConfig]:
     """Parse ``"0:0:0,3:4:8"`` (comma-separated ``s:k:d`` items), de-duplicated after the rewrite, order kept."""
-    items = re.split(r"\s*[,;]\s*|\s+", text.strip()) if text.strip() else []
-    if "" in items:
-        raise InvalidConfigError(f"--configs {text!r} has an empty item", fix="e.g. --configs 0:0:0,3:4:8")
+    items = list_items(text, "--configs", "0:0:0,3:4:8", separators=",;")
     # Items are s:k:d; commas above only separate items, so a bare "3,4,8" would be split: reject it clearly.
     out: dict[SpecConfig, None] = {}
     for item in items:
@@ -159,13 +168,10 @@ def parse_configs(text: str) -> list[SpecConfig]:
 
 
 def parse_int_list(text: str, name: str) -> list[int]:
-    """Parse ``"1,4,8,16"`` (or ``"1, 4"``, ``"1 4"``) into a list of ints (for --batch-sizes, --steps ...); an empty
-    item (``"1,,16"``, a trailing comma) is refused, not skipped: it is a typo, not a wish."""
-    if not text.strip():
+    """Parse ``"1,4,8,16"`` into a list of ints (for --batch-sizes, --steps ...; items as ``list_items`` reads them)."""
+    pieces = list_items(text, name, "1,4,8,16")
+    if not pieces:
         raise InvalidConfigError(f"{name} is empty", fix=f"e.g. {name} 1,4,8,16")
-    pieces = re.split(r"\s*,\s*|\s+", text.strip())
-    if "" in pieces:
-        raise InvalidConfigError(f"{name} {text!r} has an empty item", fix=f"e.g. {name} 1,4,8,16")
     try:
         return [int(t) for t in pieces]
     except ValueError:

@@ -125,8 +125,10 @@ def train(ctx: typer.Context, **given: Any) -> None:
     )
 
 
+options_command(train, TrainOptions, "harness train")
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    options_command(train, TrainOptions, "harness train")
     app.command()(train)
 
     @app.command()

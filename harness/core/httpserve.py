@@ -155,10 +155,10 @@ def cross_site_refusal(method: str, headers: Message, bound_host: str) -> str | 
     if method in READ_METHODS or bound_host not in LOOPBACK_NAMES:
         return None
     origin = headers.get("Origin")
-    if origin and origin != "null" and _hostname(origin) not in LOOPBACK_NAMES:
-        return f"cross-site request refused: Origin {origin!r} is not this machine"
     if origin == "null":
         return "cross-site request refused: an opaque Origin (null)"
+    if origin and _hostname(origin) not in LOOPBACK_NAMES:
+        return f"cross-site request refused: Origin {origin!r} is not this machine"
     host = headers.get("Host")
     if host and _hostname(host) not in LOOPBACK_NAMES:
         return f"request refused: Host {host!r} is not a loopback name (this service listens on {bound_host} only)"

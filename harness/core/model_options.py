@@ -104,8 +104,7 @@ def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> li
 def with_parameters(fn: Callable[..., Any], extra: list[inspect.Parameter]) -> Callable[..., Any]:
     """``fn`` (taking ``**options``) presented to typer with ``extra`` parameters after its own named ones."""
     sig = inspect.signature(fn, eval_str=True)
-    added = {p.name for p in extra}  # a second call (an app built twice in one process) replaces, never repeats
-    own = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD and p.name not in added]
+    own = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
     fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
     fn.__annotations__ = {**{p.name: p.annotation for p in [*own, *extra]}, "return": None}
     return fn

@@ -49,24 +49,24 @@ class MemoryRelease:
         with self._lock:
             floor, live = self._floor, self._live
             self._floor = None
-        if floor is not None and live == 0:
-            t0 = time.monotonic()
-            while True:
-                used, total = self.read()
-                if used is None or used <= floor + max(256.0, 0.02 * (total or 0.0)):
-                    break
-                if time.monotonic() - t0 >= self.timeout_s:
-                    if self.note is not None:
-                        self.note(
-                            f"GPU memory still {used:.0f} MB in use (was {floor:.0f} MB before the previous server) "
-                            f"after {self.timeout_s:g} s; launching anyway"
-                        )
-                    break
-                time.sleep(self.poll_s)
-            self.waited_s += time.monotonic() - t0
-        with self._lock:
             self._live += 1
-        return self.read()[0]
+        if floor is None or live > 0:  # nothing stopped since, or servers still running: no level to wait for
+            return self.read()[0]
+        t0 = time.monotonic()
+        while True:
+            used, total = self.read()
+            if used is None or used <= floor + max(256.0, 0.02 * (total or 0.0)):
+                break
+            if time.monotonic() - t0 >= self.timeout_s:
+                if self.note is not None:
+                    self.note(
+                        f"GPU memory still {used:.0f} MB in use (was {floor:.0f} MB before the previous server) "
+                        f"after {self.timeout_s:g} s; launching anyway"
+                    )
+                break
+            time.sleep(self.poll_s)
+        self.waited_s += time.monotonic() - t0
+        return used  # the wait's last reading is the level the new server starts from
 
     def stopped(self, level_before: float | None) -> None:
         """A server launched from ``level_before`` (``before_launch``'s answer) stopped, or its launch failed."""

@@ -46,17 +46,18 @@ class NvmlDevice:
         *args: int,
         doing: str,
         refused: str,
-        root_fix: str,
+        without_root: str,
         refused_fix: str,
         unsupported_fix: str | None = None,
     ) -> None:
         """Run an NVML setter on this GPU; No Permission, Not Supported (with ``unsupported_fix``) and any other NVML
-        error become ``self.error`` naming the NVML error text and the fix."""
+        error become ``self.error`` naming the NVML error text and the fix. No Permission's fix is ``AS_ROOT``, then
+        ``without_root``: what the setting's user can do instead."""
         nv = self.nv
         try:
             call(self.handle, *args)
         except nv.NVMLError_NoPermission as exc:
-            raise self.error(f"{doing} needs root (NVML: {exc})", fix=root_fix) from None
+            raise self.error(f"{doing} needs root (NVML: {exc})", fix=f"{AS_ROOT}; or {without_root}") from None
         except nv.NVMLError_NotSupported as exc:
             if unsupported_fix is None:
                 raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None

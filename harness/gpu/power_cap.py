@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 from pydantic import BaseModel
 
 from harness.core.errors import UsageError
-from harness.gpu.device import AS_ROOT, NvmlDevice, TwinSettingDevice
+from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 
 PowerCapMode = SettingMode
@@ -141,8 +141,8 @@ class NvmlCapDevice(NvmlDevice):
             int(round(watts * 1000)),
             doing=f"setting the power limit to {watts:g} W",
             refused=f"the power limit {watts:g} W",
-            root_fix=f"{AS_ROOT}; or pass --power-cap-mode record to only record the limit in force (set it "
-            "beforehand with sudo nvidia-smi -pl WATTS)",
+            without_root="pass --power-cap-mode record to only record the limit in force (set it beforehand with "
+            "sudo nvidia-smi -pl WATTS)",
             refused_fix="choose a cap within nvmlDeviceGetPowerManagementLimitConstraints",
         )
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from harness.core.errors import UsageError
-from harness.gpu.device import AS_ROOT, NvmlDevice, TwinSettingDevice
+from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 
 UNLOCKED = "max"
@@ -157,8 +157,7 @@ class NvmlClockDevice(NvmlDevice):
             *args,
             doing=what,
             refused=what,
-            root_fix=f"{AS_ROOT}; or drop --sm-clocks and lock the clocks yourself beforehand "
-            "(sudo nvidia-smi -lgc MHZ,MHZ)",
+            without_root="drop --sm-clocks and lock the clocks yourself beforehand (sudo nvidia-smi -lgc MHZ,MHZ)",
             refused_fix="choose a clock from nvmlDeviceGetSupportedGraphicsClocks (nvidia-smi -q -d SUPPORTED_CLOCKS)",
             unsupported_fix="drop --sm-clocks (locked clocks need a Volta or newer GPU)",
         )

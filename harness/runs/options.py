@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
+from harness.engine.sglang_argv import DISABLE_OVERLAP
 from harness.engine.spec import DEFAULT_ATTENTION_BACKEND
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 
@@ -218,6 +219,15 @@ class SweepOptions(BaseModel):
     def api(self) -> Literal["sglang", "vllm"]:
         """The engine API the servers speak: sglang, vLLM, or the one the twin emulates."""
         return self.twin_emulate if self.engine == "twin" else self.engine
+
+    @property
+    def launch_args(self) -> tuple[str, ...]:
+        """The extra flags of every launch: ``--engine-arg``s, plus ``--disable-overlap-schedule`` (once) when
+        ``--overlap-schedule off`` pins sglang's scheduler."""
+        extra = tuple(self.engine_args)
+        if self.api == "sglang" and self.overlap_schedule == "off" and DISABLE_OVERLAP not in extra:
+            extra += (DISABLE_OVERLAP,)
+        return extra
 
     @property
     def spec_configs(self) -> list[SpecConfig]:

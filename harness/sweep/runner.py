@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
-from harness.engine.sglang_argv import DISABLE_OVERLAP, ENGINE_ENV, overlap_scheduled
+from harness.engine.sglang_argv import ENGINE_ENV, overlap_scheduled
 from harness.gpu.pass_setting import PassSetting
 from harness.grid import SpecConfig
 from harness.runs.manifest import SweepManifest
@@ -374,9 +374,8 @@ class SweepRunner:
         emulated version's, which it does not time differently)."""
         if self.opts.api != "sglang":
             return {}
-        args = [*self.opts.engine_args, *([DISABLE_OVERLAP] if self.opts.overlap_schedule == "off" else [])]
         env = {**os.environ, **ENGINE_ENV}  # what a server launched by this process sees
-        overlap = overlap_scheduled(self.opts.sglang_version, cell.config, args, env)
+        overlap = overlap_scheduled(self.opts.sglang_version, cell.config, self.opts.launch_args, env)
         return {"scheduler": "overlap" if overlap else "no-overlap"}
 
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from typing import Any
 from harness.core.clocks import mono_ns
 from harness.core.errors import HarnessError, UsageError
 from harness.core.jsonl import write_error
-from harness.engine.sglang_argv import DISABLE_OVERLAP
 from harness.engine.spec import EngineSpec
 from harness.engine.version import resolve_version
 from harness.gpu.pass_setting import PassSetting
@@ -124,13 +123,10 @@ def _check_resume_version(opts: SweepOptions, python: str) -> None:
 
 
 def _engine_spec(opts: SweepOptions) -> EngineSpec:
-    extra = tuple(opts.engine_args)
-    if opts.api == "sglang" and opts.overlap_schedule == "off" and DISABLE_OVERLAP not in extra:
-        extra += (DISABLE_OVERLAP,)
     update: dict[str, Any] = {
         "twin_faults": tuple(opts.twin_faults),
         "twin_emulate": opts.twin_emulate,
-        "extra_args": extra,
+        "extra_args": opts.launch_args,
         "attention_backend": opts.attention_backend,
         # real sglang reports each request's receive/finish instants only with metrics on (0.5.23): the window then
         # runs server edges to server edges, as the twin's does (harness.world.bench)

@@ -6,6 +6,9 @@ from typing import Any
 
 import typer
 
+from harness.core.model_options import options_command, resolve_options
+from harness.telemetry.options import SamplerOptions
+
 
 def serve(ctx: typer.Context, **given: Any) -> None:
     """Run the telemetry sampler sidecar until SIGTERM or Ctrl-C."""
@@ -13,9 +16,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
     from rich.markup import escape
 
     from harness.core.errors import ServiceUnavailableError
-    from harness.core.model_options import resolve_options
     from harness.core.stopflag import StopFlag
-    from harness.telemetry.options import SamplerOptions
     from harness.telemetry.probes import make_probe
     from harness.telemetry.sampler import SamplerCore
     from harness.telemetry.server import start_server
@@ -54,11 +55,10 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         core.stop()
 
 
-def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    from harness.core.model_options import options_command
-    from harness.telemetry.options import SamplerOptions
+options_command(serve, SamplerOptions, "harness sampler serve")
 
-    options_command(serve, SamplerOptions, "harness sampler serve")
+
+def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     group = groups["sampler"]
 
     group.command("serve")(serve)

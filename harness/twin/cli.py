@@ -61,10 +61,13 @@ def calibrate(ctx: typer.Context, **given: Any) -> None:
     )
 
 
+options_command(gpu, TwinGpuOptions, "harness twin gpu")
+options_command(calibrate, CalibrateOptions, "harness twin calibrate")
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     twin = groups["twin"]
 
-    options_command(gpu, TwinGpuOptions, "harness twin gpu")
     twin.command("gpu")(gpu)
 
     @twin.command(
@@ -80,5 +83,4 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         if code:
             sys.exit(code)  # typer.Exit is swallowed by the root app in non-standalone mode
 
-    options_command(calibrate, CalibrateOptions, "harness twin calibrate")
     twin.command("calibrate")(calibrate)

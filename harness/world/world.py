@@ -310,7 +310,7 @@ def open_world(
             stop_timeout_s=stop_timeout_s,
             request_timeout_s=request_timeout_s,
         )
-        world = World(
+        return World(
             engine=engine,
             telemetry=telemetry,
             launcher=launcher,
@@ -325,7 +325,6 @@ def open_world(
             sampler_rate_hz=rate_hz,
             gpu_index=gpu_index,
         )
-        return world
     except BaseException:
         if telemetry is not None:
             telemetry.close()
