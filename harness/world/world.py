@@ -7,6 +7,7 @@ child processes on free ports and stops them by PID on exit. With URLs it connec
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -174,17 +175,42 @@ def _harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 
 
-def _spawn_service(args: list[str], log: Path, health_path: str, what: str) -> tuple[str, Any]:
-    """Start ``harness <args> --port P`` on a free port, wait until ``health_path`` answers; stop it if it never does."""
-    port = procs.free_port()
-    p = procs.spawn(_harness_cmd(*args, "--port", str(port)), log)
-    url = f"http://127.0.0.1:{port}"
+def _spawn_service(args: list[str], log: Path, health_path: str, what: str, ready: str) -> tuple[str, Any]:
+    """Start ``harness <args> --port 0``, learn the port it bound from its ready line (``ready``: a regex whose group
+    is the URL), wait until ``health_path`` answers; stop it if it never does. The service binds the port itself, so
+    no other process can take it between a probe and the bind (a free-port probe lost that race under load)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = log.stat().st_size if log.exists() else 0  # a restarted service appends to the same log
+    p = procs.spawn(_harness_cmd(*args, "--port", "0"), log)
     try:
+        url = _wait_announced(p, log, start, re.compile(ready), what)
         _wait_http(f"{url}{health_path}", p, log, what)
     except BaseException:
         procs.stop(p, 10.0)
         raise
     return url, p
+
+
+def _wait_announced(
+    proc: Any, log: Path, start: int, ready: re.Pattern[str], what: str, timeout_s: float = SERVICE_START_TIMEOUT_S
+) -> str:
+    """The URL a starting service announces in its log (after byte ``start``); its death or the timeout raises."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with open(log, "rb") as fh:
+            fh.seek(start)
+            found = ready.search(fh.read().decode(errors="replace"))
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise ServiceUnavailableError(
+                f"{what} exited with code {proc.returncode} while starting:\n{procs.log_tail(log)}", fix=f"see {log}"
+            )
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailableError(
+                f"{what} did not say where it listens within {timeout_s:g} s", fix=f"see {log}"
+            )
+        time.sleep(0.05)
 
 
 def _start_twin_gpu(
@@ -194,7 +220,8 @@ def _start_twin_gpu(
         ["--profile", profile] if profile else []
     )
     args += ["--index", str(index)] if index else []
-    return _spawn_service(args, run_dir / "logs" / "twin-gpu.log", "/health", "the twin GPU")
+    ready = r'"url": "(http://[^"]+)"'  # the device's JSON ready line
+    return _spawn_service(args, run_dir / "logs" / "twin-gpu.log", "/health", "the twin GPU", ready)
 
 
 TWIN_MAX_RATE_HZ = 50.0
@@ -220,7 +247,8 @@ def _start_sampler(run_dir: Path, twin_gpu_url: str, rate_hz: float) -> tuple[st
         "--log",
         str(run_dir / "sampler"),
     ]
-    return _spawn_service(args, run_dir / "logs" / "sampler.log", "/-/healthy", "the sampler")
+    ready = r"sampler listening on (http://\S+)"
+    return _spawn_service(args, run_dir / "logs" / "sampler.log", "/-/healthy", "the sampler", ready)
 
 
 def _check_service(url: str, path: str, what: str, flag: str) -> dict[str, Any]:
