@@ -16,6 +16,8 @@ from harness.grid import SpecConfig
 SUPPORTED_VERSIONS: tuple[str, ...] = TWIN_VERSIONS
 """The versions checked end to end (conformance test against the real wheels, twin emulation)."""
 ENGINE_ENV: dict[str, str] = {"SGLANG_RECORD_STEP_TIME": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+CPU_ENGINE_ENV: dict[str, str] = {"SGLANG_USE_CPU_ENGINE": "1"}
+"""sglang's CPU engine is off without it (``is_cpu()`` reads it), whatever ``--device`` says."""
 TWIN_FAULTS: tuple[str, ...] = ("oom", "crash", "runaway", "slow-health", "http500")
 
 
@@ -128,6 +130,8 @@ def sglang_flags(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_frac
     ]
     if spec.attention_backend:
         flags += ["--attention-backend", spec.attention_backend]
+    if spec.device == "cpu":
+        flags += ["--device", "cpu"]
     if not config.is_baseline:
         flags += [
             "--speculative-algorithm",
@@ -156,6 +160,8 @@ def engine_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str
         env.update(VLLM_ENV)
     else:
         env.update(ENGINE_ENV)
+        if spec.device == "cpu":
+            env.update(CPU_ENGINE_ENV)
     return env
 
 

@@ -13,8 +13,15 @@ from harness.engine.version import check_supported
 DEFAULT_ATTENTION_BACKEND = "flashinfer"
 """Pinned for every config: unpinned, sglang picks fa3 on Hopper (trtllm_mha on Blackwell) for the baseline and
 topk == 1 but flashinfer for topk > 1, so one sweep would compare kernels, not speculation."""
+CPU_ATTENTION_BACKEND = "intel_amx"
+"""sglang's CPU attention backend (``--device cpu``): the one CPU backend that runs EAGLE (from sglang 0.5.16)."""
 DEFAULT_MODEL = "unsloth/Llama-3.2-1B-Instruct"
 DEFAULT_DRAFT = "rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct"
+
+
+def attention_backend_on(device: str, backend: str | None) -> str | None:
+    """The ``--attention-backend`` on ``device``: the pinned GPU default becomes sglang's CPU backend on the CPU."""
+    return CPU_ATTENTION_BACKEND if device == "cpu" and backend == DEFAULT_ATTENTION_BACKEND else backend
 
 
 class EngineSpec(BaseModel):
@@ -43,11 +50,22 @@ class EngineSpec(BaseModel):
     twin_faults: tuple[str, ...] = ()
     """Test hooks for the twin: ``NAME`` (every launch) or ``NAME@BS`` or ``NAME@BS/s:k:d`` (one cell)."""
     extra_args: tuple[str, ...] = ()
+    device: Literal["gpu", "cpu"] = "gpu"
+    """Where the engine computes: ``gpu`` (CUDA; energy from NVML) or ``cpu`` (sglang's CPU engine, ``--device cpu``
+    with ``SGLANG_USE_CPU_ENGINE=1``; energy from RAPL where the host exposes it; docs/engines.md)."""
 
     @field_validator("sglang_version")
     @classmethod
     def _supported(cls, v: str) -> str:
         return check_supported(v)
+
+    def on_device(self, device: Literal["gpu", "cpu"]) -> "EngineSpec":
+        """This spec on ``device``: the CPU takes sglang's CPU attention backend (for the pinned GPU default) and
+        bfloat16 (the CPU kernels' type; float16 is the GPU default)."""
+        if device == "gpu":
+            return self.model_copy(update={"device": "gpu"})
+        backend = attention_backend_on(device, self.attention_backend)
+        return self.model_copy(update={"device": "cpu", "dtype": "bfloat16", "attention_backend": backend})
 
     @property
     def api(self) -> Literal["sglang", "vllm"]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
 from harness.engine.sglang_argv import DISABLE_OVERLAP
-from harness.engine.spec import DEFAULT_ATTENTION_BACKEND
+from harness.engine.spec import DEFAULT_ATTENTION_BACKEND, attention_backend_on
 from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
 
 GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = (
@@ -91,7 +91,14 @@ class SweepOptions(BaseModel):
         description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
         "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one",
     )
-    attention_backend: Annotated[str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer")] = Field(
+    engine_device: Annotated[Literal["gpu", "cpu"], Flag(ENGINE)] = Field(
+        "gpu",
+        description="gpu, or cpu: sglang's CPU engine (--device cpu, SGLANG_USE_CPU_ENGINE=1, attention intel_amx, "
+        "bfloat16; energy from RAPL where the host exposes it; rows say cpu:<model>; docs/engines.md)",
+    )
+    attention_backend: Annotated[
+        str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer; intel_amx with --engine-device cpu")
+    ] = Field(
         DEFAULT_ATTENTION_BACKEND,
         description="pinned for every config (auto: sglang picks per config, which mixes kernels on Hopper/Blackwell)",
     )
@@ -214,6 +221,11 @@ class SweepOptions(BaseModel):
         if not v or any(not 0 < x < 1 for x in v):
             raise ValueError("mem fractions must be in (0, 1), e.g. 0.65,0.55")
         return v
+
+    @property
+    def server_attention_backend(self) -> str | None:
+        """The ``--attention-backend`` of every launch: the GPU default becomes sglang's CPU backend on the CPU."""
+        return attention_backend_on(self.engine_device, self.attention_backend)
 
     @property
     def api(self) -> Literal["sglang", "vllm"]:

@@ -98,6 +98,14 @@ def hardware_label(gpu_name: str | None, twin_profile: str | None = None) -> str
     return "_".join(out) or "unknown_gpu"
 
 
+def cpu_hardware_label(cpu_model: str | None) -> str:
+    """The ``hardware`` value of a row measured on a CPU engine: ``cpu:<model>`` (``AMD EPYC 9654`` ->
+    ``cpu:AMD_EPYC_9654``), so no CPU row is ever read as a GPU's."""
+    name = re.sub(r"\((R|TM)\)", " ", cpu_model or "", flags=re.IGNORECASE).split("@")[0]
+    words = [w for w in re.split(r"[^A-Za-z0-9.+-]+", name) if w and w.lower() not in ("cpu", "processor")]
+    return "cpu:" + ("_".join(words) or "unknown")
+
+
 def make_cell_id(repeat: int, batch_size: int, config: SpecConfig | Sequence[int]) -> str:
     """Filesystem-safe id of a grid cell, e.g. ``r0-bs16-s5k4d16``."""
     s, k, d = config.as_tuple() if isinstance(config, SpecConfig) else tuple(int(v) for v in config)

@@ -29,6 +29,8 @@ def serve(ctx: typer.Context, **given: Any) -> None:
             f"--host {opts.host} serves beyond this machine without a guard",
             fix="add --api-key KEY (clients send Authorization: Bearer KEY), or keep the default --host 127.0.0.1",
         )
+    if opts.engine_device == "cpu" and opts.engine != "sglang":
+        raise UsageError("--engine-device cpu runs real sglang's CPU engine, not the twin", fix="add --engine sglang")
     table = pick_sources.resolve(opts.picks, opts.recipe, opts.models, opts.algo, opts.dataset)
     model = None
     if opts.umodel is not None:
@@ -53,6 +55,9 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         twin_gpu_url=opts.twin_gpu,
         speculative_adaptive=opts.speculative_adaptive,
         engine_args=tuple(opts.engine_args),
+        engine_device=opts.engine_device,
+        model_path=opts.model_path,
+        draft_model_path=opts.draft_model_path,
         instances=opts.instances,
         api_key=opts.api_key,
         relaunch_hold_s=opts.relaunch_hold_s,

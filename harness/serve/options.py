@@ -58,6 +58,13 @@ class ServeOptions(BaseModel):
         "band", description="band (the controller) or adaptive (the sglang --speculative-adaptive emulation)"
     )
     engine: Annotated[Literal["twin", "sglang"], Flag(ENGINES)] = Field("twin", description="twin or sglang")
+    engine_device: Annotated[Literal["gpu", "cpu"], Flag(ENGINES)] = Field(
+        "gpu", description="gpu, or cpu: real sglang's CPU engine (as harness sweep --engine-device; docs/engines.md)"
+    )
+    model_path: Annotated[str | None, Flag(ENGINES, default_text="unsloth/Llama-3.2-1B-Instruct")] = Field(
+        None, description="target model of every instance"
+    )
+    draft_model_path: Annotated[str | None, Flag(ENGINES)] = Field(None, description="EAGLE3 draft model")
     out: Path = Field(Path("results/serve"), description="folder for logs, switches.jsonl and options.yaml")
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(8000, ge=0, le=65535, description="0 picks a free port (printed)")

@@ -56,6 +56,9 @@ class SessionOptions:
     seed: int = 0
     engine_args: tuple[str, ...] = ()
     """Extra engine flags for every instance (the twin's ``--twin-launch-scale 0.1`` in tests)."""
+    engine_device: Literal["gpu", "cpu"] = "gpu"
+    model_path: str | None = None
+    draft_model_path: str | None = None
     instances: Instances = "auto"
     """``all``: one instance per config, launched first; ``one``: one engine at a time, relaunched on a switch
     (``relaunch.py``); ``auto``: ``all``, and ``one`` when launching them all runs out of GPU memory."""
@@ -123,7 +126,12 @@ def _spec(options: SessionOptions) -> Any:
 
     base = EngineSpec(kind=options.engine)
     version = options.sglang_version or resolve_version("auto", options.engine, base.python)
-    return base.model_copy(update={"sglang_version": version, "extra_args": tuple(options.engine_args)})
+    update: dict[str, Any] = {"sglang_version": version, "extra_args": tuple(options.engine_args)}
+    if options.model_path:
+        update["model_path"] = options.model_path
+    if options.draft_model_path:
+        update["draft_model_path"] = options.draft_model_path
+    return base.model_copy(update=update).on_device(options.engine_device)
 
 
 def open_session(options: SessionOptions) -> ServeSession:

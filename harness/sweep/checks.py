@@ -55,6 +55,7 @@ def check_options(opts: SweepOptions) -> None:
             parse_twin_fault(item)
     check_energy_window(opts)
     check_attention_backend(opts.attention_backend)
+    check_engine_device(opts)
     from harness.sweep.executors import check_executor_options
 
     check_executor_options(opts)
@@ -74,6 +75,20 @@ def check_attention_backend(backend: str | None) -> None:
             f"--attention-backend {backend!r} is not a backend of sglang 0.5.2-0.5.23",
             fix="use flashinfer (default), auto, or one of: " + ", ".join(known),
         )
+
+
+def check_engine_device(opts: SweepOptions) -> None:
+    """``--engine-device cpu`` runs real sglang on this host's CPU: no twin, no GPU settings, no Ray GPUs."""
+    if opts.engine_device != "cpu":
+        return
+    if opts.engine != "sglang":
+        raise UsageError(
+            f"--engine-device cpu runs real sglang's CPU engine, not --engine {opts.engine}",
+            fix="use --engine sglang (the twin is GPU-free already; vLLM's CPU build: docs/engines.md)",
+        )
+    if opts.power_caps or opts.sm_clocks or opts.executor != "local":
+        flag = "--power-caps" if opts.power_caps else "--sm-clocks" if opts.sm_clocks else "--executor ray"
+        raise UsageError(f"{flag} needs GPUs; --engine-device cpu has none", fix=f"drop {flag}")
 
 
 def check_energy_window(opts: SweepOptions) -> None:

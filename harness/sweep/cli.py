@@ -340,7 +340,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
         t.add_row("error", escape(str(manifest.error)))
     t.add_row(
         "engine",
-        f"{opts.engine} sglang {opts.sglang_version}, attention {opts.attention_backend or 'auto'}, "
+        f"{opts.engine} sglang {opts.sglang_version}, attention {opts.server_attention_backend or 'auto'}, "
         f"launch per {opts.launch_per}",
     )
     t.add_row("hardware", escape(str(manifest.hardware)))

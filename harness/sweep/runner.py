@@ -366,6 +366,7 @@ class SweepRunner:
                 "stream": self.settings.stream,
                 **self._scheduler_extras(cell),
                 **self._cap_extras(cell),
+                **({"engine_device": "cpu"} if self.opts.engine_device == "cpu" else {}),
             },
         )
 
@@ -404,7 +405,7 @@ class SweepRunner:
             window_source=r.window_source,
             client_wall_clock_s=r.client_wall_clock_s,
             server_version=r.server_version,
-            attention_backend_flag=self.opts.attention_backend,
+            attention_backend_flag=self.opts.server_attention_backend,
         )
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:
@@ -413,6 +414,8 @@ class SweepRunner:
             if r.steady.valid is False:
                 m.window_valid = False
                 m.window_reasons += [f"steady:{x}" for x in r.steady.reasons] or ["steady_window_invalid"]
+        if energy is None and self.world.gpu_identity.get("energy_unavailable"):
+            common["extras"]["energy_unavailable"] = self.world.gpu_identity["energy_unavailable"]  # e.g. no RAPL
         windows = {
             kind: v.model_dump() for kind, v in (("measured", r.measured), ("steady", r.steady)) if v is not None
         }

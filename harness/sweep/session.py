@@ -140,7 +140,7 @@ def _engine_spec(opts: SweepOptions) -> EngineSpec:
         update["model_path"] = opts.model_path
     if opts.draft_model_path:
         update["draft_model_path"] = opts.draft_model_path
-    return EngineSpec(kind=opts.engine).model_copy(update=update)
+    return EngineSpec(kind=opts.engine).model_copy(update=update).on_device(opts.engine_device)
 
 
 def _run_locked(
@@ -155,7 +155,7 @@ def _run_locked(
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
 
-    manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.attention_backend
+    manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.server_attention_backend
     if opts.api == "vllm":
         manifest.sglang_version, manifest.vllm_version = None, opts.vllm_version
         manifest.skipped_configs = [c.as_tuple() for c in opts.skipped_configs]

@@ -14,7 +14,9 @@ class SamplerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    probe: Literal["nvml", "twin"] = Field("nvml", description="nvml (a real GPU) or twin (the twin GPU device)")
+    probe: Literal["nvml", "rapl", "twin"] = Field(
+        "nvml", description="nvml (a real GPU), rapl (this host's CPU packages) or twin (the twin GPU device)"
+    )
     gpu_index: int = Field(0, ge=0, description="NVML device index")
     twin_url: str | None = Field(None, description="twin GPU device URL (with --probe twin)")
     rate_hz: float = Field(10.0, gt=0, le=1000, allow_inf_nan=False, description="samples per second")

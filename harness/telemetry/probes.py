@@ -451,11 +451,15 @@ def make_probe(kind: str, *, gpu_index: int = 0, twin_url: str | None = None) ->
     """Build the probe the CLI asked for."""
     if kind == "nvml":
         return NvmlProbe(gpu_index)
+    if kind == "rapl":
+        from harness.telemetry.rapl_probe import RaplProbe
+
+        return RaplProbe()
     if kind == "twin":
         if not twin_url:
             raise UsageError("--probe twin needs --twin-url", fix="pass --twin-url http://127.0.0.1:18100")
         return TwinProbe(twin_url)
-    raise UsageError(f"unknown probe {kind!r}", fix="use --probe nvml or --probe twin")
+    raise UsageError(f"unknown probe {kind!r}", fix="use --probe nvml, rapl or twin")
 
 
 READ_STAMP_SLACK_NS = 1_000_000

@@ -278,7 +278,7 @@ def open_world(
     hardware: str | None = None,
 ) -> World:
     """Open the world for ``engine`` (see module doc); close it (or use ``with``) to stop what it started."""
-    from harness.runs.rows import hardware_label
+    from harness.runs.rows import cpu_hardware_label, hardware_label
 
     if engine not in ("twin", "sglang", "vllm"):
         raise UsageError(f"unknown engine {engine!r}", fix="use --engine twin, sglang or vllm")
@@ -320,7 +320,7 @@ def open_world(
             gpu_identity = {}
             hw = hardware or ""
             power_limit = None
-        telemetry = _open_telemetry(sampler_url, gpu_index, rate_hz, engine)
+        telemetry = _open_telemetry(sampler_url, gpu_index, rate_hz, engine, spec.device)
         try:
             ident = dict(telemetry.identity() or {})
         except Exception:  # noqa: BLE001 - identity is informative only
@@ -329,7 +329,7 @@ def open_world(
         if engine != "twin":  # a real engine (sglang or vLLM) on the NVML GPU
             gpu_identity = ident
             name = ident.get("gpu_name") or ident.get("name") or (getattr(sample, "name", None) if sample else None)
-            hw = hw or hardware_label(name)
+            hw = hw or (cpu_hardware_label(name) if spec.device == "cpu" else hardware_label(name))
             power_limit = getattr(sample, "power_limit_w", None) if sample else None
         launcher = EngineLauncher(
             spec,
@@ -361,7 +361,7 @@ def open_world(
         raise
 
 
-def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, engine: str) -> Any:
+def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, engine: str, device: str = "gpu") -> Any:
     if sampler_url is not None:
         _check_service(sampler_url, "/-/healthy", "the sampler", "--sampler-url")
         from harness.telemetry.client import TelemetryClient
@@ -375,10 +375,17 @@ def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, eng
         return client
     if engine == "twin":
         raise UsageError("no sampler for the twin world", fix="pass --sampler-url or let the harness start one")
-    from harness.telemetry.probes import NvmlProbe
+    from harness.telemetry.probes import NvmlProbe, Probe
     from harness.telemetry.sampler import InProcessSampler
 
-    sampler = InProcessSampler(NvmlProbe(gpu_index), rate_hz=rate_hz)
+    probe: Probe
+    if device == "cpu":  # the engine computes on this host's CPU: RAPL energy where the kernel exposes it
+        from harness.telemetry.rapl_probe import RaplProbe
+
+        probe = RaplProbe()
+    else:
+        probe = NvmlProbe(gpu_index)
+    sampler = InProcessSampler(probe, rate_hz=rate_hz)
     try:
         sampler.wait_ready(timeout_s=SERVICE_START_TIMEOUT_S)  # the world reads the GPU's name and limit next
     except BaseException:

@@ -137,3 +137,15 @@ def test_server_info_both_versions():
     assert info.avg_spec_accept_length == 2.4 and info.step_time_dict == {"16": [0.02, 0.021]}
     empty = parse_server_info({"internal_states": [{}]})
     assert empty.avg_spec_accept_length is None and empty.step_time_dict == {}
+
+
+def test_cpu_device_passes_sglangs_cpu_engine_switches():
+    spec = EngineSpec(kind="sglang", sglang_version="0.5.23").on_device("cpu")
+    argv = build_argv(spec, SpecConfig(3, 1, 4), 4, 0.5, 30001)
+    assert flag(argv, "--device") == "cpu" and flag(argv, "--attention-backend") == "intel_amx"
+    assert flag(argv, "--dtype") == "bfloat16"
+    assert engine_env(spec)["SGLANG_USE_CPU_ENGINE"] == "1"
+    gpu = build_argv(EngineSpec(kind="sglang", sglang_version="0.5.23"), SpecConfig(3, 1, 4), 4, 0.5, 30001)
+    assert "--device" not in gpu and "SGLANG_USE_CPU_ENGINE" not in engine_env(EngineSpec(kind="sglang"))
+    pinned = EngineSpec(kind="sglang", attention_backend="torch_native").on_device("cpu")
+    assert pinned.attention_backend == "torch_native"  # a backend the user chose is kept

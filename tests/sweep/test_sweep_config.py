@@ -87,6 +87,9 @@ def test_bad_flag_values_still_name_the_flag_and_the_fix(tmp_path, capsys) -> No
         (["--launch-per", "cel"], "unknown --launch-per"),
         (["--power-cap-mode", "sett"], "unknown --power-cap-mode"),
         (["--repeats", "0"], "--repeats"),
+        (["--engine-device", "tpu"], "unknown --engine-device"),
+        (["--engine-device", "cpu"], "not --engine twin"),
+        (["--engine", "sglang", "--engine-device", "cpu", "--power-caps", "60"], "--power-caps needs GPUs"),
         (["--resume", str(tmp_path), "--config", str(tmp_path / "x.yaml")], "--config"),
     ):
         code, out = _run(
