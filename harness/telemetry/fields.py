@@ -3,6 +3,8 @@ on machines without the project's dependencies (``benchmarks/gpu_check.py``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 STATE_FIELDS = (
     "name",
     "uuid",
@@ -23,3 +25,11 @@ STATE_FIELDS = (
     "clock_event_reasons",
 )
 """The probe-state fields of ``/v1/state`` copied into every sample (absent values are None, never 0)."""
+
+
+def empty_reading(error: str | None = None) -> dict[str, Any]:
+    """A probe reading with every state field None (never 0), no device clock, and ``error`` (if any) listed."""
+    out: dict[str, Any] = dict.fromkeys(STATE_FIELDS)
+    out["device_ns"] = None
+    out["errors"] = [error] if error else []
+    return out

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from harness.core.clocks import mono_ns, wall_ns
 from harness.core.errors import ServiceUnavailableError, UsageError
-from harness.telemetry.fields import STATE_FIELDS
+from harness.telemetry.fields import STATE_FIELDS, empty_reading
 
 
 class Probe(Protocol):
@@ -49,13 +49,6 @@ class HistoryProbe(Probe, Protocol):
 def has_history(probe: Probe) -> bool:
     """Whether ``probe`` can read past instants (``HistoryProbe``)."""
     return callable(getattr(probe, "read_at", None))
-
-
-def empty_reading(error: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {f: None for f in STATE_FIELDS}
-    out["device_ns"] = None
-    out["errors"] = [error] if error else []
-    return out
 
 
 def _quickack(sock: socket.socket | None) -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.telemetry.fields import STATE_FIELDS
+from harness.telemetry.fields import empty_reading
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 POWERCAP_ENV = "HARNESS_POWERCAP_ROOT"
@@ -36,13 +36,6 @@ def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def _empty_reading() -> dict[str, Any]:
-    """Every state field None (a CPU has no GPU clocks, memory or limits), no device clock, no errors."""
-    out: dict[str, Any] = dict.fromkeys(STATE_FIELDS)
-    out["device_ns"], out["errors"] = None, []
-    return out
 
 
 class _Zone:
@@ -103,7 +96,7 @@ class RaplProbe:
         self._last: tuple[int, int] | None = None  # (mono ns, total µJ) of the previous read
 
     def read(self) -> dict[str, Any]:
-        out = _empty_reading()
+        out = empty_reading()  # a CPU has no GPU clocks, memory or limits
         out["name"] = self.model
         if not self._zones:
             return out
