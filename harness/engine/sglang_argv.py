@@ -132,6 +132,8 @@ def sglang_flags(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_frac
         flags += ["--attention-backend", spec.attention_backend]
     if spec.device == "cpu":
         flags += ["--device", "cpu"]
+    if spec.decode_log_interval is not None:
+        flags += ["--decode-log-interval", str(spec.decode_log_interval)]
     if not config.is_baseline:
         flags += [
             "--speculative-algorithm",

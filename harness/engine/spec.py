@@ -50,6 +50,8 @@ class EngineSpec(BaseModel):
     twin_faults: tuple[str, ...] = ()
     """Test hooks for the twin: ``NAME`` (every launch) or ``NAME@BS`` or ``NAME@BS/s:k:d`` (one cell)."""
     extra_args: tuple[str, ...] = ()
+    decode_log_interval: int | None = None
+    """sglang's ``--decode-log-interval`` (None: not passed, sglang's 40)."""
     device: Literal["gpu", "cpu"] = "gpu"
     """Where the engine computes: ``gpu`` (CUDA; energy from NVML) or ``cpu`` (sglang's CPU engine, ``--device cpu``
     with ``SGLANG_USE_CPU_ENGINE=1``; energy from RAPL where the host exposes it; docs/engines.md)."""

@@ -163,6 +163,12 @@ class SweepOptions(BaseModel):
         description="sglang's overlap scheduler: auto (each version's own rule: off for EAGLE up to 0.5.11, on from "
         "0.5.14) or off for every launch (--disable-overlap-schedule), so rows of two versions measure one scheduler",
     )
+    decode_log_interval: Annotated[int | None, Flag(ENGINE, default_text="1 on real sglang, the twin's 40")] = Field(
+        None,
+        ge=1,
+        description="sglang's --decode-log-interval: decode steps per step-time sample and per update of the "
+        "server's accept length (sglang's default 40 leaves a few samples per cell; docs/harness.md)",
+    )
     engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
         default_factory=list,
         description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule",
@@ -241,6 +247,14 @@ class SweepOptions(BaseModel):
         if self.api == "sglang" and self.overlap_schedule == "off" and DISABLE_OVERLAP not in extra:
             extra += (DISABLE_OVERLAP,)
         return extra
+
+    @property
+    def server_decode_log_interval(self) -> int | None:
+        """``--decode-log-interval`` of every sglang launch: as given, else 1 on real sglang (a step-time sample and a
+        fresh accept length every decode step), else None (the twin keeps 40, the interval it was calibrated with)."""
+        if self.decode_log_interval is not None:
+            return self.decode_log_interval
+        return 1 if self.engine == "sglang" else None
 
     @property
     def spec_configs(self) -> list[SpecConfig]:

@@ -8,7 +8,8 @@ Energy comes from the Linux powercap RAPL counters, as Zeus reads them: every to
 Where the kernel exposes no RAPL zone (most VMs, containers without /sys/class/powercap) or the counters are not
 readable (``energy_uj`` is root-only since Linux 5.10), ``energy_mj`` and ``power_w`` stay None and
 ``identity()["energy_unavailable"]`` says why; rows then carry null energy and that reason, never a made-up number.
-The GPU-only fields (clocks, GPU memory, clock-event mask, power limits) are None: a CPU has none of them.
+``utilization_pct`` is the host's CPU utilization (/proc/stat); the GPU-only fields (clocks, GPU memory,
+clock-event mask, power limits) are None: a CPU has none of them.
 """
 
 from __future__ import annotations
@@ -84,20 +85,52 @@ def _package_zones(root: Path) -> tuple[list[_Zone], str | None]:
     return zones, None
 
 
+class _CpuBusy:
+    """Host-wide CPU utilization (%) between two reads of /proc/stat's ``cpu`` line (idle and iowait count as idle)."""
+
+    def __init__(self, stat: Path) -> None:
+        self.stat = stat
+        self.last = self._times()
+        self.pct: float | None = None
+
+    def _times(self) -> tuple[int, int] | None:
+        try:
+            fields = [int(x) for x in self.stat.read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+    def read(self) -> float | None:
+        now = self._times()
+        if now is not None and self.last is not None and now[0] > self.last[0]:
+            total, idle = now[0] - self.last[0], now[1] - self.last[1]
+            self.pct = 100.0 * max(0, total - idle) / total
+        if now is not None:
+            self.last = now
+        return self.pct
+
+
 class RaplProbe:
     """Reads the host CPU's package energy (RAPL) for a sampler; power is the energy rate between two reads."""
 
     kind = "rapl"
 
-    def __init__(self, root: Path | str | None = None, cpuinfo: Path | str = Path("/proc/cpuinfo")) -> None:
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        cpuinfo: Path | str = Path("/proc/cpuinfo"),
+        stat: Path | str = Path("/proc/stat"),
+    ) -> None:
         self.root = Path(root or os.environ.get(POWERCAP_ENV) or POWERCAP_ROOT)
         self.model = cpu_model_name(Path(cpuinfo))
+        self._busy = _CpuBusy(Path(stat))
         self._zones, self.unavailable = _package_zones(self.root)
         self._last: tuple[int, int] | None = None  # (mono ns, total µJ) of the previous read
 
     def read(self) -> dict[str, Any]:
         out = empty_reading()  # a CPU has no GPU clocks, memory or limits
         out["name"] = self.model
+        out["utilization_pct"] = self._busy.read()
         if not self._zones:
             return out
         try:

@@ -417,8 +417,14 @@ def _run_cell(
     total = sum(r.completion_tokens for r in results)
     samples = new_samples(info0.step_time_dict, info1.step_time_dict, key)
     step_time = _pct(samples, STEP_TIME_PERCENTILE)
+    req_accept = [r.accept_length for r in results if r.accept_length]
+    weighted = [(r.completion_tokens, r.accept_length) for r in results if r.accept_length]
+    # token-weighted mean = all tokens / all verify steps, the same definition as the server's counter
+    req_mean = sum(c for c, _ in weighted) / sum(c / a for c, a in weighted) if weighted else None
     if info1.avg_spec_accept_length is not None:
         accept, accept_src = info1.avg_spec_accept_length, "server_info"
+    elif req_mean is not None:  # the server's average is null until its next decode log line after the flush
+        accept, accept_src = req_mean, "per_request"
     else:
         accept, accept_src = 1.0, "default"
     speed: float | None
@@ -432,10 +438,6 @@ def _run_cell(
     measured_energy = window_energy("measured", window, float(total), w0, w1, source=source)
     energy, duration = window.energy_j, window.duration_s
     avg_power = energy / duration if energy is not None and duration else None
-    req_accept = [r.accept_length for r in results if r.accept_length]
-    weighted = [(r.completion_tokens, r.accept_length) for r in results if r.accept_length]
-    # token-weighted mean = all tokens / all verify steps, the same definition as the server's counter
-    req_mean = sum(c for c, _ in weighted) / sum(c / a for c, a in weighted) if weighted else None
     latencies = [r.e2e_latency_s if r.e2e_latency_s is not None else r.client_latency_s for r in results]
     return CellResult(
         batch_size=batch_size,

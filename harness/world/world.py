@@ -383,6 +383,10 @@ def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, eng
         from harness.telemetry.rapl_probe import RaplProbe
 
         probe = RaplProbe()
+        if probe.unavailable:  # nothing to sample: rows get null energy and the reason
+            from harness.telemetry.host_source import NoEnergySource
+
+            return NoEnergySource(probe)
     else:
         probe = NvmlProbe(gpu_index)
     sampler = InProcessSampler(probe, rate_hz=rate_hz)
