@@ -144,13 +144,28 @@ def test_generate_0523_and_schema(e0523):
     assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
     assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * 3
     r = gen(e0523.url, n=8, bogus_key=1)
-    assert r.status_code == 400 and "bogus_key" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "unknown field `bogus_key`" in r.json()["error"]  # the schema gate: a bare string
     for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info", "/ready"):
         assert httpx.get(e0523.url + path).status_code == 200, path
     info = httpx.get(e0523.url + "/server_info").json()
     assert info["version"] == "0.5.23" and info["twin"] is True and info["hardware"] == "twin:rtx4060-laptop"
     assert "step_time_dict" not in info["internal_states"][0]  # SGLANG_RECORD_STEP_TIME unset
     assert httpx.get(e0523.url + "/metrics").status_code == 404  # no --enable-metrics
+
+
+def test_bad_generate_requests_answer_as_the_real_0523(e0523, e052):
+    """The answers tests/engines_cpu/test_twin_vs_real.py saw from the real sglang 0.5.23: the schema gate's bare
+    string for a wrong type, SamplingParams.verify's nested message for a negative max_new_tokens, FastAPI's
+    validation body for a body that is not a JSON object; 0.5.2 refuses the same with a 400, never a 500."""
+    wrong = gen(e0523.url, n="x")
+    assert wrong.status_code == 400 and wrong.json() == {"error": 'invalid type: string "x", expected i64'}
+    negative = gen(e0523.url, n=-1)
+    assert negative.status_code == 400
+    assert negative.json() == {"error": {"message": "max_new_tokens must be at least 0, got -1."}}
+    for raw in (b"{not json", b"[1, 2]"):
+        r = httpx.post(e0523.url + "/generate", content=raw, headers={"content-type": "application/json"}, timeout=30)
+        assert r.status_code == 400 and r.json()["object"] == "error" and r.json()["code"] == 400, r.text
+    assert gen(e052.url, n="x").status_code == 400 and gen(e052.url, n=-1).status_code == 400
 
 
 def test_052_lacks_new_endpoints(e052):

@@ -209,6 +209,8 @@ def main(argv: list[str]) -> int:
             return 0
         eng = TwinEngine(args, cfg, profile, clock, link, seed, faults, version, choice.warnings)
         eng.memory = {**mem, "mem_fraction": mem_fraction}
+        eng.launch_phases = {k: v * scale for k, v in phases.items()}
+        eng.graph_bs = graph_bs
         return _serve(eng, stop, t_launch0)
     finally:
         link.stop()

@@ -22,20 +22,16 @@ def add_routes(r: Router, eng: TwinEngine, admit: Admit) -> None:
     """Add the OpenAI routes to ``r``; ``admit`` is the engine's gate (status, JSON body, faults)."""
 
     def models(req: Request) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": eng.model_id,
-                    "object": "model",
-                    "created": int(eng.start_wall),
-                    "owned_by": "sglang-twin",
-                    "root": eng.model_id,
-                    "max_model_len": eng.context_length(),
-                    "twin": True,
-                }
-            ],
+        card: dict[str, Any] = {
+            "id": eng.model_id,
+            "object": "model",
+            "created": int(eng.start_wall),
+            "owned_by": "sglang-twin",
+            "root": eng.model_id,
         }
+        if eng.version == "0.5.23":
+            card["parent"] = None
+        return {"object": "list", "data": [{**card, "max_model_len": eng.context_length(), "twin": True}]}
 
     r.add("GET", "/v1/models", models)
     r.add("POST", "/v1/chat/completions", lambda req: _handle(eng, admit, req, "chat", "sglang"))
@@ -54,20 +50,20 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
     hint = vllm_gate(eng, req, body) if api == "vllm" else None
     if isinstance(hint, Response):
         return hint
-    refused = _not_emulated(eng, body)
+    refused = _not_emulated(eng, body, api)
     if refused is not None:
         return refused
     if kind == "chat":
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
-            return error(400, "messages must be a non-empty list")
+            return refuse(eng, api, "messages must be a non-empty list", "messages")
         prompt: Any = _chat_prompt(msgs)
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
-            return error(400, "prompt must be a string")
+            return refuse(eng, api, "prompt must be a string", "prompt")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     sp = {
         "temperature": body.get("temperature", 1.0),
@@ -88,27 +84,37 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
     return _openai_result(eng, q, kind, details, api)
 
 
-def _not_emulated(eng: TwinEngine, body: dict[str, Any]) -> Response | None:
+def refuse(eng: TwinEngine, api: str, message: str, param: str) -> Response:
+    """A 400 of the OpenAI routes: sglang 0.5.23's ``ErrorResponse`` body (``object``, ``message``, ``type``,
+    ``param`` (null, as sglang leaves it), ``code`` at the top level), else the house's ``{"error": {"message",
+    "param"}}``."""
+    if api == "sglang" and eng.version == "0.5.23":
+        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        return Response(400, body)
+    return error(400, message, param=param)
+
+
+def _not_emulated(eng: TwinEngine, body: dict[str, Any], api: str) -> Response | None:
     """A 400 for what a request asks that the twin would otherwise shrink silently (a real server answers it): more
     than one choice or prompt, log probabilities; and for token limits no server takes."""
     n = body.get("n", 1)
     if n != 1:
-        return error(400, f"n={n!r}: the twin engine answers one choice per request (n=1)", param="n")
+        return refuse(eng, api, f"n={n!r}: the twin engine answers one choice per request (n=1)", "n")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) != 1:
-        return error(
-            400, f"a list of {len(prompt)} prompts: the twin engine takes one prompt per request", param="prompt"
+        return refuse(
+            eng, api, f"a list of {len(prompt)} prompts: the twin engine takes one prompt per request", "prompt"
         )
     if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
-        return error(400, "logprobs: the twin engine does not emulate log probabilities", param="logprobs")
+        return refuse(eng, api, "logprobs: the twin engine does not emulate log probabilities", "logprobs")
     for key in ("max_tokens", "max_completion_tokens"):
         value = body.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return error(400, f"{key} must be an integer >= 0, got {value!r}", param=key)
+            return refuse(eng, api, f"{key} must be an integer >= 0, got {value!r}", key)
         if value > eng.context_length():
-            return error(400, f"{key}={value} exceeds the model's context length {eng.context_length()}", param=key)
+            return refuse(eng, api, f"{key}={value} exceeds the model's context length {eng.context_length()}", key)
     return None
 
 
@@ -192,17 +198,37 @@ def _stop_field(q: EngineRequest, api: str) -> dict[str, Any]:
 
 
 def _spec_details(eng: TwinEngine, q: EngineRequest) -> dict[str, Any]:
+    """0.5.23's ``sglext.spec_tokens_details``: the spec fields of ``meta_info`` plus the capped-draft statistics
+    (DSpark's; 0 and empty for EAGLE3)."""
     meta = meta_info(eng, q, final=True)
-    return {k: v for k, v in meta.items() if k.startswith("spec_")}
+    out = {k: v for k, v in meta.items() if k.startswith("spec_")}
+    return {**out, "spec_cap_length": 0.0, "spec_block_accept_length": 0.0, "spec_cap_lens_histogram": []}
+
+
+def _sglang_usage(eng: TwinEngine, q: EngineRequest) -> dict[str, Any]:
+    """sglang's ``usage``; 0.5.23 adds ``completion_tokens_details`` (null without reasoning tokens)."""
+    usage = usage_of(q, "sglang")
+    return {**usage, "completion_tokens_details": None} if eng.version == "0.5.23" else usage
+
+
+def _metadata(eng: TwinEngine, q: EngineRequest) -> dict[str, Any]:
+    """sglang's ``metadata``; 0.5.23 adds the ``weight_versions`` spans of the output."""
+    if eng.version != "0.5.23":
+        return {"weight_version": "default"}
+    return {"weight_version": "default", "weight_versions": [{"version": "default", "start": 0, "end": q.visible}]}
 
 
 def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, api: str) -> dict[str, Any]:
     text = q.text()
     if kind == "chat":
-        tool_calls: list[Any] | None = None if api == "sglang" else []
+        message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
+        if api == "vllm":
+            message["tool_calls"] = []
+        elif eng.version != "0.5.23":  # 0.5.23 leaves out a null tool_calls
+            message["tool_calls"] = None
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": tool_calls},
+            "message": message,
             "logprobs": None,
             "finish_reason": _finish_str(q),
             **_stop_field(q, api),
@@ -217,10 +243,10 @@ def _openai_result(eng: TwinEngine, q: EngineRequest, kind: str, details: bool, 
         "created": int(time.time()),
         "model": eng.model_id,
         "choices": [choice],
-        "usage": usage_of(q, api),
+        "usage": _sglang_usage(eng, q) if api == "sglang" else usage_of(q, api),
     }
     if api == "sglang":
-        out["metadata"] = {"weight_version": "default"}
+        out["metadata"] = _metadata(eng, q)
     else:
         out.update(prompt_logprobs=None, **twin_stamps(q))
     if details:
@@ -235,13 +261,16 @@ def _sse_openai(
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
     created, rid = int(time.time()), _ids(q, kind, api)
     first = True
+    v523 = api == "sglang" and eng.version == "0.5.23"  # its chunks: reasoning_content, matched_stop, usage null
     try:
         for n, final in iter_counts(q):
             text = q.text() if final else q.raw_text(n)
             delta = text[sent_text:]
             sent_text = len(text)
             if kind == "chat":
-                d = {"role": "assistant", "content": delta} if first else {"content": delta}
+                d: dict[str, Any] = {"role": "assistant", "content": delta} if first else {"content": delta}
+                if v523:
+                    d = {"reasoning_content": None, **d}
                 choice: dict[str, Any] = {
                     "index": 0,
                     "delta": d,
@@ -257,6 +286,8 @@ def _sse_openai(
                 }
             if api == "vllm":
                 choice.update(_stop_field(q, api) if final else {"stop_reason": None})
+            elif v523:
+                choice.update(_stop_field(q, api) if final else {"matched_stop": None})
             chunk: dict[str, Any] = {
                 "id": rid,
                 "object": obj,
@@ -264,6 +295,8 @@ def _sse_openai(
                 "model": eng.model_id,
                 "choices": [choice],
             }
+            if v523 and kind != "chat":
+                chunk["usage"] = None
             if final and details:
                 chunk["sglext"] = {"spec_tokens_details": _spec_details(eng, q)}
             if final and api == "vllm":
@@ -278,7 +311,7 @@ def _sse_openai(
                     "created": created,
                     "model": eng.model_id,
                     "choices": [],
-                    "usage": usage_of(q, api),
+                    "usage": _sglang_usage(eng, q) if api == "sglang" else usage_of(q, api),
                 }
             )
         yield sse("[DONE]")

@@ -27,6 +27,7 @@ class EngineRequest:
     stop_matched: str | None = None
     event: threading.Event = field(default_factory=threading.Event)
     received_ns: int = 0
+    forward_entry_ns: int | None = None  # start of the iteration that admitted it (its prefill)
     loop: LoopHint | None = None
     computed: int = 0  # tokens computed so far (published: ``visible``)
     computed_cap: int | None = None  # where a stop token / string cut the output

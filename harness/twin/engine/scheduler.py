@@ -91,6 +91,8 @@ class TwinEngine:
         self._tp_mark = (clock.now_ns(), 0)
         self.memory: dict[str, Any] = {}
         self.launch_s = 0.0
+        self.launch_phases: dict[str, float] = {}  # simulated launch phases, twin seconds (launch.py)
+        self.graph_bs = 0  # the largest CUDA-graph batch size captured
         self.start_wall = time.time()
         self.lead_ns = int(float(os.environ.get("TWIN_LEAD_MS", str(LEAD_MS))) * 1e6 * clock.scale)
         self.loops = ClosedLoops(
@@ -191,6 +193,8 @@ class TwinEngine:
             req = self.requests.get(sim.rid)
             if req is None:
                 continue
+            if req.forward_entry_ns is None and sim.first_token_ns == it.end_ns:
+                req.forward_entry_ns = it.start_ns  # admitted (prefilled) in this iteration
             if (req.stops or req.stop_ids) and not sim.finished and sim.generated > req.computed:
                 self._check_stops(req, req.computed, sim.generated, it.end_ns)
             req.computed = min(sim.generated, req.computed_cap or sim.generated)

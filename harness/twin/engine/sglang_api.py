@@ -17,37 +17,8 @@ from harness.twin.engine.loop_hint import parse_loop_hint
 from harness.twin.engine.metrics import render_metrics
 from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.scheduler import TwinEngine
+from harness.twin.engine.sglang_contract import sampling_contract_error, sampling_range_error, validation_error
 from harness.twin.engine.sglang_state import meta_info, server_info
-
-SAMPLING_KEYS_0523 = frozenset(
-    {
-        "max_new_tokens",
-        "stop",
-        "stop_token_ids",
-        "stop_regex",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "n",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "structural_tag",
-        "ignore_eos",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "no_stop_trim",
-        "custom_params",
-        "stream_interval",
-        "logit_bias",
-        "sampling_seed",
-    }
-)
 
 Reply = Response | Stream | dict[str, Any] | list[Any]
 
@@ -56,12 +27,15 @@ def admit(eng: TwinEngine, req: Request) -> dict[str, Any] | Response:
     """The gate of every generation route: warmed up, a JSON object body, then the http500 fault."""
     if eng.status != "Up":
         return error(503, "server is starting")
+    fastapi = eng.version == "0.5.23" and eng.args.twin_api == "sglang"  # FastAPI's validation answer, as 0.5.23's
     try:
-        body = req.json()
-    except json.JSONDecodeError as exc:
-        return error(400, f"invalid JSON: {exc.msg}")
+        body = json.loads(req.raw.decode("utf-8")) if req.raw else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"invalid JSON: {exc.msg if isinstance(exc, json.JSONDecodeError) else exc}"
+        return validation_error(f"JSON decode error: {msg}") if fastapi else error(400, msg)
     if not isinstance(body, dict):
-        return error(400, "request body must be a JSON object")
+        msg = f"request body must be a JSON object, got {type(body).__name__}"
+        return validation_error(f"Input should be a dictionary: {msg}") if fastapi else error(400, msg)
     if "http500" in eng.faults:
         eng.http500_count += 1
         if eng.http500_count % eng.http500_every == 0:
@@ -78,22 +52,27 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
     if not isinstance(sp, dict):
         return error(400, "sampling_params must be an object")
     if eng.version == "0.5.23":
-        unknown = sorted(set(sp) - SAMPLING_KEYS_0523)
-        if unknown:
-            return error(
-                400,
-                f"unknown field `{unknown[0]}` in sampling_params, expected one of "
-                + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS_0523)),
-            )
+        contract = sampling_contract_error(sp)
+        if contract is not None:  # the schema gate answers a bare string
+            return Response(400, {"error": contract})
+    else:  # 0.5.2 has no schema gate; a wrong type is a 400 here rather than the twin's own crash
+        wrong = sampling_contract_error(sp, unknown_ok=True)
+        if wrong is not None:
+            return error(400, f"sampling_params: {wrong}")
     try:
         hint = parse_loop_hint(req.headers)
     except ValueError as exc:
         return error(400, str(exc))
     text, ids = body.get("text"), body.get("input_ids")
     if text is None and ids is None:
+        if eng.version == "0.5.23":
+            return error(400, "Either text, input_ids or input_embeds should be provided.")
         return error(400, "Either text or input_ids should be provided.")
     if eng.args.skip_tokenizer_init and ids is None:
         return error(400, "input_ids must be provided with --skip-tokenizer-init")
+    out_of_range = sampling_range_error(sp)
+    if out_of_range is not None:
+        return error(400, out_of_range)
     batch = isinstance(text, list) or (isinstance(ids, list) and bool(ids) and isinstance(ids[0], list))
     items: Any = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
     reqs = []
@@ -140,7 +119,17 @@ def build_router(eng: TwinEngine) -> Router:
         }
         if v523:
             out.update(
-                {"served_model_name": eng.model_id, "load_format": eng.args.load_format, "reasoning_parser": None}
+                {
+                    "served_model_name": eng.model_id,
+                    "load_format": eng.args.load_format,
+                    "reasoning_parser": None,
+                    "tool_call_parser": None,
+                    "disaggregation_mode": "null",
+                    "has_image_understanding": False,
+                    "has_audio_understanding": False,
+                    "model_type": "llama",  # the twin serves the profile's Llama target
+                    "architectures": ["LlamaForCausalLM"],
+                }
             )
         return out
 
@@ -184,7 +173,7 @@ def _sse_generate(eng: TwinEngine, q: EngineRequest, with_text: bool) -> Iterato
     sent_ids = 0
     cumulative_ids = eng.version == "0.5.23" and not getattr(eng.args, "incremental_streaming_output", False)
     incremental_text = eng.version == "0.5.23" and getattr(eng.args, "incremental_streaming_output", False)
-    sent_text = 0
+    sent_text, first = 0, True
     try:
         for n, final in iter_counts(q):
             ids = q.ids(n)
@@ -194,8 +183,8 @@ def _sse_generate(eng: TwinEngine, q: EngineRequest, with_text: bool) -> Iterato
                 chunk["text"] = text[sent_text:] if incremental_text else text
                 sent_text = len(text)
             chunk["output_ids"] = ids if cumulative_ids else ids[sent_ids:]
-            chunk["meta_info"] = meta_info(eng, q, final=final, completion=n)
-            sent_ids = n
+            chunk["meta_info"] = meta_info(eng, q, final=final, completion=n, first=first)
+            sent_ids, first = n, False
             yield sse(chunk)
         yield sse("[DONE]")
     except GeneratorExit:
