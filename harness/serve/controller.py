@@ -40,6 +40,9 @@ class ControllerParams:
     closed-loop; with it the pick is the fastest config whose predicted utilization (the model at the batch size
     that config would run at, plus the integrated model error) is inside the band, else the closest."""
     loop: LoopParams = field(default_factory=LoopParams)
+    power_telemetry: bool = True
+    """False where the host has no power reading at all (a CPU engine without RAPL): the band cannot be measured,
+    so picks follow the table by batch size (open loop) instead of falling back as if telemetry were lost."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def step(
         "utilization": None if obs.utilization is None else round(obs.utilization, 4),
         "table_bs": table_bs,
     }
-    lost = obs.utilization is None
+    lost = obs.utilization is None and params.power_telemetry
     tel_ticks = 0 if lost else state.telemetry_ticks + 1
     fallback = state.fallback
     reason: Reason | None = None

@@ -174,6 +174,9 @@ def open_session(options: SessionOptions) -> ServeSession:
                     raise
                 why = f"launching {len(configs)} instances at once ran out of GPU memory ({exc.message})"
         params = options.controller
+        no_power = getattr(world.telemetry, "has_power", True) is False
+        if no_power:
+            params = replace(params, power_telemetry=False)
         if pool is None:
             pool = RelaunchPool(
                 world.launcher,
@@ -192,6 +195,9 @@ def open_session(options: SessionOptions) -> ServeSession:
         )
         if why is not None:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
+        if no_power:
+            reason = world.gpu_identity.get("energy_unavailable") or "no power reading on this host"
+            loop.log_event({"event": "open_loop", "why": f"no band without power: {reason}; picks by batch size"})
         pool.wait_ready(world.launcher.launch_timeout_s)
         front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
         server = make_front_server(front, options.host, options.port, api_key=options.api_key)

@@ -20,6 +20,9 @@ from harness.telemetry.windows import NO_ENERGY, GpuSample, WindowStats
 class NoEnergySource:
     """A ``TelemetrySource`` without a sampler: host readings on demand, windows without energy."""
 
+    has_power = False
+    """No power reading at all (``harness serve`` then routes by the pick table alone: no band to hold)."""
+
     def __init__(self, probe: RaplProbe) -> None:
         self.probe = probe
         self.run_id = f"host-{os.getpid()}"

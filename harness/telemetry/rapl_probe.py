@@ -8,8 +8,9 @@ Energy comes from the Linux powercap RAPL counters, as Zeus reads them: every to
 Where the kernel exposes no RAPL zone (most VMs, containers without /sys/class/powercap) or the counters are not
 readable (``energy_uj`` is root-only since Linux 5.10), ``energy_mj`` and ``power_w`` stay None and
 ``identity()["energy_unavailable"]`` says why; rows then carry null energy and that reason, never a made-up number.
-``utilization_pct`` is the host's CPU utilization (/proc/stat); the GPU-only fields (clocks, GPU memory,
-clock-event mask, power limits) are None: a CPU has none of them.
+``utilization_pct`` is the host's CPU utilization (/proc/stat), ``power_limit_w`` the packages' long-term limit
+(``constraint_0_power_limit_uw``, PL1) where the zones have one; the GPU-only fields (clocks, GPU memory,
+clock-event mask) are None: a CPU has none of them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class _Zone:
         self.path = path
         self.name = (path / "name").read_text().strip()
         self.range_uj = int((path / "max_energy_range_uj").read_text())
+        limit = path / "constraint_0_power_limit_uw"  # the long-term package limit (PL1), where the zone has one
+        self.limit_w = int(limit.read_text()) / 1e6 if limit.is_file() else None
         self.last_uj = self.read_uj()
         self.total_uj = 0
 
@@ -140,6 +143,8 @@ class RaplProbe:
             return out
         now = time.monotonic_ns()
         out["energy_mj"] = total_uj / 1000.0
+        limits = [z.limit_w for z in self._zones if z.limit_w is not None]
+        out["power_limit_w"] = sum(limits) if len(limits) == len(self._zones) else None
         if self._last is not None and now > self._last[0]:
             out["power_w"] = (total_uj - self._last[1]) / 1e6 / ((now - self._last[0]) / 1e9)
         self._last = (now, total_uj)

@@ -73,6 +73,17 @@ def test_min_hold_blocks_a_second_switch_too_soon() -> None:
     assert d.switch is not None and d.switch.new == BASELINE
 
 
+def test_a_host_without_power_readings_routes_by_the_table() -> None:
+    """A CPU engine on a host without RAPL never had telemetry: no fallback, picks follow the load (open loop)."""
+    p = ControllerParams(dwell_ticks=3, min_hold_s=0.5, power_telemetry=False)
+    s, reasons = ControllerState(), []
+    for i, n in enumerate([1] * 5 + [16] * 10):
+        d = controller.step(s, Observation(i * 0.1, n, None, ALL), TABLE, p)
+        s = d.state
+        reasons += [(d.switch.reason, d.switch.new)] if d.switch else []
+    assert reasons == [("start", BASELINE), ("load_change", B)] and not s.fallback
+
+
 def test_lost_telemetry_falls_back_at_once_and_restores_after_dwell() -> None:
     s, _ = run([16] * 20)
     assert s.active == B

@@ -20,6 +20,7 @@ def _zone(root: Path, n: int, energy_uj: int, max_uj: int = 262143328850, name: 
     (z / "name").write_text(f"{name or f'package-{n}'}\n")
     (z / "max_energy_range_uj").write_text(f"{max_uj}\n")
     (z / "energy_uj").write_text(f"{energy_uj}\n")
+    (z / "constraint_0_power_limit_uw").write_text("150000000\n")  # PL1 150 W
     return z
 
 
@@ -34,7 +35,7 @@ def test_packages_are_summed_and_a_wrapped_counter_keeps_counting(tmp_path):
     time.sleep(0.05)
     second = probe.read()
     assert second["energy_mj"] == 9_000.0  # 8 J + 1 J
-    assert second["power_w"] > 0
+    assert second["power_w"] > 0 and second["power_limit_w"] == 300.0  # the two packages' PL1 (psys is not one)
     (a / "energy_uj").write_text("500000\n")  # wrapped past max_energy_range_uj
     third = probe.read()
     assert third["energy_mj"] == 9_000.0 + (9_999_999 + 1 - 9_000_000 + 500_000) / 1000
