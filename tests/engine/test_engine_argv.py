@@ -149,3 +149,14 @@ def test_cpu_device_passes_sglangs_cpu_engine_switches():
     assert "--device" not in gpu and "SGLANG_USE_CPU_ENGINE" not in engine_env(EngineSpec(kind="sglang"))
     pinned = EngineSpec(kind="sglang", attention_backend="torch_native").on_device("cpu")
     assert pinned.attention_backend == "torch_native"  # a backend the user chose is kept
+
+
+def test_real_sglang_logs_every_decode_step_and_the_twin_keeps_its_calibrated_interval():
+    from harness.runs.options import SweepOptions
+
+    assert SweepOptions(engine="sglang").server_decode_log_interval == 1
+    assert SweepOptions(engine="twin").server_decode_log_interval is None
+    assert SweepOptions(engine="twin", decode_log_interval=8).server_decode_log_interval == 8
+    spec = EngineSpec(kind="sglang", decode_log_interval=1)
+    assert flag(build_argv(spec, SpecConfig(3, 1, 4), 1, 0.5, 30001), "--decode-log-interval") == "1"
+    assert "--decode-log-interval" not in build_argv(EngineSpec(kind="sglang"), SpecConfig(3, 1, 4), 1, 0.5, 30001)
