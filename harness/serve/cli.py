@@ -80,8 +80,8 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         )
         n = len(session.pool.instances)
         how = f"one engine at a time over {n} configs" if session.relaunch_why else f"{n} instances"
-        if getattr(session.world.telemetry, "has_power", True) is False:
-            typer.echo("no power reading on this host: no band to hold, picks follow the table by batch size", err=True)
+        if session.open_loop_why:
+            typer.echo(session.open_loop_why, err=True)
         if session.relaunch_why and session.relaunch_why != "--instances one":
             typer.echo(f"serving one engine at a time: {session.relaunch_why}", err=True)
         typer.echo(f"serving on {session.url} ({how}, switches in {session.loop.log_path}); stop with Ctrl-C")

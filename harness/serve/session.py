@@ -95,11 +95,20 @@ class ServeSession:
     """A running front: ``url``, ``loop``, ``pool``, ``world``; ``close()`` stops everything it started."""
 
     def __init__(
-        self, world: World, pool: Pool, loop: ControlLoop, front: Front, server: Server, relaunch_why: str | None = None
+        self,
+        world: World,
+        pool: Pool,
+        loop: ControlLoop,
+        front: Front,
+        server: Server,
+        relaunch_why: str | None = None,
+        open_loop_why: str | None = None,
     ) -> None:
         self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
         self.relaunch_why = relaunch_why
         """Why the session serves one engine at a time (None: every instance runs)."""
+        self.open_loop_why = open_loop_why
+        """Why picks follow the table alone, with no band to hold (None: the band controller holds it)."""
         host, port = server.server_address[:2]
         self.url = f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
         serve_in_thread(server, name="serve-front")
@@ -174,8 +183,10 @@ def open_session(options: SessionOptions) -> ServeSession:
                     raise
                 why = f"launching {len(configs)} instances at once ran out of GPU memory ({exc.message})"
         params = options.controller
-        no_power = getattr(world.telemetry, "has_power", True) is False
-        if no_power:
+        open_loop_why = None
+        if getattr(world.telemetry, "has_power", True) is False:
+            reason = world.gpu_identity.get("energy_unavailable") or "no power reading on this host"
+            open_loop_why = f"no band without power: {reason}; picks by batch size"
             params = replace(params, power_telemetry=False)
         if pool is None:
             pool = RelaunchPool(
@@ -195,13 +206,12 @@ def open_session(options: SessionOptions) -> ServeSession:
         )
         if why is not None:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
-        if no_power:
-            reason = world.gpu_identity.get("energy_unavailable") or "no power reading on this host"
-            loop.log_event({"event": "open_loop", "why": f"no band without power: {reason}; picks by batch size"})
+        if open_loop_why is not None:
+            loop.log_event({"event": "open_loop", "why": open_loop_why})
         pool.wait_ready(world.launcher.launch_timeout_s)
         front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
         server = make_front_server(front, options.host, options.port, api_key=options.api_key)
-        return ServeSession(world, pool, loop, front, server, relaunch_why=why)
+        return ServeSession(world, pool, loop, front, server, relaunch_why=why, open_loop_why=open_loop_why)
     except BaseException:
         if loop is not None:
             loop.close()

@@ -406,7 +406,7 @@ class SweepRunner:
             client_wall_clock_s=r.client_wall_clock_s,
             server_version=r.server_version,
             attention_backend_flag=self.opts.server_attention_backend,
-            decode_log_interval=self.opts.server_decode_log_interval if self.opts.api == "sglang" else None,
+            decode_log_interval=self.opts.server_decode_log_interval,
         )
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:

@@ -127,7 +127,7 @@ def _engine_spec(opts: SweepOptions) -> EngineSpec:
         "twin_faults": tuple(opts.twin_faults),
         "twin_emulate": opts.twin_emulate,
         "extra_args": opts.launch_args,
-        "decode_log_interval": opts.server_decode_log_interval if opts.api == "sglang" else None,
+        "decode_log_interval": opts.server_decode_log_interval,
         "attention_backend": opts.attention_backend,
         # real sglang reports each request's receive/finish instants only with metrics on (0.5.23): the window then
         # runs server edges to server edges, as the twin's does (harness.world.bench)

@@ -131,7 +131,7 @@ class RaplProbe:
         self._last: tuple[int, int] | None = None  # (mono ns, total µJ) of the previous read
 
     def read(self) -> dict[str, Any]:
-        out = empty_reading()  # a CPU has no GPU clocks, memory or limits
+        out = empty_reading()  # a CPU has no GPU clocks, GPU memory or clock-event mask
         out["name"] = self.model
         out["utilization_pct"] = self._busy.read()
         if not self._zones:
