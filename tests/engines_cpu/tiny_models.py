@@ -188,6 +188,17 @@ def _rms(*parts: tuple[int, float]) -> float:
     return math.sqrt(sum(n * v * v for n, v in parts) / HIDDEN)
 
 
+def _decoder_layer(p: str, *mats: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One Llama decoder layer's weights under prefix ``p`` (the target's ``model.layers.<i>.``, the EAGLE3 head's
+    ``midlayer.``): q, k, v, o, gate, up, down in that order, and unit RMS norms."""
+    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+             "mlp.up_proj", "mlp.down_proj")  # fmt: skip
+    layer = {f"{p}{name}.weight": m for name, m in zip(names, mats, strict=True)}
+    layer[p + "input_layernorm.weight"] = torch.ones(HIDDEN)
+    layer[p + "post_attention_layernorm.weight"] = torch.ones(HIDDEN)
+    return layer
+
+
 def target_weights(plan: Plan) -> dict[str, torch.Tensor]:
     """Weights of the target (see the module docstring)."""
     w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": _embed(plan)}
@@ -214,19 +225,7 @@ def target_weights(plan: Plan) -> dict[str, torch.Tensor]:
                     gate[unit, P0 : P0 + NP] = sign * GATE * r_mid / NP
                     up[unit, C0 + j] = r_mid
                     down[out + j, unit] = 1.0
-        w.update(
-            {
-                p + "self_attn.q_proj.weight": q,
-                p + "self_attn.k_proj.weight": k,
-                p + "self_attn.v_proj.weight": v,
-                p + "self_attn.o_proj.weight": o,
-                p + "mlp.gate_proj.weight": gate,
-                p + "mlp.up_proj.weight": up,
-                p + "mlp.down_proj.weight": down,
-                p + "input_layernorm.weight": torch.ones(HIDDEN),
-                p + "post_attention_layernorm.weight": torch.ones(HIDDEN),
-            }
-        )
+        w.update(_decoder_layer(p, q, k, v, o, gate, up, down))
     w["model.norm.weight"] = torch.ones(HIDDEN)
     w["lm_head.weight"] = _lm_head(plan, torch.arange(VOCAB))
     return w
@@ -291,16 +290,8 @@ def draft_weights(plan: Plan, head: torch.Tensor) -> dict[str, torch.Tensor]:
     p = "midlayer."
     return {
         "fc.weight": fc,
-        p + "input_layernorm.weight": torch.ones(HIDDEN),
         p + "hidden_norm.weight": torch.ones(HIDDEN),
-        p + "post_attention_layernorm.weight": torch.ones(HIDDEN),
-        p + "self_attn.q_proj.weight": q,
-        p + "self_attn.k_proj.weight": k,
-        p + "self_attn.v_proj.weight": v,
-        p + "self_attn.o_proj.weight": o,
-        p + "mlp.gate_proj.weight": gate,
-        p + "mlp.up_proj.weight": up,
-        p + "mlp.down_proj.weight": down,
+        **_decoder_layer(p, q, k, v, o, gate, up, down),
         "norm.weight": torch.ones(HIDDEN),
         "lm_head.weight": head,
     }
