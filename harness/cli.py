@@ -34,6 +34,7 @@ REGISTRARS = [
     "policies.cli",
     "pilots.cli",
     "harness.serve.cli",
+    "harness.engine.cli",
 ]
 
 

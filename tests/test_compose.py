@@ -266,11 +266,11 @@ def test_gpu_stack_builds_from_the_pinned_sglang_tag() -> None:
         assert build["target"] == "gpu" and build["args"]["SGLANG_TAG"] == tag, name
         assert cfg["services"][name]["image"] == f"eagle-harness:gpu-{tag}"
         assert external_images("gpu", build["args"], DOCKERFILE.read_text()) == [f"{SGLANG_ENGINE}:{tag}"]
-    other = config("gpu", "jobs", SGLANG_TAG="v0.5.23-cu129")["services"]["sweep"]
+    other = config("gpu", "jobs", SGLANG_TAG="v0.5.23-cu130")["services"]["sweep"]
     assert (
-        other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu129" and other["image"] == "eagle-harness:gpu-v0.5.23-cu129"
+        other["build"]["args"]["SGLANG_TAG"] == "v0.5.23-cu130" and other["image"] == "eagle-harness:gpu-v0.5.23-cu130"
     )
-    assert other["build"]["args"]["ENGINE_IMAGE"] == f"{SGLANG_ENGINE}:v0.5.23-cu129"
+    assert other["build"]["args"]["ENGINE_IMAGE"] == f"{SGLANG_ENGINE}:v0.5.23-cu130"
 
 
 @needs_compose

@@ -62,8 +62,8 @@ def check_supported(version: str, *, engine: str = "sglang") -> str:
     if len(vt) < 3 or not version_tuple(SUPPORTED_RANGE[0]) <= vt <= version_tuple(SUPPORTED_RANGE[1]):
         raise UsageError(
             f"sglang {version} is outside the supported range {supported_text()}",
-            fix=f"install an sglang from {supported_text()} (e.g. SGLANG_TAG=v0.5.2-cu126 or "
-            "v0.5.23-cu129 with docker compose), or extend harness/engine/sglang_argv.py for it",
+            fix=f"install an sglang from {supported_text()} (with docker compose: SGLANG_TAG=$(harness image-tag "
+            f"{SUPPORTED_RANGE[1]}), which names the driver it needs), or extend harness/engine/sglang_argv.py for it",
         )
     return version
 
