@@ -118,7 +118,11 @@ ENV HOME=/home/harness \
     PIP_FIND_LINKS=/wheels \
     HARBOR_TELEMETRY=0 \
     SGLANG_RECORD_STEP_TIME=1 \
-    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 \
+    XDG_CACHE_HOME=/home/harness/.cache \
+    TRITON_CACHE_DIR=/home/harness/.cache/triton \
+    TORCHINDUCTOR_CACHE_DIR=/home/harness/.cache/torchinductor \
+    CUDA_CACHE_PATH=/home/harness/.cache/nv/ComputeCache
 RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the harness needs Python >= 3.11; this engine image has " + sys.version.split()[0] + ": pick another SGLANG_TAG / VLLM_TAG")'
 COPY pyproject.toml .e2e/wheel[s] /wheels/
 # the same /deps stub as in build-base (copying it from there would build pybase, i.e. pull its base)
@@ -134,7 +138,15 @@ COPY policies /src/policies
 RUN python3 -m pip install $PIP_INSTALL_FLAGS --no-deps /src && rm -rf /src /deps
 # Non-root: the GPU stack runs as an ordinary user with HOME (HF, flashinfer and triton caches) writable; HOME and
 # /work are world-writable so `user:` may name any uid. Reuse an existing user with that uid (Ubuntu 24.04 has one).
+# Every JIT cache points into /home/harness/.cache (the `harness-cache` volume; the ENV above moves the ones that live
+# elsewhere by default: triton's ~/.triton/cache, inductor's /tmp/torchinductor_<user>, CUDA's ~/.nv/ComputeCache),
+# and whatever the engine image warmed as root under /root is copied there (a new named volume starts from it).
 RUN set -eu; \
+    mkdir -p /home/harness/.cache/triton; \
+    for d in /root/.cache/*; do \
+      case "$d" in */pip|*/huggingface|'/root/.cache/*') ;; *) cp -a "$d" /home/harness/.cache/;; esac; \
+    done; \
+    if [ -d /root/.triton/cache ]; then cp -a /root/.triton/cache/. /home/harness/.cache/triton/; fi; \
     if ! getent passwd "$HARNESS_UID" >/dev/null; then \
       getent group "$HARNESS_UID" >/dev/null || groupadd -g "$HARNESS_UID" harness 2>/dev/null \
         || echo "harness:x:$HARNESS_UID:" >>/etc/group; \

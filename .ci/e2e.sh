@@ -329,12 +329,15 @@ gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image 
   # STAND-IN distribution named torch (tests/_install_helpers.py, a few bytes at 2.8.0+standin), which the gpu stage
   # must keep (harness[all] accepts any torch >= 2.4 and is constrained to the base's pip freeze).
   local fake="lmsysorg/sglang:e2e-standin" standin
-  if ! docker run --rm --network none "$fake" python3 -m pip show torch >/dev/null 2>&1; then
+  # Like an engine image warmed as root, it holds a JIT cache under /root (flashinfer's and triton's places).
+  if ! docker run --rm --network none "$fake" sh -c 'python3 -m pip show torch && test -f /root/.triton/cache/standin.kernel' >/dev/null 2>&1; then
     docker rm -f harness-e2e-standin >/dev/null 2>&1 || true
     mkdir -p "$TMP/standin"
     standin="$(cd "$ROOT/tests" && "$PYTHON" -c 'import sys; from pathlib import Path; from _install_helpers import standin_torch_wheel; print(standin_torch_wheel(Path(sys.argv[1])).name)' "$TMP/standin")"
     docker run --network none --name harness-e2e-standin -v "$TMP/standin:/standin:ro" "$BASE_TAG" \
-      sh -c "python3 -m venv /usr/local/py && /usr/local/py/bin/python3 -m pip install -q --no-index /standin/$standin" >/dev/null
+      sh -c "python3 -m venv /usr/local/py && /usr/local/py/bin/python3 -m pip install -q --no-index /standin/$standin \
+             && mkdir -p /root/.cache/flashinfer /root/.triton/cache \
+             && echo standin >/root/.cache/flashinfer/standin.so && echo standin >/root/.triton/cache/standin.kernel" >/dev/null
     docker commit -c 'ENV PATH=/usr/local/py/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       harness-e2e-standin "$fake" >/dev/null
     docker rm harness-e2e-standin >/dev/null
@@ -350,6 +353,17 @@ gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image 
   torch_now="$(docker run --rm --network none --entrypoint python3 "$img" -c 'import torch; print(torch.__version__)')"
   log "gpu stage: torch $torch_now (the base's)"
   [ "$torch_now" = "2.8.0+standin" ] || die "the gpu stage replaced the base image's torch (now $torch_now)"
+  # The non-root user finds every JIT cache in the cache volume's folder, seeded with what the base warmed as root.
+  local caches
+  caches="$(docker run --rm --network none --entrypoint sh "$img" -c \
+    'cat "$HOME/.cache/flashinfer/standin.so" "$TRITON_CACHE_DIR/standin.kernel" && touch "$TRITON_CACHE_DIR/w" \
+     && echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR $CUDA_CACHE_PATH $XDG_CACHE_HOME"')" \
+    || die "the gpu image's non-root user cannot read or write the JIT caches the base warmed"
+  log "gpu stage: caches $(echo "$caches" | tail -n1)"
+  case "$(echo "$caches" | tail -n1)" in
+    "/home/harness/.cache/triton /home/harness/.cache/torchinductor /home/harness/.cache/nv/ComputeCache /home/harness/.cache") ;;
+    *) die "a JIT cache of the gpu image lies outside the cache volume: $(echo "$caches" | tail -n1)" ;;
+  esac
 }
 
 lint_gpu_stack() {  # the GPU stack cannot run here; its file must still be valid (no daemon is needed for this)

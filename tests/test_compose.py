@@ -361,3 +361,49 @@ def test_gpu_settings_run_as_root_with_sys_admin_only_when_asked() -> None:
     gpu = config("gpu", "settings")["services"]["sweep-settings"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     assert "--engine" in (e := gpu["entrypoint"]) and e[e.index("--engine") + 1] == "sglang"
+
+
+def gpu_stage_env(text: str) -> dict[str, str]:
+    """The ENV the Dockerfile's gpu stage sets (``KEY=VALUE`` pairs of its ENV lines)."""
+    stage = re.sub(r"\\\n", " ", text).split("AS gpu", 1)[1].split("\nFROM ", 1)[0]
+    env: dict[str, str] = {}
+    for line in stage.splitlines():
+        if line.strip().upper().startswith("ENV "):
+            env.update(pair.split("=", 1) for pair in line.split()[1:] if "=" in pair)
+    return env
+
+
+# Where each JIT/model cache of the engines lives for a user, by its own code (env var, default) with HOME and the
+# user name substituted: HF (huggingface_hub constants), triton (triton/knobs.py: $TRITON_HOME/.triton/cache),
+# inductor (torch/_inductor/runtime/cache_dir_utils.py: /tmp/torchinductor_<user>), CUDA's PTX JIT
+# (~/.nv/ComputeCache), flashinfer (flashinfer/jit/env.py: $FLASHINFER_WORKSPACE_BASE or HOME + /.cache/flashinfer),
+# sglang's own JIT and deep_gemm (srt/environ.py: ~/.cache/sglang, ~/.cache/deep_gemm), vLLM ($XDG_CACHE_HOME/vllm).
+ENGINE_CACHES = {
+    "huggingface": ("HF_HOME", "{home}/.cache/huggingface"),
+    "triton": ("TRITON_CACHE_DIR", "{home}/.triton/cache"),
+    "torchinductor": ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_harness"),
+    "cuda": ("CUDA_CACHE_PATH", "{home}/.nv/ComputeCache"),
+    "flashinfer": ("", "{home}/.cache/flashinfer"),
+    "sglang": ("", "{home}/.cache/sglang"),
+    "vllm": ("", "{xdg}/vllm"),
+}
+
+
+@needs_compose
+def test_every_engine_cache_of_the_gpu_image_lies_in_the_cache_volume() -> None:
+    """Non-root moves HOME; every JIT and model cache must still land in the mounted cache volume (issue 39 item 10),
+    so a restart neither downloads nor compiles again."""
+    env = gpu_stage_env(DOCKERFILE.read_text())
+    cfg = config("gpu", "jobs", "vllm")
+    for name in ("sweep", "pilot", "train", "sweep-vllm"):
+        service = cfg["services"][name]
+        service_env = {**env, **{k: v for k, v in (service.get("environment") or {}).items() if v is not None}}
+        home = service_env["HOME"]
+        xdg = service_env.get("XDG_CACHE_HOME", f"{home}/.cache")
+        volumes = [v["target"] for v in service["volumes"] if v.get("type") == "volume" or "cache" in str(v["source"])]
+        cache_targets = [t for t in volumes if t.endswith("/.cache")]
+        assert cache_targets, f"{name}: no cache volume"
+        for tool, (var, default) in ENGINE_CACHES.items():
+            where = service_env.get(var) if var else None
+            where = where or default.format(home=home, xdg=xdg)
+            assert any(where.startswith(t + "/") for t in cache_targets), f"{name}: {tool} caches at {where}"
