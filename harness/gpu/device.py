@@ -20,13 +20,16 @@ AS_ROOT = (
 
 
 class NvmlDevice:
-    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu_index``): the base of the NVML
+    """One GPU through nvidia-ml-py (``pynvml`` initialised, the handle of ``gpu``): the base of the NVML
     setting devices (the power limit here, the SM clock lock in ``harness.gpu.sm_clocks``)."""
 
     error: type[DeviceSettingError] = DeviceSettingError
     purpose = "the power cap"
 
-    def __init__(self, gpu_index: int = 0) -> None:
+    def __init__(self, gpu: int | str = 0) -> None:
+        """``gpu``: the GPU's UUID (``GPU-...``, what the sweep passes: the engine's GPU) or an NVML index."""
+        from harness.gpu.identity import open_handle
+
         try:
             import pynvml
         except ImportError:
@@ -34,7 +37,7 @@ class NvmlDevice:
         self.nv = pynvml
         try:
             pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+            self.handle = open_handle(pynvml, gpu)
         except pynvml.NVMLError as exc:
             raise self.error(
                 f"NVML is unavailable for {self.purpose}: {exc}", fix="check the NVIDIA driver (nvidia-smi)"

@@ -139,8 +139,8 @@ class NvmlClockDevice(NvmlDevice):
     purpose = "SM clock locking"
     lock_readable = False
 
-    def __init__(self, gpu_index: int = 0) -> None:
-        super().__init__(gpu_index)
+    def __init__(self, gpu: int | str = 0) -> None:
+        super().__init__(gpu)
         self.locked_mhz: int | None = None
 
     def clocks(self) -> ClockInfo:

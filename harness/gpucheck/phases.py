@@ -57,6 +57,7 @@ class Check:
         self.probe = NvmlProbe(gpu_index)
         self.ctl = NvmlControl(self.probe._nv, self.probe.handle, read_only=read_only)
         self.out["identity"] = self.probe.identity()
+        self.target_uuid = str(self.out["identity"].get("uuid"))
         self.force_cpu = force_cpu
         self.only, self.phase_hook = only, phase_hook
         self.loads: Loads | None = None
@@ -168,11 +169,38 @@ def decode(chk: Check, loads: Loads, batch: int, rec: dict[str, Any]) -> None:
     chk.measure(f"decode_b{batch}", loads.decode, chk.secs("decode"), batch)
 
 
+def load_ordinal(chk: Check) -> int:
+    """The CUDA ordinal of the GPU the probe watches (NVML's index is not CUDA's): without CUDA_VISIBLE_DEVICES the
+    process is pinned to that GPU's UUID before torch starts CUDA, so it is cuda:0; with it, its place in CUDA's
+    order (``harness.gpu.identity``), or a stop naming both when CUDA cannot see it."""
+    from harness.core.errors import UsageError
+    from harness.gpu.identity import list_gpus, visible_gpus
+
+    if chk.force_cpu:
+        return 0
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = chk.target_uuid
+        return 0
+    shown = [g.uuid for g in visible_gpus(os.environ, list_gpus(chk.probe._nv))]
+    if chk.target_uuid not in shown:
+        raise UsageError(
+            f"NVML GPU {chk.gpu_index} ({chk.target_uuid}) is not visible to CUDA with "
+            f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}: the load would heat another GPU",
+            fix="unset CUDA_VISIBLE_DEVICES (the check pins the GPU it probes) or pass the --gpu-index it shows",
+        )
+    return shown.index(chk.target_uuid)
+
+
 def setup(chk: Check, rec: dict[str, Any]) -> None:
     chk.rec.start()
     chk.smi.start()
-    chk.loads = Loads(0, force_cpu=chk.force_cpu)
+    chk.loads = Loads(load_ordinal(chk), force_cpu=chk.force_cpu)
     rec["load_device"] = chk.loads.name
+    if chk.loads.cuda:  # CUDA's own word on which GPU the load runs: it must be the one NVML watches
+        got = "GPU-" + str(chk.loads.torch.cuda.get_device_properties(chk.loads.device).uuid)
+        rec["load_gpu_uuid"] = got
+        if got != chk.target_uuid:
+            chk.finding("setup", f"the load runs on {got} but NVML watches {chk.target_uuid}: energy of another GPU")
     rec["weights_gb"] = round(chk.loads.weight_bytes / 1e9, 3)
     rec["limits"] = chk.out["limits"] = chk.ctl.limits()
     rec["clocks"] = chk.out["clocks"] = chk.ctl.clocks()

@@ -250,7 +250,8 @@ def open_settings(
     out: list[PassSetting] = []
     try:
         for controller, device, labels, mode in wanted:
-            setting = controller(device(world.twin_gpu_url) if twin else device(0), mode, manifest, save)
+            # on a GPU box the engine's GPU, by UUID (NVML's index 0 may be another GPU: harness.gpu.identity)
+            setting = controller(device(world.twin_gpu_url) if twin else device(world.gpu_index), mode, manifest, save)
             out.append(setting)
             setting.begin(labels)
     except BaseException:

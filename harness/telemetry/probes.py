@@ -224,7 +224,9 @@ class NvmlProbe:
 
     kind = "nvml"
 
-    def __init__(self, gpu_index: int = 0) -> None:
+    def __init__(self, gpu_index: int | str = 0) -> None:
+        """``gpu_index``: an NVML index, or the GPU's UUID (``GPU-...``: what the harness opens, see
+        ``harness.gpu.identity``)."""
         try:
             import pynvml  # nvidia-ml-py
         except ImportError:
@@ -237,14 +239,16 @@ class NvmlProbe:
                 f"NVML is not available ({exc}): no NVIDIA driver or GPU on this machine",
                 fix="run on a GPU host (Docker: --gpus all) or use --probe twin",
             ) from None
+        from harness.gpu.identity import open_handle
+
         try:
             count = pynvml.nvmlDeviceGetCount()
-            if not 0 <= gpu_index < count:
+            if isinstance(gpu_index, int) and not 0 <= gpu_index < count:
                 pynvml.nvmlShutdown()
                 raise UsageError(
                     f"--gpu-index {gpu_index} out of range: this host has {count} GPU(s)", fix=f"pick 0..{count - 1}"
                 )
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+            self._h = open_handle(pynvml, gpu_index)
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
             raise ServiceUnavailableError(

@@ -21,6 +21,9 @@ from harness.engine import proc as procs
 from harness.engine.launch import EngineLauncher
 from harness.engine.spec import EngineSpec
 from harness.telemetry.client import TelemetrySource
+from harness.world.engine_gpu import check_sampler
+from harness.world.engine_gpu import identity as engine_gpu_identity
+from harness.world.engine_gpu import resolve as resolve_engine_gpu
 
 SERVICE_START_TIMEOUT_S = 60.0
 
@@ -75,7 +78,7 @@ class World:
         children: list[tuple[str, Any]],
         run_dir: Path | None = None,
         sampler_rate_hz: float = 10.0,
-        gpu_index: int = 0,
+        gpu_index: int | str = 0,
     ) -> None:
         self.engine = engine
         self.telemetry = telemetry
@@ -90,6 +93,7 @@ class World:
         self.run_dir = run_dir
         self.sampler_rate_hz = sampler_rate_hz
         self.gpu_index = gpu_index
+        """The GPU NVML users open: the engine's UUID on a GPU box (``harness.world.engine_gpu``), else an index."""
         self.sampler_restarts = 0
         launcher.memory.read = self.gpu_memory  # every launch waits for a stopped server's memory, as read here
 
@@ -320,14 +324,19 @@ def open_world(
             gpu_identity = {}
             hw = hardware or ""
             power_limit = None
-        telemetry = _open_telemetry(sampler_url, gpu_index, rate_hz, engine, spec.device)
+        engine_gpu, why_not = None, None
+        if engine != "twin" and spec.device == "gpu":  # NVML's index is not CUDA's: the server's GPU by UUID
+            engine_gpu, why_not = resolve_engine_gpu(spec, required=sampler_url is None)
+        probe_gpu: int | str = engine_gpu.uuid if engine_gpu is not None else gpu_index
+        telemetry = _open_telemetry(sampler_url, probe_gpu, rate_hz, engine, spec.device)
         try:
             ident = dict(telemetry.identity() or {})
         except Exception:  # noqa: BLE001 - identity is informative only
             ident = {}
         sample = telemetry.snapshot()
         if engine != "twin":  # a real engine (sglang or vLLM) on the NVML GPU
-            gpu_identity = ident
+            check_sampler(engine_gpu, ident, sampler_url)
+            gpu_identity = {**ident, **engine_gpu_identity(engine_gpu, why_not)}
             name = ident.get("gpu_name") or ident.get("name") or (getattr(sample, "name", None) if sample else None)
             hw = hw or (cpu_hardware_label(name) if spec.device == "cpu" else hardware_label(name))
             power_limit = getattr(sample, "power_limit_w", None) if sample else None
@@ -351,7 +360,7 @@ def open_world(
             children=children,
             run_dir=run_dir,
             sampler_rate_hz=rate_hz,
-            gpu_index=gpu_index,
+            gpu_index=probe_gpu,
         )
     except BaseException:
         if telemetry is not None:
@@ -361,7 +370,9 @@ def open_world(
         raise
 
 
-def _open_telemetry(sampler_url: str | None, gpu_index: int, rate_hz: float, engine: str, device: str = "gpu") -> Any:
+def _open_telemetry(
+    sampler_url: str | None, gpu_index: int | str, rate_hz: float, engine: str, device: str = "gpu"
+) -> Any:
     if sampler_url is not None:
         _check_service(sampler_url, "/-/healthy", "the sampler", "--sampler-url")
         from harness.telemetry.client import TelemetryClient

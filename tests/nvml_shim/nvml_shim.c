@@ -7,6 +7,8 @@
  * Script: the file named by env NVML_SHIM_SCRIPT, "key = value" lines, '#' comments. It is re-read whenever the file
  * changes (write a new file and rename it over the old one), so a test can change values mid-run. Keys:
  *   name uuid driver_version nvml_version device_count (at most 8)
+ *   name.<i> uuid.<i> pci_bus_id.<i> (device i's own; unset: name, uuid (device 0's, with its last digit replaced by
+ *       i for i > 0) and the PCI bus 00000000:<i+1>:00.0, so NVML's order follows the bus unless a script says not)
  *   power_mw (NVML_FI_DEV_POWER_INSTANT) power_avg_mw (NVML_FI_DEV_POWER_AVERAGE) power_usage_mw (nvmlDeviceGetPowerUsage)
  *   energy_start_mj energy_update_ms counter_epoch   (the energy counter is the integral of power_mw since the
  *       script was first read, plus energy_start_mj, republished every energy_update_ms (0 = on every call);
@@ -47,7 +49,7 @@
 
 typedef int nvmlReturn_t;
 enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
-       NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15,
+       NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15,
        NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25, NVML_ERROR_UNKNOWN = 999 };
 enum { FI_POWER_AVERAGE = 185, FI_POWER_INSTANT = 186, FI_ENERGY = 191, SCOPE_GPU = 0 };
 enum { VT_UNSIGNED_INT = 1, VT_UNSIGNED_LONG_LONG = 3 };
@@ -71,6 +73,7 @@ typedef struct {
         limit_min_mw, limit_max_mw, root, max_sm_clock_mhz, min_sm_clock_mhz, sm_clock_step_mhz,
         follow_limits, idle_power_mw;
     unsigned long long energy_start_mj, mem_total, mem_reserved, mem_used, clock_events;
+    char dev_name[8][96], dev_uuid[8][96], dev_bus[8][32];  /* per device; empty = the default above */
     override_t over[MAX_OVERRIDES];  /* "fail.<fn>" and "field.<id>" */
     int n_over;
 } script_t;
@@ -119,6 +122,12 @@ static void set_key(script_t *s, const char *k, const char *v) {
     NUM(limit_default_mw) NUM(power_mw) NUM(power_avg_mw) NUM(power_usage_mw) NUM(limit_min_mw) NUM(limit_max_mw) NUM(root)
     NUM(max_sm_clock_mhz) NUM(min_sm_clock_mhz) NUM(sm_clock_step_mhz) NUM(follow_limits) NUM(idle_power_mw)
     U64(energy_start_mj) U64(mem_total) U64(mem_reserved) U64(mem_used) U64(clock_events)
+    for (int i = 0; i < 8; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "name.%d", i); if (!strcmp(k, key)) { snprintf(s->dev_name[i], sizeof s->dev_name[i], "%s", v); return; }
+        snprintf(key, sizeof key, "uuid.%d", i); if (!strcmp(k, key)) { snprintf(s->dev_uuid[i], sizeof s->dev_uuid[i], "%s", v); return; }
+        snprintf(key, sizeof key, "pci_bus_id.%d", i); if (!strcmp(k, key)) { snprintf(s->dev_bus[i], sizeof s->dev_bus[i], "%s", v); return; }
+    }
     if ((!strncmp(k, "fail.", 5) || !strncmp(k, "field.", 6)) && s->n_over < MAX_OVERRIDES) {
         snprintf(s->over[s->n_over].key, sizeof s->over[0].key, "%s", k);
         s->over[s->n_over++].code = n;
@@ -313,8 +322,45 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *dev) {
     *dev = &devices[i];
     LEAVE(NVML_SUCCESS);
 }
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *v, unsigned int len) { ENTER(d); LEAVE(copy_str(v, len, S.name)); }
-nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *v, unsigned int len) { ENTER(d); LEAVE(copy_str(v, len, S.uuid)); }
+static const char *dev_name(unsigned int i) { return S.dev_name[i][0] ? S.dev_name[i] : S.name; }
+static const char *dev_uuid(unsigned int i) {
+    static char derived[8][96];
+    if (S.dev_uuid[i][0]) return S.dev_uuid[i];
+    if (i == 0) return S.uuid;
+    snprintf(derived[i], sizeof derived[i], "%s", S.uuid);
+    size_t n = strlen(derived[i]);
+    if (n) derived[i][n - 1] = (char)('0' + i);
+    return derived[i];
+}
+static const char *dev_bus(unsigned int i) {
+    static char derived[8][32];
+    if (S.dev_bus[i][0]) return S.dev_bus[i];
+    snprintf(derived[i], sizeof derived[i], "00000000:%02X:00.0", i + 1);
+    return derived[i];
+}
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *v, unsigned int len) { ENTER(d); LEAVE(copy_str(v, len, dev_name(d->index))); }
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *v, unsigned int len) { ENTER(d); LEAVE(copy_str(v, len, dev_uuid(d->index))); }
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev) {
+    ENTER(NULL);
+    CHECK_PTR(uuid); CHECK_PTR(dev);
+    if (S.gpu_lost) LEAVE(NVML_ERROR_GPU_IS_LOST);
+    for (unsigned int i = 0; i < (unsigned int)S.device_count; i++)
+        if (!strcmp(uuid, dev_uuid(i))) { devices[i].index = i; *dev = &devices[i]; LEAVE(NVML_SUCCESS); }
+    LEAVE(NVML_ERROR_NOT_FOUND);
+}
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    ENTER(d);
+    CHECK_PTR(p);
+    memset(p, 0, sizeof *p);
+    const char *bus = dev_bus(d->index);
+    snprintf(p->busId, sizeof p->busId, "%s", bus);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", bus + (strlen(bus) > 12 ? 4 : 0));
+    unsigned int dom = 0, b = 0, dv = 0;
+    if (sscanf(bus, "%x:%x:%x", &dom, &b, &dv) == 3) { p->domain = dom; p->bus = b; p->device = dv; }
+    p->pciDeviceId = 0x233510DE;
+    LEAVE(NVML_SUCCESS);
+}
 
 /* ---- power and energy -------------------------------------------------------------------------------------- */
 static long avg_mw(void) { return S.power_avg_mw >= 0 ? S.power_avg_mw : power_now_mw(); }
