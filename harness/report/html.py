@@ -114,15 +114,19 @@ def _fmt(v: float | None, spec: str, sd: float | None = None) -> str:
 
 
 def _batch_table(s: "BatchSummary") -> str:
-    head = "<tr><th>config</th><th>repeats ok</th><th>speed tok/s</th><th>J/token</th><th>avg W</th><th>utilization</th><th>band</th></tr>"
+    head = (
+        "<tr><th>config</th><th>repeats ok</th><th>excluded</th><th>tok/s per sequence</th><th>tok/s batch</th>"
+        "<th>J/token</th><th>avg W</th><th>utilization</th><th>band</th></tr>"
+    )
     rows = []
     best = s.best_in_band.config if s.best_in_band else None
     for c in s.cells:
         mark = "best in band" if c.config == best else ("in band" if c.in_band else "")
         cls = ' class="best"' if c.config == best else (' class="band"' if c.in_band else "")
         rows.append(
-            f"<tr{cls}><td>{config_label(c.config)}</td><td>{c.n_ok}/{c.n_ok + c.n_error}</td>"
-            f"<td>{_fmt(c.speed_tok_s, '.1f', c.speed_sd)}</td><td>{_fmt(c.joules_per_token, '.4f', c.jpt_sd)}</td>"
+            f"<tr{cls}><td>{config_label(c.config)}</td><td>{c.n_ok}/{c.n_ok + c.n_error}</td><td>{c.n_excluded}</td>"
+            f"<td>{_fmt(c.speed_tok_s, '.1f', c.speed_sd)}</td><td>{_fmt(c.aggregate_tok_s, '.0f')}</td>"
+            f"<td>{_fmt(c.joules_per_token, '.4f', c.jpt_sd)}</td>"
             f"<td>{_fmt(c.avg_power_watts, '.1f')}</td><td>{_fmt(c.utilization, '.3f')}</td><td>{mark}</td></tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"
@@ -131,7 +135,7 @@ def _batch_table(s: "BatchSummary") -> str:
 CSS = (
     "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0 1.5em}"
     "td,th{border:1px solid #bbb;padding:3px 8px;font-size:13px;text-align:right}th{background:#eee}"
-    "tr.band{background:#e6f4e6}tr.best{background:#c8e8c8;font-weight:bold}img{max-width:100%;border:1px solid #ddd}"
+    ".note{background:#fff4d6;padding:4px 8px}tr.band{background:#e6f4e6}tr.best{background:#c8e8c8;font-weight:bold}img{max-width:100%;border:1px solid #ddd}"
 )
 
 
@@ -146,8 +150,20 @@ def write_html(
     """``report.html``: the run, the recipe per cap, a table per batch size and every figure inline."""
     parts = [
         f"<h1>Sweep report</h1><p>source: <code>{html.escape(source)}</code>; band {summary['band'][0]}–{summary['band'][1]} "
-        "of the enforced power cap; means over the successful repeats (± SD).</p>"
+        "of the enforced power cap; means over the successful repeats (± SD); tok/s per sequence, and for the batch "
+        "(per sequence x batch size).</p>"
     ]
+    origin, counted = summary.get("provenance") or {}, summary.get("rows") or {}
+    if origin.get("note"):
+        parts.append(f'<p class="note"><b>{html.escape(origin["note"])}</b> (hardware: '
+                     f"{html.escape(', '.join(origin.get('hardware') or []))})</p>")  # fmt: skip
+    if counted:
+        parts.append(
+            f"<p>rows used: {counted['used']}; left out for an invalid measurement window: "
+            f"{counted['excluded_invalid_window']}; kept with one: {counted['kept_invalid_window']}; "
+            f"superseded by a later try: {counted['superseded']}.</p>"
+            + "".join(f'<p class="note">{html.escape(n)}</p>' for n in counted.get("notes") or [])
+        )
     for (key, _), cap in zip(groups, summary["caps"]):
         recipe = cap["recipe"]
         items = "".join(

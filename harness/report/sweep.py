@@ -24,6 +24,7 @@ from harness.core.errors import DataError
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
 from harness.report.band import BAND, no_band_hint
 from harness.report.passes import Pass, PassGroup, pass_groups
+from harness.report.provenance import excluded_counts, mark_excluded, provenance, rows_accounting
 from harness.runs.rows import SweepRow
 
 PUBLISHED_POWER_LIMIT_W = 80.0
@@ -36,6 +37,8 @@ class CellSummary(BaseModel):
     config: tuple[int, int, int]
     n_ok: int
     n_error: int
+    n_excluded: int = 0
+    """Repeats whose measurement window was invalid, left out by ``--invalid-windows exclude`` (the default)."""
     speed_tok_s: float | None = None
     joules_per_token: float | None = None
     avg_power_watts: float | None = None
@@ -46,6 +49,11 @@ class CellSummary(BaseModel):
     @property
     def in_band(self) -> bool:
         return self.utilization is not None and BAND[0] <= self.utilization <= BAND[1]
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        """Tokens/s of the whole batch: the per-sequence speed times the batch size (what a server delivers)."""
+        return self.speed_tok_s * self.batch_size if self.speed_tok_s is not None else None
 
 
 class BatchSummary(BaseModel):
@@ -190,13 +198,14 @@ def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("role", "left"),
         ("config", "left"),
-        ("speed tok/s", "right"),
+        ("tok/s per seq", "right"),
+        ("tok/s batch", "right"),
         ("vs baseline", "right"),
         ("J/token", "right"),
         ("avg W", "right"),
         ("utilization", "right"),
         ("in band", "center"),
-        ("ok/err", "right"),
+        ("ok/err/excl", "right"),
     )
     for col, just in columns:
         t.add_column(col, justify=just)
@@ -205,18 +214,19 @@ def batch_table(s: BatchSummary, power_limit_w: float) -> Table:
         roles.append(("closest to band", s.closest_to_band))
     for role, c in roles:
         if c is None:
-            t.add_row(role, "[dim]none[/]", *["-"] * 7)
+            t.add_row(role, "[dim]none[/]", *["-"] * 8)
             continue
         t.add_row(
             role,
             str(SpecConfig(*c.config)),
             _fmt(c.speed_tok_s, ".1f"),
+            _fmt(c.aggregate_tok_s, ".0f"),
             _vs(c, s.baseline),
             _fmt(c.joules_per_token, ".4f"),
             _fmt(c.avg_power_watts, ".1f"),
             _fmt(c.utilization, ".3f"),
             "[green]yes[/]" if c.in_band else "no",
-            f"{c.n_ok}/{c.n_error}",
+            f"{c.n_ok}/{c.n_error}/{c.n_excluded}",
         )
     t.caption = (
         escape(s.why_none)
@@ -507,6 +517,10 @@ def sweep_report(
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
     fallback = limit if limit_src != "rows" else PUBLISHED_POWER_LIMIT_W
     groups = [(key, summarize(g, key.cap_w)) for key, g in pass_groups(rows, fallback, power_limit_w)]
+    mark_excluded(groups, excluded_counts(loaded, fallback, power_limit_w))
+    origin = provenance(loaded.all_rows)
+    if origin["note"]:
+        console.print(f"[bold yellow]{origin['note']}[/]")
     multi = len(groups) > 1
     if multi:
         clocks = any(key.clock is not None for key, _ in groups)
@@ -540,6 +554,8 @@ def sweep_report(
         "source": str(loaded.path),
         "invalid_windows": windows,
         "invalid_window_rows": [r.index for r in loaded.excluded + loaded.flagged],
+        "provenance": origin,
+        "rows": rows_accounting(loaded),
         "power_limit_w": None if multi else limit,
         "power_limit_source": limit_src,
         "band": list(BAND),

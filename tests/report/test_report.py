@@ -136,3 +136,28 @@ def test_a_batch_size_without_a_config_in_band_says_why_and_which_cap_finds_one(
     hot = no_band_hint([cell((0, 0, 0), 81.0, 90.0), cell((3, 4, 8), 80.1, 115.0)], 80.0, 16)
     assert hot is not None and "2 above it" in hot and "--sm-clocks" in hot and "--power-caps" not in hot
     assert no_band_hint([], 80.0, 1) is None
+
+
+def test_a_report_names_the_twin_and_counts_the_repeats_it_left_out(tmp_path: Path, capsys) -> None:
+    """Two of three repeats of a cell with an invalid window: the table says 1/0/2, not 1/1, and summary.json and
+    report.html say how many rows were left out and that the rows are the twin's (issue 38 C2)."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
+    rows = [json.loads(line) for line in fixture.read_text().splitlines() if line.strip()]
+    hit = [r for r in rows if r["batch_size"] == 4 and (r["steps"], r["topk"], r["num_draft_tokens"]) == (5, 4, 16)]
+    for r in hit[:2]:
+        r["window_valid"], r["window_reasons"] = False, ["coverage_below_95pct"]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", "sweep", str(src), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "rows from the GPU-free twin" in out and "1/0/2" in out and "tok/s per seq" in out
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["provenance"]["twin"] is True and summary["provenance"]["world"] == "twin"
+    assert summary["rows"]["used"] == len(rows) - 2 and summary["rows"]["excluded_invalid_window"] == 2
+    cell = next(
+        c for b in summary["batch_sizes"] if b["batch_size"] == 4 for c in b["cells"] if tuple(c["config"]) == (5, 4, 16)
+    )
+    assert (cell["n_ok"], cell["n_excluded"]) == (1, 2)
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "rows from the GPU-free twin" in page and "left out for an invalid measurement window: 2" in page
+    assert "--invalid-windows keep uses them" in page
