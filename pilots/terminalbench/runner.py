@@ -9,13 +9,16 @@ the stuck-call table and writes ``reports/terminalbench_trials.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -202,15 +205,17 @@ class TerminalBenchPilot:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = spec.argv()
         t0 = time.monotonic()
+        job_dir = Path(spec.jobs_dir) / spec.job_name
+        n_tasks = len(self.tasks.tasks) or None
         rc, error = _run_harbor(
             argv,
             log_path,
             env=harbor_environ(tz=self.extra.harbor_tz),
             cwd=self.run_dir,
             timeout_s=self.harbor_deadline_s(),
+            progress=lambda elapsed: _progress_line(run.name, job_dir, n_tasks, elapsed, log_path),
         )
         harbor_wall_s = time.monotonic() - t0
-        job_dir = Path(spec.jobs_dir) / spec.job_name
         meta: dict[str, Any] = {
             "job_name": spec.job_name,
             "job_dir": str(job_dir),
@@ -340,10 +345,50 @@ def trial_from_outcome(
     )
 
 
+PROGRESS_EVERY_S = 30.0
+
+
+def _progress_line(config: str, job_dir: Path, n_tasks: int | None, elapsed_s: float, log_path: Path) -> None:
+    """One line on stderr while Harbor runs: trials finished so far (their ``result.json``), time, where the log is."""
+    done = len(list(job_dir.glob("*/result.json"))) if job_dir.is_dir() else 0
+    of = f"/{n_tasks}" if n_tasks else ""
+    print(
+        f"[terminalbench] {config}: {done}{of} trials finished, {elapsed_s / 60:.1f} min (harbor log: {log_path})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@contextlib.contextmanager
+def _terminate_stops_harbor() -> Iterator[None]:
+    """While Harbor runs, SIGTERM and SIGHUP unwind like Ctrl-C (so its process group is stopped, never orphaned:
+    it runs in a session of its own, where a terminal's or a container's stop does not reach it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def _run_harbor(
-    argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Path, timeout_s: float
+    argv: list[str],
+    log_path: Path,
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    timeout_s: float,
+    progress: Callable[[float], None] | None = None,
 ) -> tuple[int | None, str | None]:
-    """Run Harbor to completion (its own process group, killed on timeout/interrupt); (exit code, error text)."""
+    """Run Harbor to completion (its own process group, stopped on timeout, Ctrl-C, SIGTERM or SIGHUP); ``progress``
+    is called every ``PROGRESS_EVERY_S`` with the seconds so far. (exit code, error text)."""
     cwd.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
@@ -357,8 +402,10 @@ def _run_harbor(
             cwd=str(cwd),
             start_new_session=True,
         )
+        t0 = time.monotonic()
         try:
-            rc = proc.wait(timeout=timeout_s)
+            with _terminate_stops_harbor():
+                rc = _wait_reporting(proc, t0 + timeout_s, progress)
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             return None, f"harbor did not finish within {timeout_s:.0f} s and was stopped"
@@ -367,6 +414,22 @@ def _run_harbor(
             raise
         _stop_group(proc)  # leftovers of Harbor's process group (e.g. sandbox holders after a crash)
     return rc, None if rc == 0 else f"harbor exited {rc} (bad configuration?); see {log_path}"
+
+
+def _wait_reporting(proc: subprocess.Popen, deadline: float, progress: Callable[[float], None] | None) -> int:
+    """``proc.wait`` until ``deadline`` (monotonic), calling ``progress`` every ``PROGRESS_EVERY_S``."""
+    t0 = time.monotonic()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, deadline - t0)
+        try:
+            return proc.wait(timeout=min(left, PROGRESS_EVERY_S))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+            if progress is not None:
+                progress(time.monotonic() - t0)
 
 
 def _log_tail(path: Path, lines: int = 3) -> str:
