@@ -483,3 +483,42 @@ def test_report_says_when_a_garbage_manifest_leaves_no_power_limit(tmp_path, sma
     assert code == 3 and "manifest.json is unreadable" in out and "--power-limit" in out, out
     code, out = _run(["report", "sweep", str(run), "--no-figures", "--power-limit", "80"], capsys)
     assert code == 0, out
+
+
+def _harness_error_classes() -> dict[str, type]:
+    """Every ``HarnessError`` subclass of the project, by name (their modules imported, none needing an extra)."""
+    import importlib
+
+    from harness.core.errors import HarnessError
+
+    for module in (
+        "harness.sweep.errors", "harness.runs.lock", "harness.gpu.power_cap", "harness.gpu.sm_clocks",
+        "harness.engine.launch", "harness.engine.sglang_client", "harness.dataset.cli",
+        "pilots.terminalbench.harbor_install", "pilots.terminalbench.setup", "pilots.terminalbench.runner",
+    ):  # fmt: skip
+        importlib.import_module(module)
+    found: dict[str, type] = {}
+    todo = [HarnessError]
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def test_the_exit_code_table_matches_the_code() -> None:
+    """docs/harness.md "Errors and exit codes": each class sits in the row of its exit code, and every error class
+    of the project has a row (a new class or a changed code without the table fails here)."""
+    import re
+
+    text = (ROOT / "docs" / "harness.md").read_text()
+    table = text.split("### Errors and exit codes", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    documented: dict[str, int] = {}
+    for line in table.splitlines()[2:]:
+        code, classes = line.split("|")[1:3]
+        for name in re.findall(r"`(\w+)`", classes):
+            documented[name] = int(code.strip()) if code.strip().isdigit() else -1
+    classes = _harness_error_classes()
+    assert set(classes) <= set(documented), f"error classes missing from the table: {set(classes) - set(documented)}"
+    wrong = {n: (documented[n], c.exit_code) for n, c in classes.items() if documented[n] != c.exit_code}
+    assert not wrong, f"table vs code (documented, actual): {wrong}"

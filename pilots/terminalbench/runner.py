@@ -491,6 +491,7 @@ def run(options: PilotOptions, extra: TerminalBenchOptions | list[str] | None = 
 
 
 class HarborRunError(HarnessError):
-    """Harbor started no trial at all (a configuration or environment problem, not a task failure)."""
+    """Harbor started no trial at all (a configuration or environment problem, not a task failure): like a server
+    that failed to launch, exit 5 (7 is a missing optional extra)."""
 
-    exit_code = 7
+    exit_code = 5

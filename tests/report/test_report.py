@@ -155,7 +155,11 @@ def test_a_report_names_the_twin_and_counts_the_repeats_it_left_out(tmp_path: Pa
     assert summary["provenance"]["twin"] is True and summary["provenance"]["world"] == "twin"
     assert summary["rows"]["used"] == len(rows) - 2 and summary["rows"]["excluded_invalid_window"] == 2
     cell = next(
-        c for b in summary["batch_sizes"] if b["batch_size"] == 4 for c in b["cells"] if tuple(c["config"]) == (5, 4, 16)
+        c
+        for b in summary["batch_sizes"]
+        if b["batch_size"] == 4
+        for c in b["cells"]
+        if tuple(c["config"]) == (5, 4, 16)
     )
     assert (cell["n_ok"], cell["n_excluded"]) == (1, 2)
     page = (tmp_path / "rep" / "report.html").read_text()
