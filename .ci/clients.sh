@@ -43,6 +43,25 @@ if [ -z "${HARNESS_ENGINES_PYTHON:-}" ]; then
     if [ -f "$(dirname "$(dirname "$py")")/.ready" ]; then export HARNESS_ENGINES_PYTHON="$py"; fi
   done
 fi
+if [ -n "${HARNESS_ENGINES_PYTHON:-}" ]; then  # bench_serving's overlay: what that venv lacks, --no-deps
+  BREQS=tests/clients/requirements-bench-serving.txt
+  BKEY=$( (cat "$BREQS"; echo "$HARNESS_ENGINES_PYTHON") | sha256sum | cut -c1-16)
+  OVERLAY="$CACHE/bench-serving-$BKEY"
+  (
+    flock 9
+    if [ ! -f "$OVERLAY/.ready" ]; then
+      rm -rf "$OVERLAY"
+      if ! "$HARNESS_ENGINES_PYTHON" -m pip install -q --disable-pip-version-check --no-deps --target "$OVERLAY" \
+          -r "$BREQS" >"$CACHE/build-bench-serving-$BKEY.log" 2>&1; then
+        tail -20 "$CACHE/build-bench-serving-$BKEY.log" >&2
+        echo "[clients] bench_serving's overlay failed (log $CACHE/build-bench-serving-$BKEY.log)" >&2
+        exit 1
+      fi
+      touch "$OVERLAY/.ready"
+    fi
+  ) 9>"$CACHE/.build.lock"
+  export HARNESS_BENCH_SERVING_PATH="$OVERLAY"
+fi
 export HARBOR_TELEMETRY=0 LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 HARNESS_CLIENTS_PYTHON="$ENV_DIR/bin/python" "$BIN/python" -m pytest -q -p no:cacheprovider tests/clients "$@"
 echo "[clients] venv ${build_s}s, tests $((SECONDS - build_s))s, total ${SECONDS}s"
