@@ -45,6 +45,7 @@ class Target:
     name: str
     url: str
     engines: list[str]
+    sampler: str | None = None  # a sampler on the twin GPU (the engine fixture's): dcgm-exporter names on /metrics
 
     def generated(self) -> float:
         """Completion tokens the engines behind it have generated so far (their ``/metrics``)."""

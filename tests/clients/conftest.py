@@ -26,6 +26,7 @@ from _clients import (
 from _twin_helpers import twin_engine, twin_gpu
 
 from harness.serve.session import SessionOptions, open_session
+from harness.telemetry.testbed import start_sampler
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,13 +44,17 @@ def clients_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine() -> Iterator[Target]:
-    """A twin engine at (3,4,8), named MODEL_NAME, with sglang's /metrics."""
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """A twin engine at (3,4,8), named MODEL_NAME, with sglang's /metrics; a sampler watches its twin GPU."""
     extra = ["--mem-fraction-static", "0.65", "--cuda-graph-max-bs", "8", "--twin-launch-scale", "0.1"]
     with twin_gpu(time_scale=TIME_SCALE) as gpu, twin_engine(
         gpu.url, MODEL + SPEC + extra + ["--enable-metrics", "--served-model-name", MODEL_NAME]
     ) as eng:  # fmt: skip
-        yield Target("engine", eng.url, [eng.url])
+        sampler = start_sampler(gpu.url, None, tmp_path_factory.mktemp("sampler"), rate_hz=10.0)
+        try:
+            yield Target("engine", eng.url, [eng.url], sampler.url)
+        finally:
+            sampler.stop()
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,8 @@ def test_the_openai_client(where: str, clients_python: Path, request: pytest.Fix
 @pytest.mark.parametrize("where", ["engine", "serve"])
 def test_aiperf(where: str, clients_python: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """aiperf counts tokens with the shipped tokenizer (no --use-server-token-count); its output count must be the
-    server's. Not HF_HUB_OFFLINE: aiperf 0.13.0 then looks a local tokenizer path up in the hub cache and fails."""
+    server's. Against the engine it also collects GPU telemetry from the sampler as from a dcgm-exporter. Not
+    HF_HUB_OFFLINE: aiperf 0.13.0 then looks a local tokenizer path up in the hub cache and fails."""
     target: Target = request.getfixturevalue(where)
     before = target.generated()
     art = tmp_path / "aiperf"
@@ -140,11 +141,19 @@ def test_aiperf(where: str, clients_python: Path, request: pytest.FixtureRequest
             "--endpoint-type", "chat", "--streaming", "--tokenizer", TOKENIZER, "--request-count", REQUESTS,
             "--concurrency", CONCURRENCY, "--isl", ISL, "--osl", OSL, "--extra-inputs", "ignore_eos:true",
             "--random-seed", "7", "--artifact-dir", art, "--ui-type", "simple", "--no-server-metrics",
-            "--no-gpu-telemetry"]  # fmt: skip
+            *(["--gpu-telemetry", f"{target.sampler}/metrics"] if target.sampler else ["--no-gpu-telemetry"])]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     out = subprocess.run([str(a) for a in argv], cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     d = json.loads((art / "profile_export_aiperf.json").read_text())
+    if target.sampler:  # the twin GPU's energy, read by aiperf through the sampler's DCGM names
+        recs = [json.loads(line) for line in (art / "gpu_telemetry_export.jsonl").read_text().splitlines()]
+        assert recs and {r["gpu_uuid"][:9] for r in recs} == {"GPU-twin-"}, recs[:1]
+        energy_mj = [r["telemetry_data"]["nvidia_energy_consumption"] * 1e9 for r in recs]  # aiperf writes MJ
+        assert energy_mj == sorted(energy_mj) and energy_mj[-1] > energy_mj[0] > 0
+        latest = httpx.get(f"{target.sampler}/v1/latest", timeout=10).json()
+        assert energy_mj[-1] <= latest["energy_mj"] * (1 + 1e-9)
+        assert max(r["telemetry_data"]["nvidia_power_usage"] for r in recs) > 0
     assert d["usage_completion_tokens"]["sum"] == d["output_sequence_length"]["sum"]  # its tokenizer = the server
     errors = int((d.get("error_request_count") or {}).get("avg", 0)) + len(d.get("error_summary") or [])
     _judge("aiperf", target, before, int(d["request_count"]["avg"]), errors, d["output_sequence_length"]["sum"],
