@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import httpx
 
-from harness.core.httpserve import Request, Response, Router, Server, Stream, error, make_server
+from harness.core.httpserve import BadRequest, Request, Response, Router, Server, Stream, error, make_server
 from harness.serve.control_loop import ControlLoop
 from harness.serve.front_metrics import FrontCounts, metrics_response
 from harness.serve.pool import Instance
@@ -87,7 +87,11 @@ class Front:
 
     def _counted(self, path: str) -> Callable[[Request], Response | Stream]:
         def handle(req: Request) -> Response | Stream:
-            out = self.forward(req, path)
+            try:
+                out = self.forward(req, path)
+            except BaseException as exc:  # answered by httpserve: a bad body 400, anything else 500
+                self.counts.answered(path, 400 if isinstance(exc, BadRequest) else 500)
+                raise
             self.counts.answered(path, out.status if isinstance(out, Response) else 200)
             return out
 

@@ -46,6 +46,7 @@ def test_generate_models_by_id_and_metrics(tmp_path: Path) -> None:
         assert last["meta_info"]["completion_tokens"] == 6 and last["meta_info"]["finish_reason"]["type"] == "length"
         bad = httpx.post(s.url + "/generate", json={"sampling_params": {"max_new_tokens": 4}})
         assert bad.status_code == 400  # the engine's own answer, passed on
+        assert httpx.post(s.url + "/generate", content=b"[1, 2]").status_code == 400  # the front's own
 
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
         assert [m.id for m in client.models.list()] == ["twin-llama"]
@@ -60,7 +61,7 @@ def test_generate_models_by_id_and_metrics(tmp_path: Path) -> None:
         assert front.status_code == 200 and front.headers["content-type"].startswith("text/plain")
         fs = _samples(front.text)
         assert _value(fs, "harness_serve_requests_total", route="/generate", code="200") == 2
-        assert _value(fs, "harness_serve_requests_total", route="/generate", code="400") == 1
+        assert _value(fs, "harness_serve_requests_total", route="/generate", code="400") == 2
         assert _value(fs, "harness_serve_completion_tokens_total") == 8 + 6
         assert _value(fs, "harness_serve_instance_up", config="3:2:4") == 1
         assert _value(fs, "harness_serve_routed", config="3:2:4") == 1
