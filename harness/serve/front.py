@@ -1,5 +1,6 @@
-"""The OpenAI-compatible front (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, plain and SSE) on
-``harness/core/httpserve.py``: each request goes to the instance the control loop routes to. When the connection to an
+"""The front (OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/v1/models/{id}``, sglang's
+native ``/generate``, plain and SSE; its own ``/metrics``) on ``harness/core/httpserve.py``: each request goes to the
+instance the control loop routes to. When the connection to an
 instance breaks before any answer came back and the instance is found dead (its process exited, or it stopped
 answering ``/health``), it is marked lost and the request is sent again to the next route: completions have no side
 effects, so a client sees an error only for a stream whose tokens had already started (an error event, then the
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
-from harness.core.httpserve import Request, Response, Router, Server, Stream, error, make_server
+from harness.core.httpserve import BadRequest, Request, Response, Router, Server, Stream, error, make_server
 from harness.serve.control_loop import ControlLoop
+from harness.serve.front_metrics import FrontCounts, metrics_response
 from harness.serve.pool import Instance
 
 SERVER_HEADER = "harness-serve"
@@ -32,9 +35,20 @@ def accept_length_of(obj: Any) -> float | None:
 
 
 def completion_tokens_of(obj: Any) -> int | None:
-    """A response's ``usage.completion_tokens`` (the offered load the closed loop estimates is requests x tokens)."""
-    val = ((obj.get("usage") or {}) if isinstance(obj, dict) else {}).get("completion_tokens")
-    return int(val) if isinstance(val, int) else None
+    """A response's ``usage.completion_tokens`` or, from ``/generate``, ``meta_info.completion_tokens`` (cumulative in
+    its stream chunks); the offered load the closed loop estimates is requests x tokens."""
+    if not isinstance(obj, dict):
+        return None
+    val = (obj.get("usage") or {}).get("completion_tokens")
+    if val is None:
+        val = (obj.get("meta_info") or {}).get("completion_tokens")
+    return int(val) if isinstance(val, int) and not isinstance(val, bool) else None
+
+
+def generate_accept_of(obj: Any) -> float | None:
+    """``meta_info.spec_accept_length`` of a ``/generate`` answer (sglang >= 0.5.23 reports it there)."""
+    val = ((obj.get("meta_info") or {}) if isinstance(obj, dict) else {}).get("spec_accept_length")
+    return float(val) if isinstance(val, (int, float)) and not isinstance(val, bool) else None
 
 
 class Front:
@@ -53,6 +67,7 @@ class Front:
         self.ask_accept = ask_accept
         self.max_running = max_running
         self._slots = threading.Condition()
+        self.counts = FrontCounts()
         self.http = httpx.Client(
             timeout=httpx.Timeout(request_timeout_s, connect=2.0),
             trust_env=False,
@@ -63,10 +78,41 @@ class Front:
         r = Router()
         r.add("GET", "/health", self.health)
         r.add("GET", "/serve/state", lambda req: self.loop.describe())
+        r.add("GET", "/metrics", lambda req: metrics_response(self))
         r.add("GET", "/v1/models", self.models)
-        r.add("POST", "/v1/chat/completions", lambda req: self.forward(req, "/v1/chat/completions"))
-        r.add("POST", "/v1/completions", lambda req: self.forward(req, "/v1/completions"))
+        r.add("GET", "/v1/models/{model_id:path}", self.model)
+        for path in ("/v1/chat/completions", "/v1/completions", "/generate"):
+            r.add("POST", path, self._counted(path))
         return r
+
+    def _counted(self, path: str) -> Callable[[Request], Response | Stream]:
+        def handle(req: Request) -> Response | Stream:
+            try:
+                out = self.forward(req, path)
+            except BaseException as exc:  # answered by httpserve: a bad body 400, anything else 500
+                self.counts.answered(path, 400 if isinstance(exc, BadRequest) else 500)
+                raise
+            self.counts.answered(path, out.status if isinstance(out, Response) else 200)
+            return out
+
+        return handle
+
+    def model(self, req: Request) -> Response | dict[str, Any]:
+        """OpenAI's ``GET /v1/models/{id}``: the model object of the instances' list, or OpenAI's 404."""
+        listed = self.models(req)
+        if isinstance(listed, Response):
+            return listed
+        wanted = unquote(req.params["model_id"])
+        for card in listed.get("data") or []:
+            if isinstance(card, dict) and card.get("id") == wanted:
+                return card
+        body = {
+            "message": f"The model '{wanted}' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+        return Response(404, {"error": body})
 
     def health(self, req: Request) -> Response:
         alive = self.loop.pool.alive()
@@ -90,7 +136,7 @@ class Front:
         if not isinstance(body, dict):
             return error(400, "the body must be a JSON object")
         client_asked = bool(body.get("return_spec_tokens_details"))
-        if self.ask_accept:
+        if self.ask_accept and path != "/generate":  # /generate reports the accept length in meta_info
             body["return_spec_tokens_details"] = True
         self.loop.request_started()
         streaming = False
@@ -122,6 +168,7 @@ class Front:
         finally:
             if not streaming:
                 self.loop.request_finished(accept, tokens)
+                self.counts.finished(tokens)
 
     def _send(
         self, inst: Instance, path: str, body: dict[str, Any], client_asked: bool
@@ -137,7 +184,7 @@ class Front:
             return Stream(self._relay(inst, resp, client_asked)), None, None
         resp = self.http.post(inst.base_url + path, json=body)
         payload = _json_or_text(resp.content)
-        accept = accept_length_of(payload)
+        accept = accept_length_of(payload) or generate_accept_of(payload)
         if isinstance(payload, dict) and not client_asked:
             payload.pop("sglext", None)
         return Response(resp.status_code, payload), accept, completion_tokens_of(payload)
@@ -173,8 +220,10 @@ class Front:
                     if not client_asked:
                         obj.pop("sglext", None)
                         line = "data: " + json.dumps(obj)
-                elif line.startswith("data: ") and '"completion_tokens"' in line:  # a usage chunk (include_usage)
-                    tokens = completion_tokens_of(_json_or_text(line[6:].encode())) or tokens
+                elif line.startswith("data: ") and '"completion_tokens"' in line:  # usage (include_usage), meta_info
+                    obj = _json_or_text(line[6:].encode())
+                    tokens = completion_tokens_of(obj) or tokens
+                    accept = generate_accept_of(obj) or accept
                 yield line + "\n"
         except httpx.HTTPError as exc:  # the instance died mid-stream: an error event (OpenAI's shape), then the end
             failed = {
@@ -188,6 +237,7 @@ class Front:
             resp.close()
             self._release(inst)
             self.loop.request_finished(accept, tokens)
+            self.counts.finished(tokens)
 
     def close(self) -> None:
         self.http.close()

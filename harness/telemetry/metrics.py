@@ -1,13 +1,17 @@
 """Prometheus text exposition (format 0.0.4, base units) of the latest sample and the sampler's own health, through
 ``prometheus_client`` (imported on the first scrape, so a sampler never scraped does not load it).
 
-Values come from the store only; an absent value is left out, never written as 0.
+Values come from the store only; an absent value is left out, never written as 0. The latest sample is written twice:
+under the sampler's own names (base units) and under NVIDIA dcgm-exporter's (``DCGM_FI_DEV_*``, DCGM's units, labels
+``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``), so tools that collect GPU telemetry from a dcgm-exporter
+(aiperf's ``--gpu-telemetry URL``) read the twin's or the NVML GPU's energy from this page.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import socket
 from typing import TYPE_CHECKING, Any
 
 from harness.core import promtext
@@ -18,6 +22,51 @@ if TYPE_CHECKING:
     from harness.telemetry.sampler import SamplerCore
 
 Labels = dict[str, str]
+
+
+# dcgm-exporter's default counters (etc/default-counters.csv): field, type, help, how to read it from a sample
+DCGM_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", lambda s: s.sm_clock_mhz),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", lambda s: s.mem_clock_mhz),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda s: s.temperature_c),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda s: s.power_w),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        lambda s: s.energy_mj,
+    ),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda s: s.utilization_pct),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda s: s.memory_free_mb),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda s: s.memory_used_mb),
+    ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Enforced power limit (in W).", lambda s: s.power_limit_w),
+)
+
+
+def dcgm_text(s: Any, ident: dict[str, Any]) -> str:
+    """The latest sample as dcgm-exporter writes it, one family per field. Written here rather than through
+    ``prometheus_client``, which would rename the energy counter's family to ``..._total``; the exporter's is
+    ``# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter`` over a sample of that very name."""
+    index = ident.get("index")
+    gpu = index if isinstance(index, int) else 0
+    labels = {
+        "gpu": str(gpu),
+        "UUID": str(s.uuid or ident.get("uuid") or ""),
+        "device": f"nvidia{gpu}",
+        "modelName": str(s.name or ident.get("name") or ""),
+        "Hostname": socket.gethostname(),
+    }
+    esc = ",".join(
+        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), chr(92) + "n")}"'
+        for k, v in labels.items()
+    )
+    lines = []
+    for field, mtype, help_, read in DCGM_FIELDS:
+        value = read(s)
+        if value is None:
+            continue
+        lines += [f"# HELP {field} {help_}", f"# TYPE {field} {mtype}", f"{field}{{{esc}}} {float(value)!r}"]
+    return "".join(line + "\n" for line in lines)
 
 
 def render_metrics(core: SamplerCore) -> str:
@@ -121,4 +170,4 @@ def render_metrics(core: SamplerCore) -> str:
     lbl = {"backend": str(core.probe.kind), "driver": str(ident.get("driver_version") or ""), "pid": str(os.getpid())}
     metric("sampler_build_info", "gauge", "Sampler backend and driver.", [(lbl, 1)])
     metric("sampler_scrape_timestamp_seconds", "gauge", "Time this page was rendered.", [({}, wall_ns() / 1e9)])
-    return promtext.render(families)
+    return promtext.render(families) + (dcgm_text(s, ident) if s is not None else "")

@@ -42,6 +42,9 @@ TWIN_METRICS = (
     "sglang:prompt_tokens_total",
     "sglang:generation_tokens_total",
     "sglang:e2e_request_latency_seconds",
+    "sglang:time_to_first_token_seconds",
+    "sglang:inter_token_latency_seconds",
+    "sglang:request_time_per_output_token_seconds",
     "sglang:spec_verify_calls_total",
     "sglang:spec_num_draft_tokens",
 )

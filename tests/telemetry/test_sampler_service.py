@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _telemetry_helpers import ScriptedProbe, free_port
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.core.clocks import wall_ns
 from harness.core.jsonl import read_jsonl
@@ -96,6 +97,7 @@ def test_http_api_in_process(scripted_server):
                  "sampler_last_sample_timestamp_seconds", "process_cpu_seconds_total"):  # fmt: skip
         assert name in metrics, name
     assert "gpu_sm_clock_hertz" not in metrics  # absent in the probe: left out, never 0
+    assert "DCGM_FI_DEV_SM_CLOCK" not in metrics and "DCGM_FI_DEV_POWER_USAGE{" in metrics
     marks = read_jsonl(core.store.log_dir / "marks.jsonl")
     assert marks[0]["name"] == "trial-1-begin"
 
@@ -129,6 +131,7 @@ def test_sidecar_against_twin_device(tmp_path: Path):
                 w = c.window(t0, t1)
                 truth = load.truth(t0, t1)
                 cpu_share = (_cpu_seconds(sp.url) - cpu0) / (time.monotonic() - m0)
+                scrape = httpx.get(f"{sp.url}/metrics").text
             finally:
                 load.close()
             ident = c.identity()
@@ -145,6 +148,28 @@ def test_sidecar_against_twin_device(tmp_path: Path):
     assert w.gpu_uuid and w.gpu_uuid.startswith("GPU-twin-") and "twin" in (w.gpu_name or "")
     assert ident["twin"] is True and ident["hardware"].startswith("twin:") and ident["time_scale"] == 20.0
     assert info["probe"] == "twin" and info["rate_hz"] == 10.0
+    # the same sample under dcgm-exporter's names and units (what aiperf's --gpu-telemetry reads), issue 38 B4
+    dcgm = {  # keyed as aiperf keys them (the parser may append _total to a counter's sample)
+        s.name.removesuffix("_total"): s
+        for fam in text_string_to_metric_families(scrape)
+        for s in fam.samples
+        if s.name.startswith("DCGM_")
+    }
+    own = {
+        (s.name, s.labels.get("type")): s.value
+        for fam in text_string_to_metric_families(scrape)
+        for s in fam.samples
+        if s.name.startswith("gpu_")
+    }
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in scrape
+    energy = dcgm["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    assert energy.value == pytest.approx(own[("gpu_energy_joules_total", None)] * 1e3) and energy.value > 0
+    assert energy.labels["gpu"] == "0" and energy.labels["UUID"] == w.gpu_uuid
+    assert energy.labels["modelName"] == w.gpu_name and energy.labels["device"] == "nvidia0"
+    assert dcgm["DCGM_FI_DEV_POWER_USAGE"].value == own[("gpu_power_watts", "instant")]
+    assert dcgm["DCGM_FI_DEV_SM_CLOCK"].value == own[("gpu_sm_clock_hertz", None)] / 1e6
+    assert dcgm["DCGM_FI_DEV_GPU_UTIL"].value == pytest.approx(own[("gpu_utilization_ratio", None)] * 100)
+    assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"} <= set(dcgm)
     assert cpu_share < 0.05, (
         f"sampler used {cpu_share:.1%} of a core at 10 Hz"
     )  # measured ~0.7 %; loose for a shared box

@@ -1,4 +1,4 @@
-"""The twin engine's ``/metrics``: sglang's metric names, rendered by ``harness.core.promtext`` (``prometheus_client``
+"""The twin engine's ``/metrics``: sglang's metric names (its latency histograms from ``latency.py``), rendered by ``harness.core.promtext`` (``prometheus_client``
 is imported on the first scrape, not at engine start: its ~60 ms import would otherwise land on the start-up path of
 an engine that is launched once per sweep cell, most of them never scraped)."""
 
@@ -12,7 +12,7 @@ from harness.twin.engine.scheduler import TwinEngine
 
 def _families(eng: TwinEngine) -> list[Any]:
     """The metric families of one scrape, read under the engine's lock."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
     names = ["model_name", "engine_type", "tp_rank", "pp_rank"]
     values = [eng.model_id, "unified", "0", "0"]
@@ -43,11 +43,20 @@ def _families(eng: TwinEngine) -> list[Any]:
                 "sglang:generation_tokens_total", "Number of generation tokens processed.", eng.generation_tokens_total
             ),
         ]
-        e2e = SummaryMetricFamily(
-            "sglang:e2e_request_latency_seconds", "End-to-end request latency (seconds).", labels=["model_name"]
-        )
-        e2e.add_metric(model, count_value=eng.e2e_count, sum_value=eng.e2e_sum)
-        out.append(e2e)
+        lat = eng.latencies
+        for name, doc, hist in (
+            ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat.ttft),
+            ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lat.itl),
+            (
+                "sglang:request_time_per_output_token_seconds",
+                "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
+                lat.tpot,
+            ),
+            ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", lat.e2e),
+        ):
+            h = HistogramMetricFamily(name, doc, labels=["model_name"])
+            h.add_metric(model, buckets=hist.buckets(), sum_value=hist.sum)
+            out.append(h)
         if eng.version == "0.5.23" and not eng.cfg.is_baseline:
             out.append(
                 counter(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote
 
 from harness.core.httpserve import Request, Response, Router, Stream, error, sse
 from harness.twin.engine.loop_hint import LoopHint, parse_loop_hint
@@ -21,8 +22,8 @@ Admit = Callable[[Request], dict[str, Any] | Response]
 def add_routes(r: Router, eng: TwinEngine, admit: Admit) -> None:
     """Add the OpenAI routes to ``r``; ``admit`` is the engine's gate (status, JSON body, faults)."""
 
-    def models(req: Request) -> dict[str, Any]:
-        card: dict[str, Any] = {
+    def card() -> dict[str, Any]:
+        out: dict[str, Any] = {
             "id": eng.model_id,
             "object": "model",
             "created": int(eng.start_wall),
@@ -30,10 +31,19 @@ def add_routes(r: Router, eng: TwinEngine, admit: Admit) -> None:
             "root": eng.model_id,
         }
         if eng.version == "0.5.23":
-            card["parent"] = None
-        return {"object": "list", "data": [{**card, "max_model_len": eng.context_length(), "twin": True}]}
+            out["parent"] = None
+        return {**out, "max_model_len": eng.context_length(), "twin": True}
 
-    r.add("GET", "/v1/models", models)
+    def model(req: Request) -> Response | dict[str, Any]:
+        """sglang's ``GET /v1/models/{model}``: the served model's card, else its 404."""
+        wanted = unquote(req.params["model_id"])
+        if wanted != eng.model_id:
+            body = {"message": f"The model '{wanted}' does not exist", "type": "invalid_request_error"}
+            return Response(404, {"error": {**body, "param": "model", "code": "model_not_found"}})
+        return card()
+
+    r.add("GET", "/v1/models", lambda req: {"object": "list", "data": [card()]})
+    r.add("GET", "/v1/models/{model_id:path}", model)
     r.add("POST", "/v1/chat/completions", lambda req: _handle(eng, admit, req, "chat", "sglang"))
     r.add("POST", "/v1/completions", lambda req: _handle(eng, admit, req, "completion", "sglang"))
 

@@ -20,6 +20,7 @@ from typing import Any
 from harness.core.clocks import ScaledClock
 from harness.grid import SpecConfig
 from harness.twin.engine.device_link import DeviceLink
+from harness.twin.engine.latency import Latencies
 from harness.twin.engine.log import log
 from harness.twin.engine.loop_clients import UNPLACED_NS, ClosedLoops
 from harness.twin.engine.loop_hint import LoopHint
@@ -85,8 +86,7 @@ class TwinEngine:
         self.warmup_iters: int | None = None
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.e2e_sum = 0.0
-        self.e2e_count = 0
+        self.latencies = Latencies()  # /metrics' histograms (latency.py)
         self.last_gen_throughput = 0.0
         self._tp_mark = (clock.now_ns(), 0)
         self.memory: dict[str, Any] = {}
@@ -274,8 +274,7 @@ class TwinEngine:
         req.done = True
         self.generation_tokens_total += req.visible
         if req.sim.finish_ns is not None:
-            self.e2e_sum += (req.sim.finish_ns - req.received_ns) / 1e9
-            self.e2e_count += 1
+            self.latencies.finished(req.received_ns, req.sim.first_token_ns, req.sim.finish_ns, req.visible)
 
     # ---- requests ------------------------------------------------------------------------------------------
     def new_request(

@@ -2,8 +2,10 @@
 
 Prompt tokens: one token per word-piece of at most 4 characters (words split into 4-char pieces, punctuation and
 newlines are their own tokens), plus a BOS token, so counts are stable and roughly Llama-like (~4 chars/token).
-Generated tokens are ids into a fixed filler vocabulary; each id decodes to one word (with a leading space) or a
-punctuation mark, so ``len(text)`` grows with every token and stop strings can match.
+Generated tokens are ids into a fixed filler vocabulary; each id decodes to one word of at most 4 characters (with a
+leading space) or a punctuation mark, so ``len(text)`` grows with every token, stop strings can match, and a
+client that counts the output text's tokens with the shipped tokenizer (``harness/data/twin_tokenizer/``, built by
+``harness/twin/tokenizer_build.py`` from this module) counts what the engine reports as ``completion_tokens``.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ import re
 BOS_ID = 128000
 EOS_ID = 128009
 
-_WORDS = (
-    "the model decodes tokens while the draft head proposes a tree of candidates and the target verifies them in one "
-    "forward pass so accepted tokens arrive faster when the draft is right energy per token falls as speed rises but "
-    "power climbs toward the limit where clocks drop and heat builds slowly inside a laptop chassis with a small fan "
-    "server request batch step time latency throughput cache memory graph kernel warp block thread register shared "
-    "global tensor matrix vector layer attention head query key value softmax norm residual embedding vocabulary "
-    "python function class return import async await loop list dict string number value error test assert print"
+_WORDS = (  # every word at most 4 characters: one token of its own under ``count_tokens`` (and the shipped tokenizer)
+    "the a of to in on at by for and or but not is are was be it its this that with from as so if then when how why "
+    "what who all any each one two few more less most fast slow hot cool heat fan chip core die watt volt amp cap "
+    "load idle busy step time wait run stop go tree node leaf root path edge test pass fail ok true none list dict "
+    "set map key val int str byte bit word text code line file call loop sum max min avg mean rate gain loss cost "
+    "save keep drop fill move pick push pull read send ask say know see look make take give get put use need want "
+    "like work plan goal data row cell grid band pace beat flow rise fall low high peak warm cold long wide deep "
+    "near far new old big head"
 ).split()
 _PUNCT = (".", ",", "\n")
 VOCAB: tuple[str, ...] = tuple(" " + w for w in _WORDS) + _PUNCT
 _BASE_ID = 1000
 
-_PIECE = re.compile(r"\w+|[^\w\s]|\n")
+PIECE_PATTERN = r"\w+|[^\w\s]|\n"
+_PIECE = re.compile(PIECE_PATTERN)
 
 
 def count_tokens(text: str) -> int:
