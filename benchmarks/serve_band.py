@@ -97,10 +97,10 @@ def run_mode(s: ServeSession, decider: Any, drive: Any, ask_accept: bool = False
     act = s.loop.clock_actuator
     if act is not None:
         act.set_enabled(clock)
+    n0 = len(s.loop.log_path.read_text().splitlines())
     s.loop.set_decider(decider)
     s.front.ask_accept = ask_accept
     rec, flight = Recorder(), []
-    n0 = len(s.loop.log_path.read_text().splitlines())
     start = wall_ns()
     import threading
 
@@ -407,11 +407,12 @@ def main(argv: list[str] | None = None) -> int:
                 shown = {k: v for k, v in runs[name][1].items() if k not in ("_series", "series")}
                 print(f"{trace:8} {name:24} " + " ".join(f"{k}={v}" for k, v in shown.items()), file=sys.stderr)
 
-            for c in statics:
-                run("no_spec" if c == BASELINE else f"static {c}", BandDecider({1: c}))
-            done = [n for n in runs if n == "no_spec" or n.startswith("static")]
+            named = {("no_spec" if c == BASELINE else f"static {c}"): c for c in statics}
+            for n, c in named.items():
+                run(n, BandDecider({1: c}))
+            done = [n for n in named if n in runs]
             best = max(done, key=lambda n: (runs[n][1]["busy_in_band"] or 0, runs[n][1]["tok_s"])) if done else None
-            best_cfg = BASELINE if best in (None, "no_spec") else SpecConfig(*runs[best][0].first)  # type: ignore[index, misc]
+            best_cfg = named[best] if best is not None else BASELINE
             run(f"clocks only ({best_cfg})", BandDecider({1: best_cfg}), clock=True)
             run("speculation only", BandDecider(table, closed_loop_params(model)))
             run("controller", BandDecider(table, closed_loop_params(model, trim=True)), clock=True)
