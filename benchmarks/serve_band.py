@@ -319,7 +319,7 @@ def plot(path: Path, trace: str, runs: dict[str, tuple[Timeline, dict[str, Any]]
             ck_x.append(tw(c["t_wall_ns"]))
             ck_y.append(c["new_mhz"] or top)
         axk.step([*ck_x, end], [*ck_y, ck_y[-1]], where="post", color="tab:purple", lw=1.2)
-        axk.set_ylim(800, top + 100)
+        axk.set_ylim(min(ck_y) - 150, top + 50)
         axk.set_ylabel("SM MHz", color="tab:purple", fontsize=7)
     axes[-1].set_xlabel("twin seconds (red: utilization, green: band, blue: in flight; black: config, purple: clock)")
     fig.tight_layout()

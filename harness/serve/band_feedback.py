@@ -71,6 +71,10 @@ class LoopParams:
     cap_u: float = 0.995
     """A prediction at or above this is at the power cap (the twin's and a GPU's limiter overshoot by ~2 %)."""
     hysteresis: float = 0.1
+    trim_hysteresis: float = 0.3
+    """The same with the clock trim: every config at or above the band's low edge reaches it, so a switch buys
+    little share, and it costs a drain and leaves the lock set for the old config (measured on the bursty trace:
+    with 0.1 the loop flipped between no_spec and (5,2,8) and lost the band after each flip)."""
     """Gain in expected in-band share a switch must bring."""
     open_loop: bool = True
     clock_trim: bool = False
@@ -179,6 +183,6 @@ def closed_loop_step(
     pick = share_pick(row, bias, band, obs.alive, params.sigma, params.cap_u, trim)
     if pick is not None and routed is not None and routed in row and routed in obs.alive and pick != routed:
         share = lambda c: band_share(row[c][0] + bias, band, params.sigma, params.cap_u, trim)  # noqa: E731
-        if share(pick) - share(routed) <= params.hysteresis:
+        if share(pick) - share(routed) <= (params.trim_hysteresis if trim else params.hysteresis):
             pick = routed
     return pick, new

@@ -77,3 +77,22 @@ def test_trimmed_share_counts_the_cap_and_picks_the_fastest_that_reaches_the_ban
     assert share_pick(row, 0.0, BAND, alive, 0.02, 0.995, trim=True) == fast  # trimmed: both reach, the faster
     row_bs1 = {BASELINE: (1.0, 30.0), fast: (0.86, 60.0)}
     assert share_pick(row_bs1, 0.0, BAND, alive, 0.02, 0.995, trim=True) == BASELINE  # speculation cannot reach it
+
+
+def test_trimmed_loop_keeps_a_config_that_reaches_the_band_unless_the_gain_is_large() -> None:
+    from harness.serve.band_feedback import LoopParams, LoopState, closed_loop_step
+    from harness.serve.controller import Observation
+
+    fast = SpecConfig(5, 2, 8)
+    model = {bs: {BASELINE: (0.97, 30.0 * bs), fast: (0.99, 45.0 * bs)} for bs in (1, 16)}
+    obs = Observation(t_s=1.0, in_flight=8, utilization=0.96, alive=frozenset({BASELINE, fast}), clock_active=True)
+    trim = LoopParams(clock_trim=True, open_loop=False)
+    pick, _ = closed_loop_step(LoopState(), obs, model, trim, BAND, BASELINE)
+    assert pick == BASELINE  # share 0.93 -> 1.0 is below the trimmed hysteresis: no switch, no drain
+    pick, _ = closed_loop_step(
+        LoopState(), obs, model, LoopParams(clock_trim=True, open_loop=False, trim_hysteresis=0.05), BAND, BASELINE
+    )
+    assert pick == fast
+    off = Observation(t_s=1.0, in_flight=8, utilization=0.96, alive=obs.alive, clock_active=False)
+    pick, _ = closed_loop_step(LoopState(), off, model, trim, BAND, fast)
+    assert pick == BASELINE  # the trim refused: (5,2,8) at 0.99 is out of the band, no_spec at 0.97 in it
