@@ -41,7 +41,7 @@ def window_u(s: ServeSession, a_ns: int, b_ns: int) -> float:
 
 
 def test_load_step_is_trimmed_into_the_band_within_3_device_s_and_unlocked_on_exit(tmp_path: Path) -> None:
-    scale = 5.0  # at 20x one 50-ms tick and the sampler's 0.1-s age are each a device second or two
+    scale = 2.5  # at 20x one 50-ms tick and the sampler's 0.1-s age are each a device second or two; 2.5x: robust on a busy host
     with serve_session(tmp_path, {1: BASELINE}, clock_control=True, time_scale=scale) as s:
         rec = Recorder()
         one = ClosedLoop(s.url, 1, 48, PROMPTS, rec).start()
