@@ -1,26 +1,28 @@
-"""Traffic replay for ``harness serve`` on the twin: does the band controller hold utilization in the band better
-than any static config, without losing more than 5 % tokens/s?
+"""Traffic replay for ``harness serve`` on the twin: how much of the busy time does each serving mode hold the
+power in the band, at what speed?
 
-    .venv/bin/python benchmarks/serve_band.py [--time-scale 5] [--phase-s 20] [--out results/bench-serve] [--quick]
+    .venv/bin/python benchmarks/serve_band.py [--trace FILE.csv] [--traces bursty,pilot] [--quick] [--out DIR]
 
-One twin GPU, one sampler, one twin engine instance per config, one front; every mode routes the same traces over
-the same instances:
+One twin GPU, one sampler, one twin engine instance per config, one front; every mode routes the same trace over the
+same instances:
 
-- ``static C``: every request to config C (each candidate config, ``(0,0,0)`` being no_spec);
-- ``controller``: the band controller over a pick table derived first, in the same run, by the recipe rule (the
-  fastest config whose utilization is inside the band, else the closest) from short closed-loop measurements at
-  batch sizes 1, 2, 4, 8, 16 (a serving-side mini sweep; a policy artifact or recipe.json plugs in the same way);
-- ``adaptive``: the emulation of sglang's ``--speculative-adaptive`` (``harness/serve/adaptive.py``) over the topk-1
-  tiers (1,1,2), (3,1,4), (5,1,6), (7,1,8) and no_spec.
+- ``controller``: the band controller with both actuators (config + locked SM clock, ``--clock-control``);
+- ``speculation only``: the same closed loop without the clock (the loop before issue 37);
+- ``clocks only (C)``: the best static config C with the clock trim (the DVFS anchors' design);
+- ``static C``: every request to config C (no_spec and the candidates; ``--quick``: no_spec and the 3 the
+  calibration ranks highest), the best of them by busy time in band marked;
+- ``adaptive``: the emulation of sglang's ``--speculative-adaptive`` over the topk-1 tiers and no_spec.
 
-Traces (twin seconds): ``bursty``: Poisson arrivals whose rate steps so the offered concurrency goes 1, 4, 8, 16, 8, 4,
-1 (rate = concurrency / the no_spec latency measured at that concurrency); ``pilot``: the agentic pilots' pattern, one
-session, long prompts, 200-700 output tokens, 2-8 s of tool time between calls.
+The pick table and the utilization model come first, in the same run, from closed-loop measurements at batch sizes
+1, 2, 4, 8, 16 on every candidate. Traces (twin seconds): ``bursty``: Poisson arrivals whose rate steps so the offered
+concurrency goes 1, 4, 8, 16, 8, 4, 1; ``pilot``: the agentic pilots' pattern; ``--trace FILE.csv``: any CSV of the
+Azure LLM inference trace schema (``harness/serve/traces.py``), its rate scaled so it offers the tokens/s no_spec
+serves at 8 in flight (stated), prompts of its context lengths, max_tokens of its generated counts.
 
-Figures per (trace, mode): share of 1-twin-second windows whose utilization (energy / duration / enforced cap, from the
-sampler's counter) is in the band, tokens/s (twin), J/token, p50/p99 latency (twin s), switches. Writes
-``OUT/serve_band.json`` and ``OUT/serve_band_<trace>.png`` (utilization with the band, batch size, switches).
-Everything here runs on the twin: figures of the twin model, not of a GPU.
+Figures per (trace, mode): busy time in band, all time in band, tracking RMS, step response, tokens/s, J/token,
+p50/p99 latency and TTFT, switches and clock changes. Writes ``OUT/serve_band.json``, ``OUT/serve_band_<trace>.png``
+and ``OUT/serve_band.html``; the last line printed is one JSON object per trace and mode. Everything here runs on the
+twin: figures of the twin model, not of a GPU.
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ from typing import Any
 
 from harness.core.clocks import wall_ns
 from harness.grid import BASELINE, SpecConfig
+from harness.report.serve_html import write_serve_html
 from harness.serve.adaptive import tier_config
 from harness.serve.band_feedback import LoopParams
+from harness.serve.band_metrics import band_figures, percentile
 from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.controller import ControllerParams
 from harness.serve.loadgen import ClosedLoop, Recorder, replay
 from harness.serve.session import ServeSession, SessionOptions, open_session
-from harness.serve.utilization_model import model_pick
+from harness.serve.traces import plan_replay, prompt_of, rate_scale_for, read_trace
+from harness.serve.utilization_model import band_share, model_pick
 from harness.world.bench import load_prompts
 
 TIERS = [tier_config(s) for s in (1, 3, 5, 7)]
@@ -62,10 +67,11 @@ OUTPUT_TOKENS = 256
 Model = dict[int, dict[SpecConfig, tuple[float, float]]]
 
 
-def closed_loop_params(model: Model) -> ControllerParams:
+def closed_loop_params(model: Model, trim: bool = False) -> ControllerParams:
     """The closed-loop controller as the benchmark runs it: a load-driven switch at most every 3 twin s (about one
-    request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise."""
-    return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams())
+    request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise; ``trim``: with the
+    clock trim (the share of windows at or above the band)."""
+    return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams(clock_trim=trim))
 
 
 PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, diffs, tool output"] * 320)
@@ -73,21 +79,28 @@ PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, d
 
 @dataclass
 class Timeline:
-    """What one mode's replay left behind: wall edges, requests, in-flight samples, switch records."""
+    """What one mode's replay left behind: wall edges, requests, in-flight samples, switch and clock records."""
 
     start_ns: int
     end_ns: int
     done: list[Any]
     in_flight: list[tuple[int, int]]
     switches: list[dict[str, Any]]
+    clocks: list[dict[str, Any]]
+    first: list[int] | None = None
+    """The config routed at the start."""
 
 
-def run_mode(s: ServeSession, decider: Any, drive: Any, ask_accept: bool = False) -> Timeline:
-    """Install ``decider``, run ``drive(url, recorder)`` while sampling the in-flight count, return the timeline."""
+def run_mode(s: ServeSession, decider: Any, drive: Any, ask_accept: bool = False, clock: bool = False) -> Timeline:
+    """Install ``decider`` (and the clock trim on or off), run ``drive(url, recorder)`` while sampling the in-flight
+    count, return the timeline."""
+    act = s.loop.clock_actuator
+    if act is not None:
+        act.set_enabled(clock)
+    n0 = len(s.loop.log_path.read_text().splitlines())
     s.loop.set_decider(decider)
     s.front.ask_accept = ask_accept
     rec, flight = Recorder(), []
-    n0 = len(s.loop.log_path.read_text().splitlines())
     start = wall_ns()
     import threading
 
@@ -103,8 +116,13 @@ def run_mode(s: ServeSession, decider: Any, drive: Any, ask_accept: bool = False
     end = wall_ns()
     stop.set()
     t.join()
+    if act is not None:
+        act.set_enabled(False)  # unlocked between modes (logged as a restore)
     recs = [json.loads(x) for x in s.loop.log_path.read_text().splitlines()[n0:]]
-    return Timeline(start, end, rec.snapshot(), flight, [r for r in recs if r["reason"] != "start"])
+    sw = [r for r in recs if "event" not in r]
+    first = next((r["new"] for r in sw if r["reason"] == "start"), None)
+    clocks = [r for r in recs if r.get("event") == "clock" and r["reason"] != "restore"]
+    return Timeline(start, end, rec.snapshot(), flight, [r for r in sw if r["reason"] != "start"], clocks, first)
 
 
 def bins(s: ServeSession, tl: Timeline, bin_twin_s: float, scale: float) -> list[tuple[int, float | None]]:
@@ -132,43 +150,35 @@ def busy_bins(tl: Timeline, us: list[tuple[int, float | None]], scale: float) ->
     return out
 
 
-def figures(s: ServeSession, tl: Timeline, scale: float) -> dict[str, Any]:
+def figures(s: ServeSession, tl: Timeline, scale: float, edges_twin_s: list[float]) -> dict[str, Any]:
     us = bins(s, tl, 1.0, scale)
-    valid = [u for _, u in us if u is not None]
     flags = busy_bins(tl, us, scale)
-    busy = [u for (_, u), b in zip(us, flags) if b and u is not None]
     whole = s.world.telemetry.window(tl.start_ns, tl.end_ns, wait_s=1.0)
     ok = [d for d in tl.done if d.ok]
     tokens = sum(d.tokens for d in ok)
     twin_s = (tl.end_ns - tl.start_ns) / 1e9 * scale
-    lat = sorted((d.end_s - d.start_s) * scale for d in ok)
-
-    def pct(q: float) -> float | None:
-        return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
-
+    lat = [(d.end_s - d.start_s) * scale for d in ok]
+    ttft = [d.ttft_s * scale for d in ok if d.ttft_s is not None]
+    steps = [int(e) for e in edges_twin_s if int(e) < len(us)]
     return {
-        "in_band": share_in_band(valid),
-        "busy_share": round(len(busy) / len(valid), 4) if valid else None,
-        "in_band_busy": share_in_band(busy),
-        "mean_u": round(sum(valid) / len(valid), 4) if valid else None,
+        **band_figures([u for _, u in us], flags, BAND, steps),
         "tok_s": round(tokens / twin_s, 2),
         "j_per_token": round(whole.energy_j / tokens, 4) if whole.energy_j and tokens else None,
-        "p50_s": pct(0.5),
-        "p99_s": pct(0.99),
+        "p50_s": percentile(lat, 0.5),
+        "p99_s": percentile(lat, 0.99),
+        "ttft_p50_s": percentile(ttft, 0.5),
+        "ttft_p99_s": percentile(ttft, 0.99),
         "switches": len(tl.switches),
+        "clock_changes": len(tl.clocks),
         "requests": len(tl.done),
         "errors": len(tl.done) - len(ok),
-        "bins": len(valid),
+        "bins": len(us),
         "_series": us,
         "series": [
             [round((a - tl.start_ns) / 1e9 * scale, 2), None if u is None else round(u, 4), int(b)]
             for (a, u), b in zip(us, flags)
         ],
     }
-
-
-def share_in_band(us: list[float]) -> float | None:
-    return round(sum(BAND[0] <= u <= BAND[1] for u in us) / len(us), 4) if us else None
 
 
 def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[int, SpecConfig], Model, dict[str, Any]]:
@@ -202,8 +212,16 @@ def calibrate(s: ServeSession, scale: float, hold_twin_s: float) -> tuple[dict[i
     return table, model, meas
 
 
+def ranked_statics(model: Model, n: int) -> list[SpecConfig]:
+    """no_spec and the ``n`` candidates the calibration predicts most often in the band (mean share over the
+    measured batch sizes above 1; at 1 nothing is)."""
+    score = {c: sum(band_share(model[bs][c][0], BAND, 0.02, 0.995) for bs in CALIB_BS if bs > 1) for c in CANDIDATES}
+    best = sorted((c for c in CANDIDATES if c != BASELINE), key=lambda c: (-score[c], c))[:n]
+    return [BASELINE, *best]
+
+
 def bursty(meas: dict[str, Any], phase_twin_s: float, scale: float, seed: int) -> tuple[list[float], list[float]]:
-    """Poisson arrivals (wall s) stepping through concurrencies 1, 4, 8, 16, 8, 4, 1; the phase edges (wall s)."""
+    """Poisson arrivals (wall s) stepping through concurrencies 1, 4, 8, 16, 8, 4, 1; the phase edges (twin s)."""
     rnd = random.Random(seed)
     arrivals, edges, t0 = [], [], 0.0
     for c in (1, 4, 8, 16, 8, 4, 1):
@@ -216,8 +234,33 @@ def bursty(meas: dict[str, Any], phase_twin_s: float, scale: float, seed: int) -
                 break
             arrivals.append(t / scale)
         t0 += phase_twin_s
-        edges.append(t0 / scale)
-    return arrivals, edges
+        edges.append(t0)
+    return arrivals, edges[:-1]
+
+
+def csv_drive(
+    path: Path, meas: dict[str, Any], duration_s: float, start_s: float, scale: float
+) -> tuple[Any, list[str]]:
+    """A replay of an Azure-schema CSV at the rate scale where it offers no_spec's tokens/s at 8 in flight; notes."""
+    reqs = read_trace(path)
+    target = meas[f"{BASELINE.label}@8"]["tok_s"]
+    rs = rate_scale_for(reqs, target)
+    plan = plan_replay(reqs, rs, duration_s, start_s=start_s, max_generated=1000)
+    prompts = [prompt_of(c) for c in plan.context_tokens]
+    arrivals = [a / scale for a in plan.arrivals_s]
+    notes = [
+        f"trace {path.name}: {len(reqs)} requests; replayed {len(arrivals)} from trace seconds "
+        f"{plan.window_s[0]:.0f}-{plan.window_s[1]:.0f} over {duration_s:.0f} twin s",
+        f"rate scale {rs:.4f} (x the trace's arrival rate): the trace offers {target:.0f} generated tokens/s, what "
+        "no_spec serves at 8 in flight closed-loop (a 1-B model on a laptop GPU cannot serve the raw rate)",
+        f"prompts of the trace's context lengths (mean {sum(plan.context_tokens) / max(1, len(prompts)):.0f} tokens), "
+        f"max_tokens its generated counts (mean {sum(plan.generated_tokens) / max(1, len(prompts)):.0f})",
+    ]
+
+    def drive(url: str, rec: Recorder) -> None:
+        replay(url, arrivals, plan.generated_tokens, prompts, rec, stream=True)
+
+    return drive, notes
 
 
 def pilot_drive(calls: int, scale: float, seed: int) -> Any:
@@ -229,54 +272,60 @@ def pilot_drive(calls: int, scale: float, seed: int) -> Any:
 
         with client(url) as http:
             for i, (tokens, think) in enumerate(plan):
-                one_request(http, f"step {i}: {PILOT_PROMPT}", tokens, rec)
+                one_request(http, f"step {i}: {PILOT_PROMPT}", tokens, rec, stream=True)
                 time.sleep(think)
 
     return drive
 
 
-def plot(path: Path, runs: dict[str, tuple[Timeline, dict[str, Any]]], scale: float, edges: list[float]) -> None:
+def plot(path: Path, trace: str, runs: dict[str, tuple[Timeline, dict[str, Any]]], scale: float) -> Path:
+    """Per mode two panels: utilization (band shaded) with the batch size in flight; the routed config and the
+    locked SM clock (top of the axis: unlocked)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.1 * len(runs)), sharex=True)
-    for ax, (name, (tl, fig_)) in zip(axes, runs.items()):
-        x = [((a - tl.start_ns) / 1e9) * scale for a, _ in fig_["_series"]]
-        ax.axhspan(*BAND, color="tab:green", alpha=0.25, label="band")
-        ax.plot(
-            x,
-            [u if u is not None else float("nan") for _, u in fig_["_series"]],
-            color="tab:red",
-            lw=1,
-            label="utilization",
-        )
+    fig, axes = plt.subplots(2 * len(runs), 1, figsize=(11, 2.0 * 2 * len(runs)), sharex=True)
+    labels = sorted({str(c) for c in CANDIDATES})
+    for i, (name, (tl, f)) in enumerate(runs.items()):
+        ax, axc = axes[2 * i], axes[2 * i + 1]
+        tw = lambda ns, t0=tl.start_ns: (ns - t0) / 1e9 * scale  # noqa: E731
+        ax.axhspan(*BAND, color="tab:green", alpha=0.3)
+        ax.plot([tw(a) for a, _ in f["_series"]], [u if u is not None else float("nan") for _, u in f["_series"]],
+                color="tab:red", lw=1, drawstyle="steps-post")  # fmt: skip
         ax.set_ylim(0.0, 1.1)
         ax.set_ylabel("u")
         ax2 = ax.twinx()
-        ax2.plot(
-            [(t - tl.start_ns) / 1e9 * scale for t, _ in tl.in_flight],
-            [n for _, n in tl.in_flight],
-            color="tab:blue",
-            lw=0.6,
-            alpha=0.6,
-        )
+        ax2.plot([tw(t) for t, _ in tl.in_flight], [n for _, n in tl.in_flight], color="tab:blue", lw=0.5, alpha=0.6)
         ax2.set_ylabel("in flight")
-        ax2.set_ylim(0, 24)
-        for sw in tl.switches:
-            x_sw = (sw["t_wall_ns"] - tl.start_ns) / 1e9 * scale
-            ax.axvline(x_sw, color="k", lw=0.8, ls="--")
-            ax.text(x_sw, 0.02, ":".join(map(str, sw["new"])), rotation=90, fontsize=6, va="bottom")
         ax.set_title(
-            f"{name}: {fig_['in_band']:.0%} of time in band, {fig_['tok_s']:.0f} tok/s, {fig_['switches']} switches "
-            "(twin)",
+            f"{trace} / {name}: busy in band {f['busy_in_band'] or 0:.0%}, tracking RMS {f['tracking_rms']}, "
+            f"{f['tok_s']:.0f} tok/s, {f['switches']} switches, {f['clock_changes']} clock changes (twin)",
             fontsize=9,
         )
-    axes[-1].set_xlabel("twin seconds (dashed: switches; blue: requests in flight)")
+        cfg_x, cfg_y = [0.0], [labels.index(str(SpecConfig(*tl.first))) if tl.first else 0]
+        for sw in tl.switches:
+            cfg_x.append(tw(sw["t_wall_ns"]))
+            cfg_y.append(labels.index(str(SpecConfig(*sw["new"]))))
+        end = tw(tl.end_ns)
+        axc.step([*cfg_x, end], [*cfg_y, cfg_y[-1]], where="post", color="k", lw=1)
+        axc.set_yticks(range(len(labels)), labels, fontsize=6)
+        axc.set_ylabel("config", fontsize=7)
+        axk = axc.twinx()
+        top = 2370
+        ck_x, ck_y = [0.0], [top]
+        for c in tl.clocks:
+            ck_x.append(tw(c["t_wall_ns"]))
+            ck_y.append(c["new_mhz"] or top)
+        axk.step([*ck_x, end], [*ck_y, ck_y[-1]], where="post", color="tab:purple", lw=1.2)
+        axk.set_ylim(min(ck_y) - 150, top + 50)
+        axk.set_ylabel("SM MHz", color="tab:purple", fontsize=7)
+    axes[-1].set_xlabel("twin seconds (red: utilization, green: band, blue: in flight; black: config, purple: clock)")
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=70)
     plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,14 +334,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phase-s", type=float, default=20.0, help="twin seconds per load phase of the bursty trace")
     ap.add_argument("--calib-s", type=float, default=10.0, help="twin seconds measured per (config, batch size)")
     ap.add_argument("--pilot-calls", type=int, default=6)
+    ap.add_argument("--trace", type=Path, help="an Azure-schema CSV to replay (then only it, unless --traces)")
+    ap.add_argument("--trace-s", type=float, default=300.0, help="twin seconds of the CSV trace replayed")
+    ap.add_argument("--trace-start-s", type=float, default=600.0, help="trace seconds where the replay starts")
+    ap.add_argument("--statics", type=int, default=len(CANDIDATES), help="static configs besides no_spec")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("results/bench-serve"))
-    ap.add_argument("--quick", action="store_true", help="phases of 8 twin s, 3 pilot calls (a smoke run)")
-    ap.add_argument("--traces", default="bursty,pilot", help="comma-separated traces to replay (while iterating)")
+    ap.add_argument("--quick", action="store_true", help="8-s phases, 60 s of a CSV, 3 statics (under 10 minutes)")
+    ap.add_argument("--traces", default=None, help="bursty,pilot (default bursty,pilot; none with --trace)")
     ap.add_argument("--only", default="", help="';'-separated mode names to run (default: all; while iterating)")
     a = ap.parse_args(argv)
     if a.quick:
-        a.phase_s, a.calib_s, a.pilot_calls = 8.0, 5.0, 3
+        a.phase_s, a.calib_s, a.pilot_calls, a.trace_s, a.statics = 8.0, 4.0, 3, 60.0, 3
+    names = (a.traces if a.traces is not None else ("" if a.trace else "bursty,pilot")).split(",")
     scale = a.time_scale
     opts = SessionOptions(
         picks={1: BASELINE},
@@ -301,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         time_scale=scale,
         engine_args=("--twin-launch-scale", "0.1", "--emulate-version", "0.5.23"),
         sglang_version="0.5.23",
+        clock_control=True,
     )
     t_start = time.monotonic()
     report: dict[str, Any] = {
@@ -311,70 +366,74 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: str(v) for k, v in vars(a).items()},
         "traces": {},
     }
+    pngs: list[Path] = []
     with open_session(opts) as s:
         table, model, meas = calibrate(s, scale, a.calib_s)
         report["picks"] = {str(b): c.as_list() for b, c in table.items()}
         report["calibration"] = meas
-        print(
-            "picks (recipe rule on the closed-loop measurements):",
-            {b: str(c) for b, c in table.items()},
-            file=sys.stderr,
-        )
-        arrivals, edges = bursty(meas, a.phase_s, scale, a.seed)
+        print("picks:", {b: str(c) for b, c in table.items()}, file=sys.stderr)
         prompts = load_prompts()
-        traces = {
-            "bursty": lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec),
-            "pilot": pilot_drive(a.pilot_calls, scale, a.seed),
-        }
-        traces = {k: v for k, v in traces.items() if k in a.traces.split(",")}
-        modes: list[tuple[str, Any, bool]] = [
-            (f"static {c}", lambda c=c: BandDecider({1: c}), False) for c in CANDIDATES
-        ]
-        modes += [
-            ("controller (picks only)", lambda: BandDecider(table, ControllerParams(band=BAND)), False),
-            ("controller", lambda: BandDecider(table, closed_loop_params(model)), False),
-            ("adaptive", lambda: AdaptiveDecider(), True),
-        ]
-        if a.only:
-            modes = [m for m in modes if m[0] in a.only.split(";")]
-        for trace, drive in traces.items():
-            runs: dict[str, tuple[Timeline, dict[str, Any]]] = {}
-            for name, make, ask in modes:
-                tl = run_mode(s, make(), drive, ask)
-                runs[name] = (tl, figures(s, tl, scale))
-                print(
-                    f"{trace:6} {name:18} "
-                    + " ".join(f"{k}={v}" for k, v in runs[name][1].items() if k not in ("_series", "series")),
-                    file=sys.stderr,
-                )
-            statics = [n for n in runs if n.startswith("static")]
-            if not statics or "controller" not in runs:  # a partial run (--only): figures on stderr, the series kept
-                report["traces"][trace] = {
-                    "modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()}
-                }
-                continue
-            best, best_busy = (
-                max(statics, key=lambda n: (runs[n][1][k] or 0, runs[n][1]["tok_s"]))
-                for k in ("in_band", "in_band_busy")
+        traces: dict[str, tuple[Any, list[float], list[str]]] = {}
+        if "bursty" in names:
+            arrivals, edges = bursty(meas, a.phase_s, scale, a.seed)
+            traces["bursty"] = (
+                lambda url, rec: replay(url, arrivals, [OUTPUT_TOKENS], prompts, rec, stream=True),
+                edges,
+                [f"offered concurrency 1, 4, 8, 16, 8, 4, 1 for {a.phase_s:g} twin s each (Poisson)"],
             )
-            shown = {
-                n: runs[n]
-                for n in dict.fromkeys(("controller", best, "controller (picks only)", "adaptive"))
-                if n in runs
-            }
-            plot(a.out / f"serve_band_{trace}.png", shown, scale, edges)
-            ctl, bst = runs["controller"][1], runs[best][1]
+        if "pilot" in names:
+            traces["pilot"] = (pilot_drive(a.pilot_calls, scale, a.seed), [], [f"{a.pilot_calls} agent calls"])
+        if a.trace is not None:
+            drive, notes = csv_drive(a.trace, meas, a.trace_s, a.trace_start_s, scale)
+            traces[a.trace.stem] = (drive, [], notes)
+        statics = ranked_statics(model, a.statics)
+        for trace, (drive, edges, notes) in traces.items():
+            runs: dict[str, tuple[Timeline, dict[str, Any]]] = {}
+
+            def run(
+                name: str,
+                decider: Any,
+                ask: bool = False,
+                clock: bool = False,
+                drive: Any = drive,
+                edges: list[float] = edges,
+                runs: dict[str, tuple[Timeline, dict[str, Any]]] = runs,
+                trace: str = trace,
+            ) -> None:
+                if a.only and name not in a.only.split(";"):
+                    return
+                tl = run_mode(s, decider, drive, ask, clock)
+                runs[name] = (tl, figures(s, tl, scale, edges))
+                shown = {k: v for k, v in runs[name][1].items() if k not in ("_series", "series")}
+                print(f"{trace:8} {name:24} " + " ".join(f"{k}={v}" for k, v in shown.items()), file=sys.stderr)
+
+            named = {("no_spec" if c == BASELINE else f"static {c}"): c for c in statics}
+            for n, c in named.items():
+                run(n, BandDecider({1: c}))
+            done = [n for n in named if n in runs]
+            best = max(done, key=lambda n: (runs[n][1]["busy_in_band"] or 0, runs[n][1]["tok_s"])) if done else None
+            best_cfg = named[best] if best is not None else BASELINE
+            run(f"clocks only ({best_cfg})", BandDecider({1: best_cfg}), clock=True)
+            run("speculation only", BandDecider(table, closed_loop_params(model)))
+            run("controller", BandDecider(table, closed_loop_params(model, trim=True)), clock=True)
+            run("adaptive", AdaptiveDecider(), ask=True)
+            order = ["controller", "speculation only", f"clocks only ({best_cfg})", best, "no_spec", "adaptive"]
+            shown = {n: runs[n] for n in dict.fromkeys(order) if n in runs}
+            shown.update({n: r for n, r in runs.items() if n not in shown})
+            if shown:
+                pngs.append(plot(a.out / f"serve_band_{trace}.png", trace, shown, scale))
             report["traces"][trace] = {
-                "modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in runs.items()},
+                "modes": {n: {k: v for k, v in f.items() if k != "_series"} for n, (_, f) in shown.items()},
                 "best_static": best,
-                "in_band_gain": round((ctl["in_band"] or 0) - (bst["in_band"] or 0), 4),
-                "best_static_busy": best_busy,
-                "in_band_busy_gain": round((ctl["in_band_busy"] or 0) - (runs[best_busy][1]["in_band_busy"] or 0), 4),
-                "tok_s_ratio_vs_best_static": round(ctl["tok_s"] / bst["tok_s"], 4) if bst["tok_s"] else None,
+                "notes": [*notes, f"best static (by busy time in band): {best}; statics run: {len(done)}"],
             }
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     (a.out / "serve_band.json").write_text(json.dumps(report, indent=1))
+    write_serve_html(a.out / "serve_band.html", report, pngs)
     print_table(report)
+    keys = ("busy_in_band", "time_in_band", "tracking_rms", "tok_s", "j_per_token", "p99_s")
+    last = {t: {n: {k: f[k] for k in keys} for n, f in v["modes"].items()} for t, v in report["traces"].items()}
+    print(json.dumps(last))
     return 0
 
 
@@ -394,25 +453,23 @@ def pct(x: float | None) -> str:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"commit {report['commit']}, time scale {report['time_scale']}, band {report['band']}")
     print(
-        "| trace | mode | time in band | busy time in band | busy share | mean u | tok/s | J/token | p50 s | p99 s | switches | errors |"
+        f"commit {report['commit']}, time scale {report['time_scale']}, band {report['band']}, wall {report['wall_s']} s"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| trace | mode | busy in band | time in band | tracking RMS | step s (reached) | tok/s | J/token | p50 s | "
+        "p99 s | TTFT p50 s | TTFT p99 s | switches | clock changes | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for trace, t in report["traces"].items():
-        if "best_static" not in t:
-            continue
         for name, f in t["modes"].items():
             mark = " (best static)" if name == t["best_static"] else ""
-            mark += " (best static, busy)" if name == t["best_static_busy"] and name != t["best_static"] else ""
             print(
-                f"| {trace} | {name}{mark} | {pct(f['in_band'])} | {pct(f['in_band_busy'])} | {pct(f['busy_share'])} | {f['mean_u']} | "
-                f"{f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | {f['p99_s']} | {f['switches']} | {f['errors']} |"
+                f"| {trace} | {name}{mark} | {pct(f['busy_in_band'])} | {pct(f['time_in_band'])} | {f['tracking_rms']} | "
+                f"{f['step_response_s']} ({f['steps_reached']}) | {f['tok_s']} | {f['j_per_token']} | {f['p50_s']} | "
+                f"{f['p99_s']} | {f['ttft_p50_s']} | {f['ttft_p99_s']} | {f['switches']} | {f['clock_changes']} | "
+                f"{f['errors']} |"
             )
-        print(
-            f"| {trace} | controller vs best static | {t['in_band_gain']:+.1%} | {t['in_band_busy_gain']:+.1%} | | | "
-            f"ratio {t['tok_s_ratio_vs_best_static']} | | | | | |"
-        )
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ class NvmlDevice:
 
 class TwinSettingDevice:
     """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
-    ``error(f"the twin GPU refused {what}: <its message>", fix)``. The base of the twin cap and clock devices."""
+    ``error(f"the twin GPU refused {what}: <its message>", fix)``; a 403 (no permission) names ``AS_ROOT``. The base of the twin cap and clock devices."""
 
     route = "/v1/power_limit"
     what = "the power limit"
@@ -96,6 +96,9 @@ class TwinSettingDevice:
                 f"the twin GPU at {self.url} is unreachable ({exc!r})", fix="start it or fix --twin-gpu"
             ) from None
         data = resp.json()
+        if resp.status_code == 403:  # the twin's no-permission answer (fault settings_denied), as NVML's
+            msg = (data.get("error") or {}).get("message", resp.text)
+            raise self.error(f"setting {self.what} needs root (twin GPU: {msg})", fix=AS_ROOT)
         if resp.status_code >= 400:
             msg = (data.get("error") or {}).get("message", resp.text)
             raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)

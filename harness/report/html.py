@@ -175,12 +175,23 @@ def write_html(
         for s in summaries:
             why = f"<p>{html.escape(s.why_none)}</p>" if s.why_none else ""
             parts.append(f"<h3>{html.escape(key.label)}, batch size {s.batch_size}</h3>{_batch_table(s)}{why}")
-    for fig in figures:
-        data = base64.b64encode(Path(fig).read_bytes()).decode()
-        parts.append(
-            f'<h3>{html.escape(Path(fig).stem)}</h3><img alt="{html.escape(Path(fig).stem)}" src="data:image/png;base64,{data}">'
-        )
-    doc = f'<!doctype html><html><head><meta charset="utf-8"><title>Sweep report</title><style>{CSS}</style></head><body>{"".join(parts)}</body></html>'
+    parts += [inline_figure(fig) for fig in figures]
+    return write_page(path, "Sweep report", parts)
+
+
+def inline_figure(fig: Path) -> str:
+    """A PNG as an ``<h3>`` with its name and the image inline (base64): no external resource."""
+    data = base64.b64encode(Path(fig).read_bytes()).decode()
+    name = html.escape(Path(fig).stem)
+    return f'<h3>{name}</h3><img alt="{name}" src="data:image/png;base64,{data}">'
+
+
+def write_page(path: Path, title: str, parts: Sequence[str]) -> Path:
+    """A self-contained HTML page (the house CSS inline) of ``parts``."""
+    doc = (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{CSS}</style>'
+        f"</head><body>{''.join(parts)}</body></html>"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc)
     return path

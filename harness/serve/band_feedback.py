@@ -13,6 +13,9 @@ corrected by an integrator on the measured utilization, with hysteresis. ``contr
   GPU busy with the routed instance's requests alone for a whole averaging window. Idle gaps (the GPU at idle power)
   and the drain after a switch (the old instance's requests still draw power, both engines at once) say nothing
   about the routed config, and integrating them drove the old loop toward the cap config after every gap.
+- With the clock trim (``clock_trim``): anything at or above the band's low edge can be trimmed into it, so the
+  share is that of windows at or above it (the cap included) and the fastest such config wins; the integrator
+  pauses while a lock holds the power below the config's own level.
 - Pick: the config with the largest expected share of windows in the band (``umodel.band_share``: prediction +
   bias, a spread of ``sigma``, nothing at the cap); the routed config is kept unless the pick's share is larger by
   ``hysteresis``: each switch costs a drain with both instances drawing power (at the cap on the twin), so a
@@ -46,6 +49,10 @@ class Observed(Protocol):
     def arrivals(self) -> int: ...
     @property
     def tokens(self) -> float | None: ...
+    @property
+    def clock_locked(self) -> bool: ...
+    @property
+    def clock_active(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,16 @@ class LoopParams:
     cap_u: float = 0.995
     """A prediction at or above this is at the power cap (the twin's and a GPU's limiter overshoot by ~2 %)."""
     hysteresis: float = 0.1
+    trim_hysteresis: float = 0.3
+    """The same with the clock trim: every config at or above the band's low edge reaches it, so a switch buys
+    little share, and it costs a drain and leaves the lock set for the old config (measured on the bursty trace:
+    with 0.1 the loop flipped between no_spec and (5,2,8) and lost the band after each flip)."""
     """Gain in expected in-band share a switch must bring."""
     open_loop: bool = True
+    clock_trim: bool = False
+    """The locked SM clock trims power down into the band (``clock_trim.py``): a config's share is then that of
+    windows at or above the band's low edge (the cap included), not inside the band; only while the observation says
+    the trim works (``clock_active``: a refused lock leaves speculation alone)."""
 
 
 @dataclass(frozen=True)
@@ -157,16 +172,17 @@ def closed_loop_step(
     )
     clean = obs.clean_s >= params.window_s if obs.clean_s is not None else obs.in_flight > 0
     bias = state.bias
-    if routed is not None and clean and obs.utilization is not None:
+    if routed is not None and clean and obs.utilization is not None and not obs.clock_locked:
         p = predict(model, routed, win)
         if p is not None:
             bias += min(1.0, dt / params.bias_tau_s) * (obs.utilization - p[0] - bias)
             bias = max(-params.bias_limit, min(params.bias_limit, bias))
     new = LoopState(obs.t_s, slow, win, bias, clean, rate, tokens)
     row = predictions(model, routed, slow, params.open_loop, new.offered())
-    pick = share_pick(row, bias, band, obs.alive, params.sigma, params.cap_u)
+    trim = params.clock_trim and obs.clock_active
+    pick = share_pick(row, bias, band, obs.alive, params.sigma, params.cap_u, trim)
     if pick is not None and routed is not None and routed in row and routed in obs.alive and pick != routed:
-        share = lambda c: band_share(row[c][0] + bias, band, params.sigma, params.cap_u)  # noqa: E731
-        if share(pick) - share(routed) <= params.hysteresis:
+        share = lambda c: band_share(row[c][0] + bias, band, params.sigma, params.cap_u, trim)  # noqa: E731
+        if share(pick) - share(routed) <= (params.trim_hysteresis if trim else params.hysteresis):
             pick = routed
     return pick, new

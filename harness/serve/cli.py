@@ -62,6 +62,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         api_key=opts.api_key,
         relaunch_hold_s=opts.relaunch_hold_s,
         drain_timeout_s=opts.drain_timeout_s,
+        clock_control=opts.clock_control,
         controller=ControllerParams(
             band=opts.band, dwell_ticks=opts.dwell_ticks, min_hold_s=opts.hold_s(model is not None), model=model
         ),
@@ -80,6 +81,9 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         )
         n = len(session.pool.instances)
         how = f"one engine at a time over {n} configs" if session.relaunch_why else f"{n} instances"
+        clk = session.loop.clock_actuator
+        if clk is not None and clk.refused:
+            typer.echo(f"--clock-control: {clk.refused}", err=True)
         if session.open_loop_why:
             typer.echo(session.open_loop_why, err=True)
         if session.relaunch_why and session.relaunch_why != "--instances one":

@@ -1,6 +1,7 @@
 """The control loop: every tick it observes (in-flight requests at the front, the sampler's utilization, which
 instances are alive, accept lengths of finished requests), asks a decider (the band controller or the adaptive
-emulation, both pure) and routes to the config it names. Every switch is one JSONL line with its reason."""
+emulation, both pure) and routes to the config it names; with a clock actuator (``--clock-control``) the same tick
+trims the locked SM clock. Every switch and every clock change is one JSONL line with its reason."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 from harness.core.jsonl import JsonlAppender
 from harness.grid import SpecConfig
 from harness.serve import adaptive, controller
+from harness.serve.clock_actuator import ClockActuator
 from harness.serve.controller import Observation, Switch
 from harness.serve.pool import Instance, Pool
 from harness.telemetry.client import TelemetrySource
 
 STALE_S = 2.0
 """A sample older than this (wall seconds) counts as lost telemetry."""
+CLEAN_WINDOW_S = 1.0
+"""Device seconds of the sampler's power average: a sample speaks for the routed config and clock after this."""
 
 
 class Decider(Protocol):
@@ -75,22 +79,24 @@ class AdaptiveDecider:
         return {"decider": self.name, "bs_ema": self.state.bs_ema, "accept_ema": self.state.accept_ema}
 
 
-def utilization(telemetry: TelemetrySource, stale_s: float = STALE_S) -> tuple[float | None, str | None, float]:
-    """(avg power / enforced cap of the newest sample, None, its age in wall seconds) or (None, why it is unusable,
-    age)."""
+def utilization(
+    telemetry: TelemetrySource, stale_s: float = STALE_S
+) -> tuple[float | None, str | None, float, float | None]:
+    """(avg power / enforced cap of the newest sample, None, its age in wall seconds, its SM clock MHz) or (None, why
+    it is unusable, age, None)."""
     try:
         s = telemetry.snapshot()
     except Exception as exc:  # noqa: BLE001 - any failure of telemetry is lost telemetry
-        return None, f"telemetry error: {type(exc).__name__}: {exc}", 0.0
+        return None, f"telemetry error: {type(exc).__name__}: {exc}", 0.0, None
     if s is None:
-        return None, str(getattr(telemetry, "last_error", None) or "no sample"), 0.0
+        return None, str(getattr(telemetry, "last_error", None) or "no sample"), 0.0, None
     age_s = max(0.0, (wall_ns() - s.t_wall_ns) / 1e9)
     power = s.power_avg_w if s.power_avg_w is not None else s.power_w
     if age_s > stale_s:
-        return None, f"newest sample is {age_s:.1f} s old", age_s
+        return None, f"newest sample is {age_s:.1f} s old", age_s, None
     if power is None or not s.power_limit_w:
-        return None, "sample without power or power limit", age_s
-    return power / s.power_limit_w, None, age_s
+        return None, "sample without power or power limit", age_s, None
+    return power / s.power_limit_w, None, age_s, getattr(s, "sm_clock_mhz", None)
 
 
 class ControlLoop:
@@ -105,6 +111,7 @@ class ControlLoop:
         log_path: str | Path,
         tick_s: float = 0.05,
         on_switch: Callable[[dict[str, Any]], None] | None = None,
+        clock_actuator: Callable[["ControlLoop"], ClockActuator] | None = None,
     ) -> None:
         self.pool = pool
         self.decider = decider
@@ -132,6 +139,8 @@ class ControlLoop:
         self._log_lock = threading.Lock()
         self._log_closed = False
         pool.attach(on_lost=self.tick, on_event=self.log_event)
+        self.clock_actuator: ClockActuator | None = clock_actuator(self) if clock_actuator is not None else None
+        """The SM clock trim (``--clock-control``), built with this loop's log; None: speculation only."""
         self.tick()  # a route exists before the first request
 
     def start(self) -> None:
@@ -145,7 +154,7 @@ class ControlLoop:
     def tick(self) -> None:
         """Observe, decide, log a switch (also called at once when an instance is found lost)."""
         with self._tick_lock:
-            u, problem, age_s = utilization(self.telemetry)
+            u, problem, age_s, running_mhz = utilization(self.telemetry)
             with self._lock:
                 accepts, self._accepts = self._accepts, []
                 tokens, self._tokens, arrivals, self._arrivals = self._tokens, [], self._arrivals, 0
@@ -161,6 +170,8 @@ class ControlLoop:
                 clean_s=clean_s,
                 arrivals=arrivals,
                 tokens=sum(tokens) / len(tokens) if tokens else None,
+                clock_locked=self.clock_actuator is not None and self.clock_actuator.locked_mhz is not None,
+                clock_active=self.clock_actuator is not None and self.clock_actuator.active,
             )
             self.telemetry_problem, self.last_utilization = problem, u
             active, switch = self.decider.tick(obs)
@@ -171,6 +182,9 @@ class ControlLoop:
             self._active = active
             if switch is not None:
                 self._record(switch, problem)
+            if self.clock_actuator is not None:
+                clean = switch is None and in_flight > 0 and clean_s >= CLEAN_WINDOW_S
+                self.clock_actuator.tick(now, u, running_mhz, clean, age_s * self.clock.scale)
 
     def _clean(self, now: float, in_flight: int, went_idle: bool) -> float:
         """Twin seconds the GPU has served only the routed instance's requests, without a gap (0: not now)."""
@@ -256,12 +270,16 @@ class ControlLoop:
             "one_at_a_time": self.pool.one_at_a_time,
             "relaunches": len(self.pool.relaunches),
             **self.decider.describe(),
+            **(self.clock_actuator.describe() if self.clock_actuator is not None else {"clock_control": False}),
         }
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        if self.clock_actuator is not None:
+            with self._tick_lock:
+                self.clock_actuator.restore("exit")
         with self._log_lock:
             self._log_closed = True
             self.log.close()

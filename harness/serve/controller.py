@@ -64,6 +64,10 @@ class Observation:
     """Requests that arrived since the last tick."""
     tokens: float | None = None
     """Mean completion tokens of the requests that finished since the last tick (None when none did)."""
+    clock_locked: bool = False
+    """The SM clock trim holds a lock: the measured utilization is below the routed config's own (unlocked) level."""
+    clock_active: bool = False
+    """The SM clock trim is on and working (off, refused or absent: the config alone must reach the band)."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ class Done:
     tokens: int
     status: int
     error: str | None = None
+    ttft_s: float | None = None
+    """Wall seconds from sending to the first token (streamed requests only)."""
 
     @property
     def ok(self) -> bool:
@@ -40,9 +43,13 @@ class Recorder:
             return list(self.done)
 
 
-def one_request(http: httpx.Client, prompt: str, max_tokens: int, rec: Recorder) -> Done:
+def one_request(http: httpx.Client, prompt: str, max_tokens: int, rec: Recorder, stream: bool = False) -> Done:
     t0 = time.monotonic()
     body = {"model": "default", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    if stream:
+        d = _streamed(http, body, t0)
+        rec.add(d)
+        return d
     try:
         r = http.post("/v1/completions", json=body)
         tokens = int(((r.json() or {}).get("usage") or {}).get("completion_tokens") or 0) if r.status_code == 200 else 0
@@ -51,6 +58,32 @@ def one_request(http: httpx.Client, prompt: str, max_tokens: int, rec: Recorder)
         d = Done(t0, time.monotonic(), 0, 0, f"{type(exc).__name__}: {exc}")
     rec.add(d)
     return d
+
+
+def _streamed(http: httpx.Client, body: dict, t0: float) -> Done:
+    """One SSE completion: time to the first text chunk; tokens from the usage chunk, else one per text chunk."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    ttft, chunks, usage, err = None, 0, None, None
+    try:
+        with http.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                r.read()
+                return Done(t0, time.monotonic(), 0, r.status_code, r.text[:200])
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                obj = json.loads(line[6:])
+                if obj.get("error"):
+                    err = str(obj["error"])[:200]
+                if (obj.get("usage") or {}).get("completion_tokens") is not None:
+                    usage = int(obj["usage"]["completion_tokens"])
+                if any(c.get("text") for c in obj.get("choices") or []):
+                    chunks += 1
+                    ttft = ttft if ttft is not None else time.monotonic() - t0
+    except (httpx.HTTPError, ValueError) as exc:
+        return Done(t0, time.monotonic(), 0, 0, f"{type(exc).__name__}: {exc}", ttft)
+    tokens = usage if usage is not None else chunks
+    return Done(t0, time.monotonic(), tokens, 0 if err else 200, err, ttft)
 
 
 def client(url: str, timeout_s: float = 120.0) -> httpx.Client:
@@ -104,9 +137,15 @@ class ClosedLoop:
 
 
 def replay(
-    url: str, arrivals_s: Sequence[float], max_tokens: Sequence[int], prompts: Sequence[str], rec: Recorder
+    url: str,
+    arrivals_s: Sequence[float],
+    max_tokens: Sequence[int],
+    prompts: Sequence[str],
+    rec: Recorder,
+    stream: bool = False,
 ) -> None:
-    """Send request i at ``arrivals_s[i]`` wall seconds from now (one thread per request), wait for all."""
+    """Send request i at ``arrivals_s[i]`` wall seconds from now (one thread per request; prompt and max_tokens
+    ``i`` modulo their lengths; ``stream``: SSE, so the time to first token is kept), wait for all."""
     threads: list[threading.Thread] = []
     t0 = time.monotonic()
     with client(url) as http:
@@ -116,7 +155,7 @@ def replay(
                 time.sleep(delay)
             t = threading.Thread(
                 target=one_request,
-                args=(http, prompts[i % len(prompts)], max_tokens[i % len(max_tokens)], rec),
+                args=(http, prompts[i % len(prompts)], max_tokens[i % len(max_tokens)], rec, stream),
                 daemon=True,
             )
             t.start()

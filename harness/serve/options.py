@@ -114,6 +114,11 @@ class ServeOptions(BaseModel):
         120.0, description="with one engine at a time: wall seconds a switched-off engine gets to finish its requests"
     )
     tick_s: Annotated[float, Flag(CONTROL)] = Field(0.05, description="control tick, wall seconds")
+    clock_control: Annotated[bool, Flag(CONTROL, flag="--clock-control/--no-clock-control")] = Field(
+        False,
+        description="also trim power into the band with the locked SM clock (changes GPU state: root and "
+        "CAP_SYS_ADMIN on NVML; unlocked again on exit; docs/serve.md)",
+    )
 
     def hold_s(self, closed_loop: bool) -> float:
         """``--min-hold-s``, else its default: 3.0 s with the closed loop (``--umodel``), 0.5 s without."""

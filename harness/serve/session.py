@@ -15,6 +15,8 @@ from harness.engine.launch import ServerLaunchError
 from harness.engine.version import version_tuple
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import AdaptiveParams
+from harness.serve.clock_actuator import ClockActuator, open_clock_device
+from harness.serve.clock_trim import ClockParams
 from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.controller import ControllerParams
 from harness.serve.front import Front, make_front_server
@@ -70,6 +72,10 @@ class SessionOptions:
     """Clients must send ``Authorization: Bearer <key>`` on every route but ``/health``."""
     twin_memory_x: int | None = None
     """Twin GPU memory as a multiple of the laptop's (default: the number of instances launched at once)."""
+    clock_control: bool = False
+    """Trim power into the band with the locked SM clock too (``clock_actuator.py``): changes GPU state (root on
+    NVML), so off unless asked; the clock is put back when the session ends."""
+    clock: ClockParams = field(default_factory=ClockParams)
 
     def instance_configs(self) -> list[SpecConfig]:
         """The instances: the given configs, else every picked config; no_spec is always one (the fallback)."""
@@ -198,11 +204,21 @@ def open_session(options: SessionOptions) -> ServeSession:
                 drain_timeout_s=options.drain_timeout_s,
             )
             params = replace(params, min_hold_s=max(params.min_hold_s, options.relaunch_hold_s))
+        clock = None
+        if options.clock_control:
+            params = replace(params, loop=replace(params.loop, clock_trim=True))
+            clock = _clock_factory(options, world, params.band)
         decider: Decider = (
             AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, params)
         )
         loop = ControlLoop(
-            pool, decider, world.telemetry, world.clock, run_dir / "switches.jsonl", tick_s=options.tick_s
+            pool,
+            decider,
+            world.telemetry,
+            world.clock,
+            run_dir / "switches.jsonl",
+            tick_s=options.tick_s,
+            clock_actuator=clock,
         )
         if why is not None:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
@@ -219,6 +235,14 @@ def open_session(options: SessionOptions) -> ServeSession:
             pool.close()
         world.close()
         raise
+
+
+def _clock_factory(options: SessionOptions, world: World, band: tuple[float, float]) -> Any:
+    """The clock actuator of a loop (its log is the loop's switch log): the twin GPU's or NVML's clock device."""
+    url = world.twin_gpu_url if options.engine == "twin" else None
+    return lambda loop: ClockActuator(
+        lambda: open_clock_device(url, world.gpu_index), band, loop.log_event, options.clock
+    )
 
 
 def _launch_all(options: SessionOptions, world: World, configs: list[SpecConfig], run_dir: Path) -> Pool:

@@ -52,13 +52,17 @@ def model_pick(
     return min(rows, key=lambda r: (round(r[1], 6), -r[2], r[0]))[0]
 
 
-def band_share(u: float, band: tuple[float, float], sigma: float, cap_u: float) -> float:
+def band_share(u: float, band: tuple[float, float], sigma: float, cap_u: float, trim: bool = False) -> float:
     """The share of sampler windows expected inside ``band`` for a config predicted at ``u``: a normal spread of
     ``sigma`` (the one-second swings of the batch size under Poisson traffic), and 0 at or above ``cap_u``: there the
-    power limit holds the power at the cap (clocks drop), so load swings do not bring it down into the band."""
+    power limit holds the power at the cap (clocks drop), so load swings do not bring it down into the band.
+    ``trim``: a locked SM clock lowers power into the band from anywhere above it, so the share is of windows at or
+    above the band's low edge (1 at the cap)."""
+    cdf = lambda x: 0.5 * (1.0 + math.erf((x - u) / (sigma * math.sqrt(2.0))))  # noqa: E731
+    if trim:
+        return 1.0 if u >= cap_u else 1.0 - cdf(band[0])
     if u >= cap_u:
         return 0.0
-    cdf = lambda x: 0.5 * (1.0 + math.erf((x - u) / (sigma * math.sqrt(2.0))))  # noqa: E731
     return cdf(band[1]) - cdf(band[0])
 
 
@@ -69,14 +73,17 @@ def share_pick(
     alive: frozenset[SpecConfig],
     sigma: float,
     cap_u: float,
+    trim: bool = False,
 ) -> SpecConfig | None:
-    """The live config with the largest expected share in ``band`` (``band_share`` of prediction + ``bias``); a
-    share within 0.01 of the best is a tie, won by the faster (then the smaller) config."""
-    rows = [(c, band_share(u + bias, band, sigma, cap_u), v) for c, (u, v) in row.items() if c in alive]
+    """The live config with the largest expected share in ``band`` (``band_share`` of prediction + ``bias``, with
+    the clock ``trim`` or without); a share within 0.01 (0.1 trimmed) of the best is a tie, won by the faster (then
+    the smaller) config."""
+    rows = [(c, band_share(u + bias, band, sigma, cap_u, trim), v) for c, (u, v) in row.items() if c in alive]
     if not rows:
         return None
     best = max(r[1] for r in rows)
-    return min((r for r in rows if r[1] >= best - 0.01), key=lambda r: (-r[2], r[0]))[0]
+    tie = 0.1 if trim else 0.01  # trimmed, a config a little less sure to reach the band's low edge still serves faster
+    return min((r for r in rows if r[1] >= best - tie), key=lambda r: (-r[2], r[0]))[0]
 
 
 def row_at(model: UtilModel, batch_size: float) -> dict[SpecConfig, tuple[float, float]]:

@@ -20,14 +20,14 @@ PROMPTS = ["Explain how a GPU power cap changes clock speed.", "Write a haiku ab
 
 
 def serve_session(tmp_path: Path, table: dict[int, SpecConfig], **options: Any) -> ServeSession:
-    """A twin serve session at 20x with a quick controller and quick twin launches; ``options`` go to SessionOptions
-    (``engine_args`` are added to the quick launch's)."""
+    """A twin serve session at 20x (or ``time_scale``) with a quick controller and quick twin launches; ``options`` go
+    to SessionOptions (``engine_args`` are added to the quick launch's)."""
     options["engine_args"] = ("--twin-launch-scale", "0.1", *options.get("engine_args", ()))
     return open_session(
         SessionOptions(
             picks=table,
             run_dir=tmp_path,
-            time_scale=20,
+            time_scale=options.pop("time_scale", 20),
             tick_s=0.05,
             controller=ControllerParams(dwell_ticks=4, min_hold_s=1.0),
             **options,

@@ -119,6 +119,7 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
             str(out),
             "--engine-arg=--twin-launch-scale",
             "--engine-arg=0.1",
+            "--clock-control",
         ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -133,6 +134,7 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
         )
         url = line.split()[2]
         state = httpx.get(f"{url}/serve/state", timeout=10).json()
+        assert state["clock_control"] is True and state["clock_refused"] is None  # opted in, the twin allows it
         assert state["closed_loop"] is True and {tuple(i["config"]) for i in state["instances"]} == {
             (0, 0, 0),
             (3, 2, 4),
@@ -145,6 +147,7 @@ def test_the_serve_command_closes_the_loop_on_a_sweeps_rows_and_stops_on_sigterm
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
         assert json.loads((out / "umodel.json").read_text())["16"]["3:2:4"]["u"] > 0
         options = yaml.safe_load((out / "options.yaml").read_text())  # this session's --config file
+        assert options["clock_control"] is True
         assert options["umodel"] == str(grid) and options["engine_args"] == ["--twin-launch-scale", "0.1"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -136,6 +136,25 @@ def test_faults(gpu):
     assert gpu.get("/v1/state").status_code == 200 and time.monotonic() - t < 0.25
 
 
+def test_settings_denied_refuses_clock_setters_as_nvml_without_root(gpu):
+    from harness.gpu.sm_clocks import SmClockError, TwinClockDevice
+
+    assert gpu.post("/v1/faults", json={"settings_denied": "yes"}).status_code == 400
+    assert gpu.post("/v1/faults", json={"settings_denied": True}).json()["faults"] == {"settings_denied": True}
+    r = gpu.post("/v1/clocks", json={"sm_clock_locked_mhz": 1410})
+    assert r.status_code == 403 and "Insufficient Permissions" in r.json()["error"]["message"]
+    assert httpx.delete(gpu.url + "/v1/clocks", timeout=5).status_code == 403
+    assert gpu.get("/v1/clocks").json()["sm_clock_locked_mhz"] is None  # nothing changed; reads still work
+    dev = TwinClockDevice(gpu.url)
+    with pytest.raises(SmClockError) as exc:
+        dev.lock(1410)
+    assert "needs root" in exc.value.message and "CAP_SYS_ADMIN" in (exc.value.fix or "")
+    gpu.post("/v1/faults", json={})
+    dev.lock(1410)
+    assert dev.clocks().locked_mhz == 1410
+    dev.unlock()
+
+
 def test_idle_bit_only_after_a_while_and_cooling(tmp_path):
     with twin_gpu(time_scale=2.0, seed=1, log_dir=str(tmp_path)) as g:
         g.post("/v1/engines", json={"engine_id": "x", "memory_mb": 1000, "lease_s": 30})

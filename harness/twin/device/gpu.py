@@ -487,4 +487,6 @@ class TwinGpu(BoardSettings):
                 self.faults["probe_delay_ms"] = float(body["probe_delay_ms"] or 0)
             if "probe_error" in body:
                 self.faults["probe_error"] = body["probe_error"]
+            if "settings_denied" in body:
+                self.faults["settings_denied"] = bool(body["settings_denied"])
             return {"ok": True, "faults": dict(self.faults), "uuid": self.uuid}

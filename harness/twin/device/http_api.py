@@ -17,8 +17,10 @@ MAX_INSTANTS = 1200
 """The most instants one ``GET /v1/states`` answers (two minutes of a 10 Hz sampler)."""
 
 
-FAULT_NAMES = frozenset({"counter_reset", "uuid_change", "probe_delay_ms", "probe_error"})
+FAULT_NAMES = frozenset({"counter_reset", "uuid_change", "probe_delay_ms", "probe_error", "settings_denied"})
 """The twin GPU's fault hooks (``POST /v1/faults``; an empty body clears them)."""
+NO_PERMISSION = "Insufficient Permissions (twin fault settings_denied: as NVML_ERROR_NO_PERMISSION without root)"
+"""What the clock setters answer (403) while the ``settings_denied`` fault is on."""
 
 
 def build_router(gpu: TwinGpu) -> Router:
@@ -157,11 +159,22 @@ def build_router(gpu: TwinGpu) -> Router:
             isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60_000
         ):
             return error(400, f"probe_delay_ms must be a number of ms in [0, 60000], got {delay!r}")
+        if "settings_denied" in body and not isinstance(body["settings_denied"], bool):
+            return error(400, f"settings_denied must be true or false, got {body['settings_denied']!r}")
         if body.get("probe_error") is not None and not isinstance(body["probe_error"], str):
             return error(400, f"probe_error must be a message (string) or null, got {body['probe_error']!r}")
         return gpu.apply_faults(body)
 
+    def denied() -> Response | None:
+        """403 while ``settings_denied`` is on: a board setter refused as NVML refuses a user without root."""
+        return error(403, NO_PERMISSION, code="no_permission") if gpu.faults.get("settings_denied") else None
+
+    def unlock_clocks(req: Request) -> Reply:
+        return denied() or gpu.lock_sm_clock(None)
+
     def lock_clocks(req: Request) -> Reply:
+        if (no := denied()) is not None:
+            return no
         body = req.json() or {}
         raw = body.get("sm_clock_locked_mhz", "missing")
         if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):  # 1410.7 is refused, not truncated
@@ -184,7 +197,7 @@ def build_router(gpu: TwinGpu) -> Router:
     r.add("POST", "/v1/power_limit", power_limit)
     r.add("GET", "/v1/clocks", lambda req: gpu.clocks())
     r.add("POST", "/v1/clocks", lock_clocks)
-    r.add("DELETE", "/v1/clocks", lambda req: gpu.lock_sm_clock(None))
+    r.add("DELETE", "/v1/clocks", unlock_clocks)
     return r
 
 
