@@ -13,7 +13,7 @@ from harness.core.errors import ServiceUnavailableError
 from harness.gpu.pass_setting import DeviceSettingError
 
 AS_ROOT = (
-    "run the sweep as root (sudo); in a container also with CAP_SYS_ADMIN: the shipped stack's opt-in is "
+    "run the harness (sweep or serve) as root (sudo); in a container also with CAP_SYS_ADMIN: the shipped stack's opt-in is "
     "docker compose --profile settings run --rm sweep-settings ... (user 0:0, cap_add SYS_ADMIN; docs/powercap.md)"
 )
 """How to get NVML's setters through: root, and CAP_SYS_ADMIN inside a container (NVML_ERROR_NO_PERMISSION otherwise)."""

@@ -17,7 +17,7 @@ from harness.serve.clock_trim import ClockChange, ClockParams, ClockState, clock
 WITHOUT_CLOCKS = "or serve without --clock-control (speculation only)"
 
 
-def open_clock_device(twin_gpu_url: str | None, gpu_index: int = 0) -> ClockDevice:
+def open_clock_device(twin_gpu_url: str | None, gpu_index: int | str = 0) -> ClockDevice:
     """The twin GPU's clock endpoints when serving on the twin, else NVML's (the sweeps' ``--sm-clocks`` devices)."""
     return TwinClockDevice(twin_gpu_url) if twin_gpu_url else NvmlClockDevice(gpu_index)
 
