@@ -22,7 +22,7 @@ SECONDS=0
 (
   flock 9
   if [ ! -f "$ENV_DIR/.ready" ]; then
-    echo "[clients] building $ENV_DIR (aiperf, guidellm, openai and their pins; GBs with torch, a few minutes)"
+    echo "[clients] building $ENV_DIR (aiperf, guidellm, openai and their pins; ~2 GB with CPU torch, a few minutes)"
     rm -rf "$ENV_DIR"
     "$PY" -m venv "$ENV_DIR"
     log="$CACHE/build-clients-$KEY.log"
