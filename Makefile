@@ -8,7 +8,7 @@ LINT_STAMP := $(VENV)/.lint-installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm clients grid-check clean
+.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm clients grid-check readme-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -69,6 +69,11 @@ engines-cpu-vllm: $(STAMP)
 
 grid-check: $(STAMP)
 	bash .ci/grid_check.sh
+
+# README's "On the twin" sequence top to bottom, in a clean clone of the committed tree, with a busy loop per core
+# (~31 min here): by hand, like grid-check (issue 38 C)
+readme-check:
+	bash .ci/readme_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
