@@ -49,6 +49,14 @@ class ClockDevice(Protocol):
     def unlock(self) -> None: ...
 
 
+def apply_clock(device: ClockDevice, mhz: int | None) -> None:
+    """Lock ``device``'s SM clock at ``mhz``, or unlock it (None)."""
+    if mhz is None:
+        device.unlock()
+    else:
+        device.lock(mhz)
+
+
 _CLOCK = re.compile(r"^\s*(\d+)\s*(mhz)?\s*$", re.IGNORECASE)
 
 
@@ -196,10 +204,7 @@ class SmClockController(PassSetting):
         return resolve_clock(label, self._info)
 
     def put(self, value: float | None) -> None:
-        if value is None:
-            self.device.unlock()
-        else:
-            self.device.lock(int(value))
+        apply_clock(self.device, None if value is None else int(value))
 
     def enforced(self) -> float | None:
         return self.device.clocks().locked_mhz

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.core.errors import HarnessError
-from harness.gpu.sm_clocks import ClockDevice, NvmlClockDevice, TwinClockDevice
+from harness.gpu.sm_clocks import ClockDevice, NvmlClockDevice, TwinClockDevice, apply_clock
 from harness.serve.clock_trim import ClockChange, ClockParams, ClockState, clock_step
 
 WITHOUT_CLOCKS = "or serve without --clock-control (speculation only)"
@@ -86,10 +86,7 @@ class ClockActuator:
     def _apply(self, state: ClockState, change: ClockChange) -> None:
         assert self.device is not None  # active
         try:
-            if change.new_mhz is None:
-                self.device.unlock()
-            else:
-                self.device.lock(change.new_mhz)
+            apply_clock(self.device, change.new_mhz)
         except HarnessError as exc:
             self._refuse(exc, change)
             return
@@ -110,10 +107,7 @@ class ClockActuator:
             return
         old = self.state.locked_mhz
         try:
-            if self.original_mhz is None:
-                self.device.unlock()
-            else:
-                self.device.lock(self.original_mhz)
+            apply_clock(self.device, self.original_mhz)
         except HarnessError as exc:
             self.log({"event": "clock_restore_failed", "message": exc.message, "fix": exc.fix})
             return
