@@ -17,26 +17,12 @@ ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/eagle-energy-harness"
 CACHE="${HARNESS_CLIENTS_CACHE:-$ROOT/clients}"
 KEY=$( (cat "$REQS"; "$PY" -c 'import sys; print(sys.version_info[:2])') | sha256sum | cut -c1-16)
 ENV_DIR="$CACHE/clients-$KEY"
-mkdir -p "$CACHE"
+install_clients() { "$ENV_DIR/bin/pip" install -q --disable-pip-version-check -r "$REQS"; }
+# shellcheck source=.ci/cached_venv.sh
+. .ci/cached_venv.sh
 SECONDS=0
-(
-  flock 9
-  if [ ! -f "$ENV_DIR/.ready" ]; then
-    echo "[clients] building $ENV_DIR (aiperf, guidellm, openai and their pins; ~2 GB with CPU torch, a few minutes)"
-    rm -rf "$ENV_DIR"
-    "$PY" -m venv "$ENV_DIR"
-    log="$CACHE/build-clients-$KEY.log"
-    if ! "$ENV_DIR/bin/pip" install -q --disable-pip-version-check -r "$REQS" >"$log" 2>&1; then
-      grep -v "^WARNING: Location" "$log" | tail -20 >&2
-      echo "[clients] building the clients venv failed (log $log)" >&2
-      exit 1
-    fi
-    touch "$ENV_DIR/.ready"
-    echo "[clients] built in ${SECONDS}s"
-  else
-    echo "[clients] venv cached: $ENV_DIR"
-  fi
-) 9>"$CACHE/.build.lock"
+cached_venv clients "clients (aiperf, guidellm, openai, ~2 GB with CPU torch)" "$CACHE" "$ENV_DIR" \
+  "$CACHE/build-clients-$KEY.log" "$PY" install_clients
 build_s=$SECONDS
 if [ -z "${HARNESS_ENGINES_PYTHON:-}" ]; then
   for py in "${HARNESS_ENGINES_CACHE:-$ROOT/engines-cpu}"/sglang-0.5.23-*/bin/python; do

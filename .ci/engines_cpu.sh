@@ -22,27 +22,14 @@ PY="${PY:-python3.11}"
 CACHE="${HARNESS_ENGINES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/eagle-energy-harness/engines-cpu}"
 KEY=$( (cat "$REQS"; echo "$PKG"; "$PY" -c 'import sys; print(sys.version_info[:2])') | sha256sum | cut -c1-16)
 ENV_DIR="$CACHE/${PKG/==/-}-$KEY"
-mkdir -p "$CACHE"
+install_engine() {
+  "$ENV_DIR/bin/pip" install -q --disable-pip-version-check -r "$REQS" \
+    && "$ENV_DIR/bin/pip" install -q --disable-pip-version-check --no-deps "$PKG"
+}
+# shellcheck source=.ci/cached_venv.sh
+. .ci/cached_venv.sh
 SECONDS=0
-(
-  flock 9  # two clones on one machine build it once
-  if [ ! -f "$ENV_DIR/.ready" ]; then
-    echo "[engines-cpu] building $ENV_DIR ($PKG and its pins; GBs, a few minutes)"
-    rm -rf "$ENV_DIR"
-    "$PY" -m venv "$ENV_DIR"
-    log="$CACHE/build-${PKG/==/-}-$KEY.log"
-    if ! { "$ENV_DIR/bin/pip" install -q --disable-pip-version-check -r "$REQS" \
-        && "$ENV_DIR/bin/pip" install -q --disable-pip-version-check --no-deps "$PKG"; } >"$log" 2>&1; then
-      grep -v "^WARNING: Location" "$log" | tail -20 >&2
-      echo "[engines-cpu] building the $ENGINE venv failed (log $log)" >&2
-      exit 1
-    fi
-    touch "$ENV_DIR/.ready"
-    echo "[engines-cpu] built in ${SECONDS}s"
-  else
-    echo "[engines-cpu] $ENGINE venv cached: $ENV_DIR"
-  fi
-) 9>"$CACHE/.build.lock"
+cached_venv engines-cpu "$ENGINE ($PKG and its pins)" "$CACHE" "$ENV_DIR" "$CACHE/build-${PKG/==/-}-$KEY.log" "$PY" install_engine
 build_s=$SECONDS
 env "$VAR=$ENV_DIR/bin/python" "$BIN/python" -m pytest -q -p no:cacheprovider "${TESTS[@]}" "$@"
 echo "[engines-cpu] $ENGINE: venv ${build_s}s, tests $((SECONDS - build_s))s, total ${SECONDS}s"
