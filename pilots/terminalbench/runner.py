@@ -402,10 +402,9 @@ def _run_harbor(
             cwd=str(cwd),
             start_new_session=True,
         )
-        t0 = time.monotonic()
         try:
             with _terminate_stops_harbor():
-                rc = _wait_reporting(proc, t0 + timeout_s, progress)
+                rc = _wait_reporting(proc, timeout_s, progress)
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             return None, f"harbor did not finish within {timeout_s:.0f} s and was stopped"
@@ -416,19 +415,18 @@ def _run_harbor(
     return rc, None if rc == 0 else f"harbor exited {rc} (bad configuration?); see {log_path}"
 
 
-def _wait_reporting(proc: subprocess.Popen, deadline: float, progress: Callable[[float], None] | None) -> int:
-    """``proc.wait`` until ``deadline`` (monotonic), calling ``progress`` every ``PROGRESS_EVERY_S``."""
+def _wait_reporting(proc: subprocess.Popen, timeout_s: float, progress: Callable[[float], None] | None) -> int:
+    """``proc.wait`` for at most ``timeout_s``, calling ``progress`` with the seconds so far every
+    ``PROGRESS_EVERY_S``; ``subprocess.TimeoutExpired`` past it."""
     t0 = time.monotonic()
     while True:
-        left = deadline - time.monotonic()
+        left = t0 + timeout_s - time.monotonic()
         if left <= 0:
-            raise subprocess.TimeoutExpired(proc.args, deadline - t0)
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
         try:
             return proc.wait(timeout=min(left, PROGRESS_EVERY_S))
         except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                raise
-            if progress is not None:
+            if progress is not None and time.monotonic() - t0 < timeout_s:
                 progress(time.monotonic() - t0)
 
 
