@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(rv, int) and rv:
             return rv
     except HarnessError as exc:
-        _print_error(exc.message, exc.fix)
+        _print_error(exc.message, exc.fix, getattr(exc, "source", None))
         return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
@@ -113,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_error(message: str, fix: str | None) -> None:
+def _print_error(message: str, fix: str | None, source: str | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
 
     # The message and fix are plain text (paths may hold "[/x]"): only the labels are markup.
     console = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
     console.print(f"[bold red]error:[/] {escape(message)}", markup=True)  # text such as "[policies]" is not markup
+    if source:  # which door a bad option value came through (a config file, a manifest)
+        console.print(f"[bold]from:[/] {escape(source)}", markup=True)
     if fix:
         console.print(f"[bold]fix:[/] {escape(fix)}", markup=True)
 

@@ -14,11 +14,11 @@ index order is the I/O contract of every published policy.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Annotated, Any, Iterable, Sequence
 
 from harness.core.errors import InvalidConfigError
+from harness.core.option_values import checked_by, list_items, no_repeats, shown
 
 PUBLISHED_STEPS: tuple[int, ...] = (0, 1, 3, 5)
 PUBLISHED_TOPK: tuple[int, ...] = (0, 1, 2, 4)
@@ -139,44 +139,44 @@ def parse_config(text: str) -> SpecConfig:
     return effective(s, k, d)
 
 
-def list_items(text: str, name: str, example: str, separators: str = ",") -> list[str]:
-    """The items of a list option (``"1,4"``, ``"1, 4"`` or ``"1 4"``; [] for a blank text). An empty item (``"1,,16"``,
-    a trailing comma) is refused, not skipped: it is a typo, not a wish."""
-    if not text.strip():
-        return []
-    items = re.split(rf"\s*[{re.escape(separators)}]\s*|\s+", text.strip())
-    if "" in items:
-        raise InvalidConfigError(f"{name} {text!r} has an empty item", fix=f"e.g. {name} {example}")
-    return items
-
-
-def parse_configs(text: str) -> list[SpecConfig]:
-    """Parse ``"0:0:0,3:4:8"`` (comma-separated ``s:k:d`` items), de-duplicated after the rewrite, order kept."""
-    items = list_items(text, "--configs", "0:0:0,3:4:8", separators=",;")
+def parse_configs(value: str | Sequence[Any]) -> list[SpecConfig]:
+    """Configs from ``"0:0:0,3:4:8"`` (comma-separated ``s:k:d`` items) or a list (``["3:4:8", [0, 0, 0]]``), after
+    sglang's rewrite, order kept; an empty item, an empty list or a config given twice (``3:1:4`` and ``3:1:2`` are
+    one config after the rewrite) is refused."""
+    items = list_items(value, "--configs", "0:0:0,3:4:8", separators=",;", error=InvalidConfigError)
     # Items are s:k:d; commas above only separate items, so a bare "3,4,8" would be split: reject it clearly.
-    out: dict[SpecConfig, None] = {}
+    out: dict[SpecConfig, str] = {}
     for item in items:
         if item.count(":") != 2:
             raise InvalidConfigError(
-                f"cannot parse config {item!r} in --configs {text!r}",
+                f"cannot parse config {item!r} in --configs {shown(items)!r}",
                 fix="separate items with commas, e.g. 0:0:0,3:4:8",
             )
-        out.setdefault(parse_config(item), None)
+        config = parse_config(item)
+        if config in out:
+            same = (
+                "" if out[config] == item else f" ({out[config]} and {item} are {config.label} after sglang's rewrite)"
+            )
+            raise InvalidConfigError(
+                f"config {config.label} is listed twice in --configs{same}", fix="list each config once"
+            )
+        out[config] = item
     if not out:
         raise InvalidConfigError("--configs is empty", fix="give at least one config, e.g. 3:4:8")
     return list(out)
 
 
-def parse_int_list(text: str, name: str) -> list[int]:
-    """Parse ``"1,4,8,16"`` into a list of ints (for --batch-sizes, --steps ...; items as ``list_items`` reads them)."""
-    pieces = list_items(text, name, "1,4,8,16")
+def parse_int_list(value: str | Sequence[Any], name: str) -> list[int]:
+    """Integers from ``"1,4,8,16"`` or ``[1, 4, 8, 16]`` (for --batch-sizes, --steps ...; items as ``list_items``
+    reads them)."""
+    pieces = list_items(value, name, "1,4,8,16", error=InvalidConfigError)
     if not pieces:
         raise InvalidConfigError(f"{name} is empty", fix=f"e.g. {name} 1,4,8,16")
     try:
         return [int(t) for t in pieces]
     except ValueError:
         raise InvalidConfigError(
-            f"{name} must be comma-separated integers, got {text!r}", fix=f"e.g. {name} 1,4,8,16"
+            f"{name} must be comma-separated integers, got {shown(pieces)!r}", fix=f"e.g. {name} 1,4,8,16"
         ) from None
 
 
@@ -184,10 +184,20 @@ MAX_BATCH_SIZE = 4096
 """Largest batch size a sweep accepts (sglang's --cuda-graph-max-bs and --max-running-requests take it as given)."""
 
 
-def parse_batch_sizes(text: str) -> list[int]:
-    values = parse_int_list(text, "--batch-sizes")
-    if any(v < 1 or v > MAX_BATCH_SIZE for v in values):
+def parse_batch_sizes(value: str | Sequence[Any]) -> list[int]:
+    """Batch sizes from ``"1,4,8,16"`` or ``[1, 4, 8, 16]``: each in 1..MAX_BATCH_SIZE, each once, order kept."""
+    values = parse_int_list(value, "--batch-sizes")
+    bad = [v for v in values if v < 1 or v > MAX_BATCH_SIZE]
+    if bad:
         raise InvalidConfigError(
-            f"--batch-sizes must be between 1 and {MAX_BATCH_SIZE}, got {text!r}", fix="e.g. --batch-sizes 1,4,8,16"
+            f"--batch-sizes {shown(values)!r}: batch size {bad[0]} is not between 1 and {MAX_BATCH_SIZE}",
+            fix="e.g. --batch-sizes 1,4,8,16",
         )
-    return sorted(set(values), key=values.index)
+    no_repeats(values, "--batch-sizes", "batch size", error=InvalidConfigError)
+    return values
+
+
+BatchSizes = Annotated[list[int], checked_by(parse_batch_sizes)]
+"""A sweep's batch sizes, checked at every door (``parse_batch_sizes``)."""
+SpecConfigs = Annotated[list[tuple[int, int, int]], checked_by(lambda v: [c.as_tuple() for c in parse_configs(v)])]
+"""Speculative configs ``s:k:d``, checked at every door (``parse_configs``); stored as triples."""

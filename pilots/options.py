@@ -6,9 +6,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from harness.core.errors import HarnessError, InvalidConfigError, UsageError
+from harness.core.errors import InvalidConfigError, UsageError
+from harness.core.model_options import build
+from harness.core.option_values import Seconds, refusal
+from harness.engine.options import EngineOptions
 from harness.grid import SpecConfig, parse_config
 from harness.runs.rows import PILOT_SPEED_SOURCES
 
@@ -52,7 +55,7 @@ def _utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-class PilotOptions(BaseModel):
+class PilotOptions(EngineOptions):
     """The options every pilot suite shares (the same flags and meanings as ``harness sweep`` where they overlap).
 
     Each field's description is its ``--help`` text (``pilots.cli`` builds the flags from this model).
@@ -61,11 +64,7 @@ class PilotOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     suite: Literal["swebench", "terminalbench"]
-    engine: Literal["sglang", "twin"] = Field("twin", description="sglang (real GPU) or twin (no GPU).")
-    time_scale: float = Field(1.0, gt=0, description="Twin clock speed-up (twin only).")
     out: Path | None = Field(None, description="RUN_DIR (default results/<suite>-<utc>).")
-    sampler_url: str | None = Field(None, description="Use a running sampler.")
-    twin_gpu_url: str | None = Field(None, description="Use a running twin GPU device URL.")
     configs: list[str] = Field(
         default_factory=lambda: list(DEFAULT_CONFIGS),
         description="Pilot configs: names (no_spec,chosen,chosen_bs16) or s:k:d.",
@@ -80,19 +79,19 @@ class PilotOptions(BaseModel):
         lt=1,
         description="--mem-fraction-static of the server (published pilot 0.55).",
     )
-    seed: int = Field(0, description="Twin seed.")
-    sglang_version: str = Field(
-        "auto",
-        description="auto (detected where the server runs) or a version from 0.5.2 to 0.5.23 (the twin: 0.5.2|0.5.23).",
-    )
-    model_path: str = Field("unsloth/Llama-3.2-1B-Instruct", description="Target model.")
-    draft_model_path: str = Field("rescommons/SpecForge-EAGLE3-Llama-3.2-1B-Instruct", description="EAGLE3 draft head.")
-    request_timeout: float = Field(1800.0, gt=0, description="Seconds per LLM request.")
-    launch_timeout: float = Field(900.0, gt=0, description="Seconds to wait for a server.")
+    request_timeout: Seconds = Field(1800.0, description="Seconds per LLM request.")
+    launch_timeout: Seconds = Field(900.0, description="Seconds to wait for a server.")
     twin_faults: list[str] = Field(
         default_factory=list, description="Twin faults NAME or NAME@BS/s:k:d, comma-separated (e.g. runaway@16/3:2:4)."
     )
     run_id: str = Field(default_factory=_utc_stamp)
+
+    @field_validator("engine")
+    @classmethod
+    def _pilot_engine(cls, engine: str) -> str:
+        if engine == "vllm":
+            raise refusal(UsageError("the pilots run the twin or sglang, not vllm", fix="use --engine twin or sglang"))
+        return engine
 
     @field_validator("configs", "twin_faults", mode="before")
     @classmethod
@@ -135,14 +134,5 @@ def options_from_flags(flags: dict[str, Any], suite: str | None = None) -> Pilot
 
 
 def validated(model: type[Any], data: dict[str, Any]) -> Any:
-    """``model(**data)``; a pydantic validation error becomes a ``UsageError`` listing each bad field."""
-    try:
-        return model(**data)
-    except HarnessError:
-        raise
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise UsageError(
-            f"invalid {'pilot' if model is PilotOptions else 'suite'} options: {problems}",
-            fix="check the flags with --help",
-        ) from None
+    """``model(**data)``; a bad value is an ``OptionError`` naming its flag and the fix (as every options model)."""
+    return build(model, data)

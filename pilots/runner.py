@@ -1,6 +1,6 @@
 """The pilot runner: one fresh server per pilot config, the suite's per-config function, the shared outputs.
 
-A pilot run opens the world (``harness.world.world.open_world``), then for each selected config launches a fresh server
+A pilot run opens the world (``harness.world.world.open_world_for``), then for each selected config launches a fresh server
 at the published batch size (16), warms it up, and hands a ``ConfigRun`` to the suite's per-config function, which
 returns ``PilotTrial`` records (one per task or instance). The runner fills in the per-config accept length where a
 trial has none, then writes ``RUN_DIR``:
@@ -25,13 +25,12 @@ from harness.core.errors import HarnessError
 from harness.core.jsonl import JsonlAppender, write_jsonl_atomic
 from harness.engine.launch import RunningServer
 from harness.engine.spec import EngineSpec
-from harness.engine.version import resolve_version
 from harness.grid import SpecConfig
 from harness.runs.manifest import PilotManifest
 from harness.runs.measurement import finite
 from harness.runs.rows import PILOT_ROWS
 from harness.telemetry.client import TelemetrySource
-from harness.world.world import World, open_world
+from harness.world.world import World, open_world_for
 from pilots.options import PilotOptions
 from pilots.telemetry import Measured, measure
 from pilots.trial import PilotTrial, trial_row
@@ -121,11 +120,7 @@ def warm_up(server: RunningServer) -> dict[str, Any]:
 
 
 def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> EngineSpec:
-    return EngineSpec(
-        kind=options.engine,
-        model_path=options.model_path,
-        draft_model_path=options.draft_model_path,
-        sglang_version=options.sglang_version,
+    return options.engine_spec(
         twin_gpu_url=twin_gpu_url,
         twin_seed=options.seed if options.engine == "twin" else None,
         twin_faults=tuple(options.twin_faults),
@@ -133,13 +128,9 @@ def _engine_spec(options: PilotOptions, twin_gpu_url: str | None) -> EngineSpec:
 
 
 def _open_world(options: PilotOptions, run_dir: Path) -> World:
-    return open_world(
-        engine=options.engine,
-        sampler_url=options.sampler_url,
-        twin_gpu_url=options.twin_gpu_url,
-        time_scale=options.time_scale,
-        seed=options.seed,
-        run_dir=run_dir,
+    return open_world_for(
+        options,
+        run_dir,
         spec=_engine_spec(options, options.twin_gpu_url),
         launch_timeout_s=options.launch_timeout,
         request_timeout_s=options.request_timeout,
@@ -163,7 +154,7 @@ class PilotRunner:
     def run(self, per_config: PerConfigFn, *, finalize: Callable[[PilotResult], None] | None = None) -> PilotResult:
         """Open the world, run every config, write the outputs; ``finalize`` may add evaluations before reports."""
         requested = self.options.sglang_version
-        version = resolve_version(requested, self.options.engine, EngineSpec(kind=self.options.engine).python)
+        version = EngineSpec.build(self.options.engine, sglang_version=requested).sglang_version
         self.options = o = self.options.model_copy(update={"sglang_version": version})  # before anything is written
         rd = self.run_dir
         rd.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ PICKLE_WARNING = (
 
 def _reward_options(
     power_limit: float,
-    band: str,
+    band: tuple[float, float],
     baseline_rule: str,
     throttle: str,
     energy_weight: float,
@@ -39,7 +39,7 @@ def _reward_options(
     from policies.contract import RewardOptions  # at run time, as the module docstring says (fast CLI start)
 
     try:
-        lo, hi = (float(x) for x in band.split(","))
+        lo, hi = band
         return RewardOptions(
             power_limit_w=power_limit,
             band=(lo, hi),
@@ -195,6 +195,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         from policies.base import read_train_meta, reward_options_of
         from policies.contract import load_dataset
         from policies.evaluate import evaluate as run_eval
+        from policies.options import one_cap, one_clock
         from policies.report import print_evaluation
 
         train_meta = read_train_meta(models)
@@ -205,8 +206,8 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             state=_check_state(train_meta.get("state", state)),  # type: ignore[arg-type]
             reward=reward,
             windows=invalid_windows or chosen.get("invalid_windows") or "exclude",
-            power_cap=power_cap if power_cap is not None else chosen.get("power_cap"),
-            sm_clock=sm_clock if sm_clock is not None else chosen.get("sm_clock"),
+            power_cap=one_cap(power_cap) if power_cap is not None else chosen.get("power_cap"),
+            sm_clock=one_clock(sm_clock) if sm_clock is not None else chosen.get("sm_clock"),
         )
         algos = train_meta.get("algorithms") or None
         ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)

@@ -351,10 +351,11 @@ def rows_of_one_cap(
     never pooled: naming none of several caps (or clocks) is a DataError."""
     from harness.runs.rows import pass_of
 
-    for i, (want, what, flag) in enumerate(
-        ((power_cap, "power cap", "--power-cap"), (sm_clock, "SM clock", "--sm-clock"))
+    for dimension, want, what, flag in (
+        ("cap", power_cap, "power cap", "--power-cap"),
+        ("clock", sm_clock, "SM clock", "--sm-clock"),
     ):
-        labels = sorted({p for p in (pass_of(r)[i] for r in rows) if p is not None})
+        labels = sorted({p for p in (pass_of(r).get(dimension) for r in rows) if p is not None})
         if want is None:
             if len(labels) > 1:
                 raise DataError(
@@ -367,7 +368,7 @@ def rows_of_one_cap(
             raise DataError(
                 f"{path}: no rows at {what} {want!r}", fix=f"one of: {', '.join(labels) or f'(no rows with a {what})'}"
             )
-        rows = [r for r in rows if pass_of(r)[i] == want]
+        rows = [r for r in rows if pass_of(r).get(dimension) == want]
     return rows
 
 

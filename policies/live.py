@@ -263,7 +263,7 @@ def launch_command(
     from policies.base import load_policy
 
     load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not recommended
-    spec = EngineSpec(kind="sglang", sglang_version=version)  # EngineSpec checks the range itself
+    spec = EngineSpec.build("sglang", sglang_version=version)  # the one builder checks the range
     argv = ["python", *build_argv(spec, cfg, batch_size, 0.65, port)[1:]]
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     return f"# {algo} at batch size {batch_size}: {cfg} (sglang {version}, {whence})\n{env} {shlex.join(argv)}"

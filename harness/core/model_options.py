@@ -1,10 +1,13 @@
 """Command-line options derived from a pydantic options model: one source of names, defaults, help and types.
 
 A model field becomes ``--field-name`` (or ``Flag(flag=...)``), its ``Field(description=...)`` the help, its
-default the shown default, its ``Literal`` values the listed choices; ``Flag(parse=...)`` turns the text of a
-list-valued option into the field's value. A command overlays, in order, the model defaults, a preset, a config file
-(``load_config``: YAML or JSON, field names as keys) and the flags given on the command line
-(``given_on_command_line``); ``build`` reports a bad value as a ``UsageError`` naming the flag and the fix.
+default the shown default, its ``Literal`` values the listed choices. The command line hands the model each value's
+text (a bool flag aside) and the model's value types check it (``harness.core.option_values``), exactly as they check
+a config file's value, a resumed manifest's or a Python caller's: one check per value, whatever the door.
+A command overlays, in order, the model defaults, a preset, a config file (``load_config``: YAML or JSON, field
+names as keys) and the flags given on the command line (``given_on_command_line``). An ``OptionsModel`` refuses a bad
+value with an ``OptionError`` (a ``UsageError``, exit 2) naming the flag and the fix, the same at every door; the
+door itself is its ``source`` (``--config run.yaml``, a manifest), printed on a line of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from harness.core.errors import UsageError
+from harness.core.option_values import OPTION_VALUE, shown
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,6 @@ class Flag:
     panel: str = "Options"
     flag: str | None = None
     """The option name when it is not ``--field-name``; ``--a/--no-a`` for a tri-state bool."""
-    parse: Callable[[str], Any] | None = None
-    """Text -> value for list-valued fields given as one comma-separated string (raises ``UsageError``)."""
     default_text: str | None = None
     """The default as shown in ``--help`` when the model's is not readable there (a factory, a None meaning)."""
     repeat: bool = False
@@ -54,11 +56,17 @@ def _choices(annotation: Any) -> tuple[Any, ...] | None:
 
 
 def _scalar(annotation: Any) -> Any:
-    """The type click parses a field's text into: int, float, bool or str (``X | None`` -> X; anything else: str)."""
+    """The field's scalar type: int, float, bool or str (``X | None`` -> X; ``Annotated[X, ...]`` -> X; anything
+    else: str)."""
+    if typing.get_origin(annotation) is Annotated:
+        return _scalar(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _scalar(args[0]) if len(args) == 1 else str
     return annotation if annotation in (int, float, str, bool) else str
+
+
+METAVARS = {int: "INTEGER", float: "NUMBER", str: "TEXT"}
 
 
 def _shown_default(info: FieldInfo, f: Flag) -> str | bool:
@@ -81,11 +89,12 @@ def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> li
         if only is not None and name not in only:
             continue
         choices = _choices(info.annotation)
+        scalar = _scalar(info.annotation)
         if f.repeat:
             py: Any = list[str]
             default: Any = []
-        else:
-            py = Optional[str if f.parse else _scalar(info.annotation)]
+        else:  # the text of every non-bool value goes to the model, whose value types check it at every door
+            py = Optional[bool if scalar is bool else str]
             default = None
         decls = [f.flag or "--" + name.replace("_", "-")]
         option = typer.Option(
@@ -93,7 +102,7 @@ def model_parameters(model: type[BaseModel], only: set[str] | None = None) -> li
             help=info.description,
             rich_help_panel=f.panel,
             show_default=_shown_default(info, f),
-            metavar="|".join(map(str, choices)) if choices else None,
+            metavar="|".join(map(str, choices)) if choices else (None if scalar is bool else METAVARS[scalar]),
         )
         params.append(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[py, option])
@@ -120,9 +129,8 @@ def given_on_command_line(ctx: Any, values: dict[str, Any], model: type[BaseMode
             "ENVIRONMENT",
         ):  # typer's vendored click has its own enum
             continue
-        f = flag_of(info)
         raw = values[name]
-        out[name] = f.parse(raw) if f.parse is not None and raw is not None else (list(raw) if f.repeat else raw)
+        out[name] = list(raw) if flag_of(info).repeat else raw
     return out
 
 
@@ -163,35 +171,93 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
             f"--config {path}: unknown option(s) {', '.join(map(repr, unknown))}",
             fix="use the names --print-config writes: " + ", ".join(model.model_fields),
         )
-    try:
-        model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(x) for x in err["loc"])
-        raise UsageError(
-            f"--config {path}: {key}: {err['msg']} (got {err.get('input')!r})",
-            fix="fix that key (--print-config shows valid values)",
-        ) from None
     return data
 
 
-def build(model: type[BaseModel], values: dict[str, Any]) -> Any:
-    """The model from resolved values; a bad value is a ``UsageError`` naming its flag and the fix."""
+class OptionError(UsageError):
+    """A bad option value: the same message and fix at every door; ``source`` says which door (None: a flag or the
+    Python API), ``field`` which option."""
+
+    def __init__(self, message: str, fix: str | None, field: str | None = None, source: str | None = None) -> None:
+        super().__init__(message, fix)
+        self.field = field
+        self.source = source
+
+
+def _field_info(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, FieldInfo | None]:
+    """The option a validation error's location names (a field of a nested block names its own flag)."""
+    name, info, current = "", None, model
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            break
+        name, info = part, fields[part]
+        current = info.annotation
+    return name, info
+
+
+def option_error(model: type[BaseModel], exc: ValidationError, source: str | None = None) -> OptionError:
+    """The first error of a model's validation as an ``OptionError`` naming the flag and the fix (a bad value given
+    before a required one missing)."""
+    err = min(exc.errors(), key=lambda e: e["type"] == "missing")
+    name, info = _field_info(model, tuple(err["loc"]))
+    flag = flag_name(name, info) if info is not None else "an option"
+    ctx = err.get("ctx") or {}
+    if err["type"] == OPTION_VALUE:
+        return OptionError(str(ctx["message"]), str(ctx["fix"]) or None, name, source)
+    if err["type"] == "missing":
+        return OptionError(f"{flag} is required", f"pass {flag} (or set it in a --config file)", name, source)
+    choices = _choices(info.annotation) if info is not None else None
+    if choices:
+        return OptionError(
+            f"unknown {flag} {err.get('input')!r}", f"use {flag} " + " or ".join(map(str, choices)), name, source
+        )
+    if info is None and err["type"] == "extra_forbidden":
+        return OptionError(
+            f"unknown option {'.'.join(map(str, err['loc']))!r}",
+            "use the names --print-config writes: " + ", ".join(model.model_fields),
+            None,
+            source,
+        )
+    what = f": {info.description}" if info is not None and info.description else ""
+    given = err.get("input")
+    return OptionError(  # the value as its flag text: "got 0" from a flag and from a config file's number alike
+        f"{flag}: {err['msg'][0].lower()}{err['msg'][1:]} (got {given if isinstance(given, str) else shown([given])})",
+        f"give {flag} a valid value{what}",
+        name,
+        source,
+    )
+
+
+class OptionsModel(BaseModel):
+    """An options model whose bad value is an ``OptionError`` however it is built (``Model(...)``,
+    ``Model.model_validate(...)``): the Python API refuses a value exactly as a flag or a config file does."""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise option_error(type(self), exc) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            raise option_error(cls, exc) from None
+
+
+def build(model: type[BaseModel], values: dict[str, Any], sources: dict[str, str] | None = None) -> Any:
+    """The model from resolved values; a bad value is an ``OptionError`` naming its flag and the fix, and (from
+    ``sources``: option -> door) where the value came from."""
     try:
         return model(**values)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else ""
-        info = model.model_fields.get(name)
-        flag = flag_name(name, info) if info is not None else "an option"
-        if err["type"] == "missing":
-            raise UsageError(f"{flag} is required", fix=f"pass {flag} (or set it in a --config file)") from None
-        choices = _choices(info.annotation) if info is not None else None
-        if choices:
-            raise UsageError(
-                f"unknown {flag} {err.get('input')!r}", fix=f"use {flag} " + " or ".join(map(str, choices))
-            ) from None
-        raise UsageError(f"{flag}: {err['msg']} (got {err.get('input')!r})", fix=f"see --help for {flag}") from None
+        err = option_error(model, exc)
+    except OptionError as exc:
+        err = exc
+    err.source = err.source or (sources or {}).get(err.field or "")
+    raise err
 
 
 def to_yaml(options: BaseModel) -> str:
@@ -240,16 +306,28 @@ def options_command(fn: Callable[..., Any], model: type[BaseModel], command: str
     return with_parameters(fn, [*model_parameters(model), *config_parameters(command)])
 
 
+def overlay(
+    model: type[BaseModel], preset: dict[str, Any], config: Path | None, cli: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The values a command's options are built from (``preset``, then the ``config`` file, then the command line)
+    and, for each value the config file gave, its door (``--config FILE``) for ``build``'s message."""
+    values = dict(preset)
+    sources: dict[str, str] = {}
+    if config is not None:
+        from_file = load_config(config, model)
+        values.update(from_file)
+        sources = {k: f"--config {config} (key {k})" for k in from_file if k not in cli}
+    values.update(cli)
+    return values, sources
+
+
 def resolve_options(
     ctx: Any, model: type[BaseModel], given: dict[str, Any], preset: dict[str, Any] | None = None
 ) -> Any:
     """The model's defaults, overlaid by ``preset``, then the ``--config`` file, then the flags the command line gave.
     With ``--print-config`` the options are printed as YAML and the command ends (exit 0)."""
-    values: dict[str, Any] = dict(preset or {})
-    if given.get("config") is not None:
-        values.update(load_config(given["config"], model))
-    values.update(given_on_command_line(ctx, given, model))
-    options = build(model, values)
+    values, sources = overlay(model, preset or {}, given.get("config"), given_on_command_line(ctx, given, model))
+    options = build(model, values, sources)
     if given.get("print_config"):
         import typer
 

@@ -163,7 +163,9 @@ def _planned_grid(run_dir: Path, report: ValidationReport) -> Plan | None:
     try:
         opts = read_options(run_dir)
     except HarnessError as exc:
-        report.error("manifest", f"{exc.message}; the grid is judged without the run's plan")
+        source = getattr(exc, "source", None)
+        where = f" (from {source})" if source else ""
+        report.error("manifest", f"{exc.message}{where}; the grid is judged without the run's plan")
         return None
     cells = plan_cells(opts)
     return Plan(

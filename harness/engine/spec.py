@@ -4,7 +4,7 @@ the defaults every launch shares. The command lines built from it are ``sglang_a
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -60,6 +60,36 @@ class EngineSpec(BaseModel):
     @classmethod
     def _supported(cls, v: str) -> str:
         return check_supported(v)
+
+    @classmethod
+    def build(
+        cls,
+        kind: Literal["sglang", "vllm", "twin"],
+        *,
+        device: Literal["gpu", "cpu"] = "gpu",
+        sglang_version: str = "auto",
+        vllm_version: str = "auto",
+        model_path: str | None = None,
+        draft_model_path: str | None = None,
+        **more: Any,
+    ) -> "EngineSpec":
+        """The one builder of a launch spec from any command's options (sweep, serve, pilot, live evaluation, the
+        world's default): the version of the engine's API resolved here and only here (``auto``: the one installed
+        where the server runs, the twin's default emulation; then range-checked), models left at the defaults when
+        not given, and the spec placed on ``device``. ``more``: any other ``EngineSpec`` field."""
+        from harness.engine.version import resolve_version, resolve_vllm_version
+
+        base = cls(kind=kind, **more)
+        update: dict[str, Any] = {}
+        if base.api == "vllm":
+            update["vllm_version"] = resolve_vllm_version(vllm_version, kind, base.python)
+        else:
+            update["sglang_version"] = resolve_version(sglang_version, kind, base.python)
+        if model_path:
+            update["model_path"] = model_path
+        if draft_model_path:
+            update["draft_model_path"] = draft_model_path
+        return base.model_copy(update=update).on_device(device)
 
     def on_device(self, device: Literal["gpu", "cpu"]) -> "EngineSpec":
         """This spec on ``device``: the CPU takes sglang's CPU attention backend (for the pinned GPU default) and

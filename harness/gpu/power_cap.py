@@ -11,11 +11,12 @@ limit the device reports (the fallback when the harness is not root).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Protocol
+from typing import Annotated, Any, Callable, Protocol, Sequence
 
 from pydantic import BaseModel
 
 from harness.core.errors import UsageError
+from harness.core.option_values import checked_by, list_items, no_repeats, shown
 from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 
@@ -47,23 +48,25 @@ class CapDevice(Protocol):
 _CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|w)?\s*$", re.IGNORECASE)
 
 
-def parse_power_caps(text: str) -> list[str]:
-    """``"60,80"`` -> ``["60", "80"]``; ``"75%,100%"`` -> ``["75%", "100%"]`` (normalised labels, order kept)."""
+def parse_power_caps(value: str | Sequence[Any]) -> list[str]:
+    """``"60,80"`` or ``[60, 80]`` -> ``["60", "80"]``; ``"75%,100%"`` -> ``["75%", "100%"]`` (normalised labels,
+    order kept; an empty item or a cap given twice is refused)."""
+    fix = "give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%"
     out: list[str] = []
-    for part in [p for p in text.split(",") if p.strip()]:
+    items = list_items(value, "--power-caps", "60,80")
+    for part in items:
         m = _CAP.match(part)
         if not m or float(m.group(1)) <= 0:
-            raise UsageError(
-                f"cannot parse power cap {part.strip()!r} in --power-caps {text!r}",
-                fix="give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%",
-            )
-        label = f"{float(m.group(1)):g}" + ("%" if m.group(2) == "%" else "")
-        if label in out:
-            raise UsageError(f"power cap {label} is listed twice in --power-caps", fix="list each cap once")
-        out.append(label)
+            raise UsageError(f"cannot parse power cap {part!r} in --power-caps {shown(items)!r}", fix=fix)
+        out.append(f"{float(m.group(1)):g}" + ("%" if m.group(2) == "%" else ""))
     if not out:
         raise UsageError("--power-caps is empty", fix="e.g. --power-caps 60,80")
+    no_repeats(out, "--power-caps", "power cap")
     return out
+
+
+PowerCaps = Annotated[list[str] | None, checked_by(lambda v: v if v is None else parse_power_caps(v))]
+"""Power cap labels swept per pass, checked at every door (``parse_power_caps``)."""
 
 
 def cap_slug(label: str) -> str:

@@ -11,11 +11,12 @@ a lock, the original is "unlocked" and restoring is ``nvmlDeviceResetGpuLockedCl
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol, Sequence
 
 from pydantic import BaseModel, Field
 
 from harness.core.errors import UsageError
+from harness.core.option_values import checked_by, list_items, no_repeats, shown
 from harness.gpu.device import NvmlDevice, TwinSettingDevice
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 
@@ -60,30 +61,31 @@ def apply_clock(device: ClockDevice, mhz: int | None) -> None:
 _CLOCK = re.compile(r"^\s*(\d+)\s*(mhz)?\s*$", re.IGNORECASE)
 
 
-def parse_sm_clocks(text: str) -> list[str]:
-    """``"1980,1410,max"`` -> ``["1980", "1410", "max"]`` (MHz, or ``max`` / ``default`` = unlocked; order kept)."""
+def parse_sm_clocks(value: str | Sequence[Any]) -> list[str]:
+    """``"1980,1410,max"`` or ``[1980, 1410, "max"]`` -> ``["1980", "1410", "max"]`` (MHz, or ``max`` / ``default`` =
+    unlocked; order kept; an empty item or a clock given twice is refused)."""
     out: list[str] = []
-    for part in [p for p in text.split(",") if p.strip()]:
-        word = part.strip().lower()
+    items = list_items(value, "--sm-clocks", "1980,1410,990")
+    for part in items:
+        word = part.lower()
         m = _CLOCK.match(word)
         if word in ("max", "default"):
-            label = UNLOCKED
+            out.append(UNLOCKED)
         elif m and int(m.group(1)) > 0:
-            label = str(int(m.group(1)))
+            out.append(str(int(m.group(1))))
         else:
             raise UsageError(
-                f"cannot parse SM clock {part.strip()!r} in --sm-clocks {text!r}",
+                f"cannot parse SM clock {part!r} in --sm-clocks {shown(items)!r}",
                 fix="give MHz or max (unlocked), e.g. --sm-clocks 1980,1410,990 or max,1410",
             )
-        if label in out:
-            raise UsageError(
-                f"SM clock {label} is listed twice in --sm-clocks (max and default both mean unlocked)",
-                fix="list each clock once",
-            )
-        out.append(label)
     if not out:
         raise UsageError("--sm-clocks is empty", fix="e.g. --sm-clocks 1980,1410,990")
+    no_repeats(out, "--sm-clocks", "SM clock", note=" (max and default both mean unlocked)")
     return out
+
+
+SmClocks = Annotated[list[str] | None, checked_by(lambda v: v if v is None else parse_sm_clocks(v))]
+"""Locked SM clock labels swept per pass, checked at every door (``parse_sm_clocks``)."""
 
 
 def clock_slug(label: str) -> str:

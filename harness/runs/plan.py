@@ -5,8 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from harness.gpu.power_cap import cap_slug
-from harness.gpu.sm_clocks import clock_slug
+from harness.gpu.gpu_pass import GpuPass
 from harness.grid import SpecConfig
 from harness.runs.options import SweepOptions
 from harness.runs.rows import grid_index, make_cell_id
@@ -18,30 +17,25 @@ class Cell:
     batch_size: int
     config: SpecConfig
     index: int
-    cap: str | None = None
-    clock: str | None = None
-    """The pass's ``--sm-clocks`` label (None without that dimension)."""
+    gpu_pass: GpuPass = GpuPass()
+    """The GPU settings of the cell's pass (the ``--power-caps`` and ``--sm-clocks`` labels)."""
 
     @property
     def cell_id(self) -> str:
-        prefix = ([cap_slug(self.cap)] if self.cap is not None else []) + (
-            [clock_slug(self.clock)] if self.clock is not None else []
-        )
+        prefix = [self.gpu_pass.slug] if self.gpu_pass.slug else []
         return "-".join([*prefix, make_cell_id(self.repeat, self.batch_size, self.config)])
 
     @property
-    def pass_key(self) -> tuple[int, str | None, str | None]:
-        """(repeat, cap, clock): the cells of one pass share it (the device settings are set once per pass)."""
-        return self.repeat, self.cap, self.clock
+    def pass_key(self) -> tuple[int, GpuPass]:
+        """(repeat, GPU settings): the cells of one pass share it (the device settings are set once per pass)."""
+        return self.repeat, self.gpu_pass
 
 
 def plan_cells(opts: SweepOptions) -> list[Cell]:
     """Every cell in execution order: one whole pass per repeat; per cell: batch size then config; per config:
     config then batch size. Indexes follow the published order (repeat, batch size, config) in both modes."""
     configs, sizes = opts.spec_configs, opts.batch_sizes
-    caps: list[str | None] = list(opts.power_caps) if opts.power_caps else [None]
-    clocks: list[str | None] = list(opts.sm_clocks) if opts.sm_clocks else [None]
-    settings = [(cap, clock) for cap in caps for clock in clocks]  # caps outer, clocks inner
+    settings = GpuPass.grid(opts.power_caps, opts.sm_clocks)  # caps outer, clocks inner
     per_pass = len(configs) * len(sizes)
     cells: list[Cell] = []
     for r in range(opts.repeats):
@@ -50,9 +44,9 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
             if opts.launch_per == "cell"
             else [(bs, c) for c in configs for bs in sizes]
         )
-        for i, (cap, clock) in enumerate(settings):  # one pass per (repeat, cap, clock): each set once per pass
+        for i, gpu_pass in enumerate(settings):  # one pass per (repeat, cap, clock): each set once per pass
             offset = (r * (len(settings) - 1) + i) * per_pass  # passes after the first shift the published index
-            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, cap, clock) for bs, c in pairs]
+            cells += [Cell(r, bs, c, grid_index(r, bs, c, sizes, configs) + offset, gpu_pass) for bs, c in pairs]
     return cells
 
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Literal, Sequence
 from harness.core.errors import DataError, MissingFileError
 from harness.core.jsonl import JsonlAppender, read_jsonl, write_jsonl_atomic
 from harness.gpu.clock_events import POWER_THERMAL_MASK
+from harness.gpu.gpu_pass import GpuPass
 from harness.grid import SpecConfig
 from harness.runs.row_model import (
     EXTRA_KEYS,
@@ -112,9 +113,9 @@ def make_cell_id(repeat: int, batch_size: int, config: SpecConfig | Sequence[int
     return f"r{repeat}-bs{batch_size}-s{s}k{k}d{d}"
 
 
-def pass_of(row: SweepRow) -> tuple[str | None, str | None]:
-    """The (power cap, SM clock) labels of the sweep pass a native row ran in (None: that dimension not swept)."""
-    return (row.extras.get("power_cap") or {}).get("label"), (row.extras.get("sm_clock") or {}).get("label")
+def pass_of(row: SweepRow) -> GpuPass:
+    """The GPU settings of the sweep pass a native row ran in (a label None: that dimension not swept)."""
+    return GpuPass.of_extras(row.extras)
 
 
 def make_pilot_cell_id(suite: str, config_name: str, task: str, trial: int | str = 0) -> str:

@@ -18,9 +18,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
     one at a time, relaunched on a switch, where only one fits), routing each request to the config the
     controller picks for the current batch size (switches logged)."""
     from harness.core.stopflag import StopFlag
-    from harness.grid import SpecConfig
     from harness.serve import picks as pick_sources
-    from harness.serve.controller import ControllerParams
     from harness.serve.session import SessionOptions, open_session
 
     opts: ServeOptions = resolve_options(ctx, ServeOptions, given)
@@ -39,34 +37,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         model = load_model(opts.umodel)
         opts.out.mkdir(parents=True, exist_ok=True)
         (opts.out / "umodel.json").write_text(model_json(model))
-    options = SessionOptions(
-        picks=table,
-        configs=[SpecConfig(*c) for c in opts.configs],
-        mode=opts.mode,
-        engine=opts.engine,
-        run_dir=opts.out,
-        host=opts.host,
-        port=opts.port,
-        max_batch_size=opts.max_batch_size,
-        mem_fraction=opts.mem_fraction,
-        time_scale=opts.time_scale,
-        tick_s=opts.tick_s,
-        sampler_url=opts.sampler_url,
-        twin_gpu_url=opts.twin_gpu,
-        speculative_adaptive=opts.speculative_adaptive,
-        engine_args=tuple(opts.engine_args),
-        engine_device=opts.engine_device,
-        model_path=opts.model_path,
-        draft_model_path=opts.draft_model_path,
-        instances=opts.instances,
-        api_key=opts.api_key,
-        relaunch_hold_s=opts.relaunch_hold_s,
-        drain_timeout_s=opts.drain_timeout_s,
-        clock_control=opts.clock_control,
-        controller=ControllerParams(
-            band=opts.band, dwell_ticks=opts.dwell_ticks, min_hold_s=opts.hold_s(model is not None), model=model
-        ),
-    )
+    options = SessionOptions.from_options(opts, table, model)
     stop = StopFlag().stop_on_signals()
     typer.echo(
         f"starting {len(options.instance_configs())} {opts.engine} engine instance(s) "

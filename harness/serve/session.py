@@ -5,7 +5,7 @@ stopped together (``with open_session(options) as s``)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,10 +20,11 @@ from harness.serve.clock_trim import ClockParams
 from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.controller import ControllerParams
 from harness.serve.front import Front, make_front_server
+from harness.serve.options import ServeOptions
 from harness.serve.picks import PickTable
 from harness.serve.pool import Pool, launch_pool
 from harness.serve.relaunch import DEFAULT_DRAIN_TIMEOUT_S, RelaunchPool
-from harness.world.world import World, open_world
+from harness.world.world import World, open_world_for
 
 ADAPTIVE_SINCE = (0, 5, 12)
 """The first sglang whose parser has ``--speculative-adaptive``."""
@@ -76,6 +77,25 @@ class SessionOptions:
     """Trim power into the band with the locked SM clock too (``clock_actuator.py``): changes GPU state (root on
     NVML), so off unless asked; the clock is put back when the session ends."""
     clock: ClockParams = field(default_factory=ClockParams)
+
+    @classmethod
+    def from_options(cls, opts: ServeOptions, picks: PickTable, model: Any = None) -> "SessionOptions":
+        """The session ``harness serve``'s options describe: every option of the same name carried over as it is,
+        the rest derived (the instances' configs, the run folder, the controller; ``model``: the closed loop's
+        utilization model from ``--umodel``)."""
+        same = {f.name: getattr(opts, f.name) for f in fields(cls) if f.name in ServeOptions.model_fields}
+        return cls(
+            **{
+                **same,
+                "picks": picks,
+                "configs": [SpecConfig(*c) for c in opts.configs],
+                "run_dir": opts.out,
+                "engine_args": tuple(opts.engine_args),
+                "controller": ControllerParams(
+                    band=opts.band, dwell_ticks=opts.dwell_ticks, min_hold_s=opts.hold_s(model is not None), model=model
+                ),
+            }
+        )
 
     def instance_configs(self) -> list[SpecConfig]:
         """The instances: the given configs, else every picked config; no_spec is always one (the fallback)."""
@@ -137,16 +157,15 @@ class ServeSession:
 
 def _spec(options: SessionOptions) -> Any:
     from harness.engine.spec import EngineSpec
-    from harness.engine.version import resolve_version
 
-    base = EngineSpec(kind=options.engine)
-    version = options.sglang_version or resolve_version("auto", options.engine, base.python)
-    update: dict[str, Any] = {"sglang_version": version, "extra_args": tuple(options.engine_args)}
-    if options.model_path:
-        update["model_path"] = options.model_path
-    if options.draft_model_path:
-        update["draft_model_path"] = options.draft_model_path
-    return base.model_copy(update=update).on_device(options.engine_device)
+    return EngineSpec.build(
+        options.engine,
+        device=options.engine_device,
+        sglang_version=options.sglang_version or "auto",
+        model_path=options.model_path,
+        draft_model_path=options.draft_model_path,
+        extra_args=tuple(options.engine_args),
+    )
 
 
 def open_session(options: SessionOptions) -> ServeSession:
@@ -167,16 +186,7 @@ def open_session(options: SessionOptions) -> ServeSession:
     one = options.instances == "one"
     memory_x = options.twin_memory_x or (1 if one else len(configs))
     profile = serving_profile(run_dir, memory_x) if options.engine == "twin" and options.twin_gpu_url is None else None
-    world = open_world(
-        options.engine,
-        sampler_url=options.sampler_url,
-        twin_gpu_url=options.twin_gpu_url,
-        time_scale=options.time_scale,
-        seed=options.seed,
-        run_dir=run_dir,
-        spec=_spec(options),
-        profile=profile,
-    )
+    world = open_world_for(options, run_dir, spec=_spec(options), profile=profile)
     pool: Pool | None = None
     loop: ControlLoop | None = None
     try:

@@ -1,12 +1,13 @@
-"""The checks of a sweep's options that need no service: the plan, prompts, settle, URLs, engine versions, power caps,
-twin faults, the energy window, the attention backend, the executor and the active strategy. ``harness sweep`` runs
+"""The checks of a sweep's options that need no service and span several values (each value's own check is its type,
+``harness.core.option_values``): the plan, prompts, engine versions, power caps, twin faults, the energy window, the
+attention backend, the executor and the active strategy. ``harness sweep`` runs
 them before any run folder exists (a usage error leaves nothing behind), and ``--resume`` runs them on the saved
 options."""
 
 from __future__ import annotations
 
 from harness.core.errors import UsageError
-from harness.runs.options import SweepOptions, parse_settle
+from harness.runs.options import SweepOptions
 from harness.runs.plan import plan_cells
 from harness.world.bench import load_prompts
 
@@ -14,7 +15,6 @@ from harness.world.bench import load_prompts
 def check_options(opts: SweepOptions) -> None:
     """Every check of the options that needs no service: plan, prompts, settle, URLs, engine, caps, twin faults."""
     plan_cells(opts)
-    parse_settle(opts.settle)
     if opts.prompts_file:
         load_prompts(opts.prompts_file)
     if opts.sglang_version != "auto" and opts.engine != "vllm":
@@ -35,9 +35,6 @@ def check_options(opts: SweepOptions) -> None:
             "none of the configs has a vLLM equivalent (vLLM's EAGLE3 drafts chains, not trees)",
             fix="add the baseline or chains, e.g. --configs 0:0:0,1:1:2,3:1:4,5:1:6",
         )
-    for flag, url in (("--sampler-url", opts.sampler_url), ("--twin-gpu", opts.twin_gpu_url)):
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise UsageError(f"{flag} {url!r} is not an http(s) URL", fix=f"e.g. {flag} http://127.0.0.1:18200")
     if opts.engine != "twin" and (opts.twin_gpu_url or opts.twin_faults):
         raise UsageError(
             "--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin"

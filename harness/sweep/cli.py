@@ -15,8 +15,8 @@ from harness.core.errors import UsageError
 from harness.core.model_options import (
     build,
     given_on_command_line,
-    load_config,
     model_parameters,
+    overlay,
     to_yaml,
     with_parameters,
 )
@@ -226,16 +226,13 @@ def resolve_sweep_options(
     with ``check``, checked as a run checks them (a bad value is exit 2 naming its flag, before any folder exists)."""
     from harness.sweep.checks import check_options
 
-    values: dict[str, Any] = dict(QUICK) if quick else {}
-    if config is not None:
-        values.update(load_config(config, SweepOptions))
     cli = given_on_command_line(ctx, given, SweepOptions)
     if any(g is not None for g in grid):
         cli["configs"] = build_grid(given.get("configs"), *grid)
-    values.update(cli)
+    values, sources = overlay(SweepOptions, dict(QUICK) if quick else {}, config, cli)
     if quick and "configs" not in cli and (values.get("engine") == "vllm" or values.get("twin_emulate") == "vllm"):
         values["configs"] = list(QUICK_VLLM_CONFIGS)
-    opts: SweepOptions = build(SweepOptions, values)
+    opts: SweepOptions = build(SweepOptions, values, sources)
     if check:
         check_options(opts)
     return opts

@@ -192,7 +192,7 @@ class SweepRunner:
     def _apply_settings(self, cell: Cell) -> None:
         """Set the cell's cap and SM clock (no-ops while already in force) and note what is enforced for its row. The
         world is checked first: a lost device is an infrastructure failure, not a setting error from a controller."""
-        for key, label in (("power_cap", cell.cap), ("sm_clocks", cell.clock)):
+        for key, label in (("power_cap", cell.gpu_pass.cap), ("sm_clocks", cell.gpu_pass.clock)):
             setting = self.settings_by_key.get(key)
             if setting is None:
                 continue
@@ -382,14 +382,11 @@ class SweepRunner:
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:
         out: dict[str, Any] = {}
         cap, clock = self.settings_by_key.get("power_cap"), self.settings_by_key.get("sm_clocks")
-        if cell.cap is not None and cap is not None:
-            out["power_cap"] = {
-                "label": cell.cap,
-                "target_w": cap.targets.get(cell.cap),
-                "mode": self.opts.power_cap_mode,
-            }
-        if cell.clock is not None and clock is not None:
-            out["sm_clock"] = {"label": cell.clock, "target_mhz": clock.targets.get(cell.clock)}
+        p = cell.gpu_pass
+        if p.cap is not None and cap is not None:
+            out["power_cap"] = {"label": p.cap, "target_w": cap.targets.get(p.cap), "mode": self.opts.power_cap_mode}
+        if p.clock is not None and clock is not None:
+            out["sm_clock"] = {"label": p.clock, "target_mhz": clock.targets.get(p.clock)}
         return out
 
     def _row(

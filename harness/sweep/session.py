@@ -13,7 +13,6 @@ from harness.core.clocks import mono_ns
 from harness.core.errors import HarnessError, UsageError
 from harness.core.jsonl import write_error
 from harness.engine.spec import EngineSpec
-from harness.engine.version import resolve_version
 from harness.gpu.pass_setting import PassSetting
 from harness.runs.folder import new_run_id, prepare_resume, prepare_run_dir
 from harness.runs.lock import RunLock
@@ -47,7 +46,6 @@ def run_sweep(
     """Plan, take the run folder's writer lock, open the world, run, and write rows + manifest; return (run folder,
     resolved rows, manifest). ``retry_errors`` (with ``resume``) re-runs every cell whose row is an error row."""
     console = console or SweepConsole()
-    spec = EngineSpec(kind=opts.engine)
     if resume is not None:
         read_manifest(resume)  # a run folder at all? (nothing is created or locked otherwise)
         lock = RunLock(resume)
@@ -64,7 +62,7 @@ def run_sweep(
                     "ray_address": opts.ray_address or saved.ray_address,
                 }
             )
-            _check_resume_version(opts, spec.python)
+            _check_resume_version(opts)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
             prepare_resume(run_dir)
@@ -74,7 +72,7 @@ def run_sweep(
     else:
         check_options(opts)  # a usage error must not leave a failed run folder behind
         requested = opts.sglang_version
-        opts = resolve_versions(opts, spec.python)  # before anything is written
+        opts = resolve_versions(opts)  # before anything is written
         run_dir = out or Path("results") / new_run_id()
         lock = RunLock(run_dir)
         prepare_run_dir(run_dir, force=force, lock=lock)
@@ -91,57 +89,27 @@ def run_sweep(
         lock.release()
 
 
-def resolve_versions(opts: SweepOptions, python: str) -> SweepOptions:
-    """``auto`` versions resolved: sglang's for an sglang API, vLLM's for a vLLM one (the other stays as given)."""
-    from harness.engine.version import resolve_vllm_version
+def resolve_versions(opts: SweepOptions) -> SweepOptions:
+    """``auto`` versions resolved (by the one builder, ``EngineSpec.build``): sglang's for an sglang API, vLLM's for
+    a vLLM one (the other stays as given)."""
+    spec = opts.engine_spec()
+    if spec.api == "vllm":
+        return opts.model_copy(update={"vllm_version": spec.vllm_version})
+    return opts.model_copy(update={"sglang_version": spec.sglang_version})
 
-    if opts.api == "vllm":
-        return opts.model_copy(update={"vllm_version": resolve_vllm_version(opts.vllm_version, opts.engine, python)})
-    return opts.model_copy(update={"sglang_version": resolve_version(opts.sglang_version, opts.engine, python)})
 
-
-def _check_resume_version(opts: SweepOptions, python: str) -> None:
+def _check_resume_version(opts: SweepOptions) -> None:
     """A resumed real-engine run must find the engine version its rows were measured with."""
-    if opts.engine == "vllm":
-        from harness.engine.version import resolve_vllm_version
-
-        now = resolve_vllm_version("auto", "vllm", python)
-        if now != opts.vllm_version:
-            raise UsageError(
-                f"this run was measured with vLLM {opts.vllm_version}, but {now} is installed now",
-                fix=f"resume in the environment with vLLM {opts.vllm_version}, or start a new run",
-            )
+    if opts.engine == "twin":
         return
-    if opts.engine != "sglang":
-        return
-    now = resolve_version("auto", "sglang", python)
-    if now != opts.sglang_version:
+    saved = opts.vllm_version if opts.engine == "vllm" else opts.sglang_version
+    now = EngineSpec.build(opts.engine).version  # what ``auto`` finds installed now
+    if now != saved:
+        name, tag = ("vLLM", "VLLM_TAG") if opts.engine == "vllm" else ("sglang", "SGLANG_TAG")
         raise UsageError(
-            f"this run was measured with sglang {opts.sglang_version}, but {now} is installed now",
-            fix=f"resume in the environment with sglang {opts.sglang_version} (same SGLANG_TAG), or start a new run",
+            f"this run was measured with {name} {saved}, but {now} is installed now",
+            fix=f"resume in the environment with {name} {saved} (same {tag}), or start a new run",
         )
-
-
-def _engine_spec(opts: SweepOptions) -> EngineSpec:
-    update: dict[str, Any] = {
-        "twin_faults": tuple(opts.twin_faults),
-        "twin_emulate": opts.twin_emulate,
-        "extra_args": opts.launch_args,
-        "decode_log_interval": opts.server_decode_log_interval,
-        "attention_backend": opts.attention_backend,
-        # real sglang reports each request's receive/finish instants only with metrics on (0.5.23): the window then
-        # runs server edges to server edges, as the twin's does (harness.world.bench)
-        "enable_metrics": opts.engine == "sglang",
-    }
-    if opts.api == "vllm":
-        update["vllm_version"] = opts.vllm_version
-    else:
-        update["sglang_version"] = opts.sglang_version
-    if opts.model_path:
-        update["model_path"] = opts.model_path
-    if opts.draft_model_path:
-        update["draft_model_path"] = opts.draft_model_path
-    return EngineSpec(kind=opts.engine).model_copy(update=update).on_device(opts.engine_device)
 
 
 def _run_locked(
@@ -155,6 +123,7 @@ def _run_locked(
 ) -> tuple[Path, list[SweepRow], SweepManifest]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
+    from harness.sweep.preflight import plan_section, run_preflight
 
     manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.server_attention_backend
     if opts.api == "vllm":
@@ -169,13 +138,16 @@ def _run_locked(
     old_int = signal.signal(signal.SIGINT, on_sigint)
     t0 = mono_ns()
     try:
-        with open_sweep_world(opts, run_dir, _engine_spec(opts), manifest, console) as world:
+        with open_sweep_world(opts, run_dir, opts.engine_spec(), manifest, console) as world:
             session.world = manifest.record_world(world)
             snapshot = world.telemetry.snapshot()
             manifest.memory_total_mb = getattr(snapshot, "memory_total_mb", None)  # policies' mem/total
             if manifest.idle_power_w is None:  # the board before any server (twin calibrate --from reads it)
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
+            manifest.plan = plan_section(opts)
+            manifest.preflight = run_preflight(opts, world, snapshot)  # before any setting changes or server starts
+            manifest.save(run_dir)
             settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
             runner = SweepRunner(
                 opts,

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -264,6 +264,37 @@ def _check_service(url: str, path: str, what: str, flag: str) -> dict[str, Any]:
         ) from None
 
 
+class WorldChoice(Protocol):
+    """What a command's options say about its world (the engine block, ``harness.engine.options.EngineOptions``;
+    serve's session options have the same names)."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def sampler_url(self) -> str | None: ...
+    @property
+    def twin_gpu_url(self) -> str | None: ...
+    @property
+    def time_scale(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+
+
+def open_world_for(options: WorldChoice, run_dir: str | Path, *, spec: EngineSpec, **more: Any) -> "World":
+    """The one way a command opens its world from its options: ``open_world`` with the block's engine, services,
+    time scale and seed; ``more``: timeouts, the GPU index, a profile, a hardware label."""
+    return open_world(
+        options.engine,
+        sampler_url=options.sampler_url,
+        twin_gpu_url=options.twin_gpu_url,
+        time_scale=options.time_scale,
+        seed=options.seed,
+        run_dir=run_dir,
+        spec=spec,
+        **more,
+    )
+
+
 def open_world(
     engine: str = "twin",
     sampler_url: str | None = None,
@@ -288,10 +319,7 @@ def open_world(
         raise UsageError(f"unknown engine {engine!r}", fix="use --engine twin, sglang or vllm")
     run_dir = Path(run_dir)
     if spec is None:  # no caller's choice: the sglang installed for the server's interpreter (auto), as the sweep
-        from harness.engine.version import resolve_version
-
-        base = EngineSpec(kind=engine)
-        spec = base.model_copy(update={"sglang_version": resolve_version("auto", engine, base.python)})
+        spec = EngineSpec.build(engine)  # type: ignore[arg-type]
     spec = spec.model_copy(update={"kind": engine})
     children: list[tuple[str, Any]] = []
     telemetry = None

@@ -198,7 +198,7 @@ class TerminalBenchPilot:
 
     def run_config(self, run: ConfigRun) -> list[PilotTrial]:
         limits = server_limits(run.server)
-        model = served_model(run.server, self.options.model_path)
+        model = served_model(run.server, self.options.target_model)
         spec = self.spec_for(run, limits, model)
         spec.write_config()
         log_path = self.run_dir / "logs" / f"harbor-{run.name}.log"

@@ -22,15 +22,11 @@ def open_sweep_world(opts: Any, run_dir: Path, spec: Any, manifest: Any, console
         from harness.sweep.executors.ray_driver import open_ray_world
 
         return open_ray_world(opts, run_dir, spec, manifest, console)
-    from harness.world.world import open_world
+    from harness.world.world import open_world_for
 
-    return open_world(
-        opts.engine,
-        sampler_url=opts.sampler_url,
-        twin_gpu_url=opts.twin_gpu_url,
-        time_scale=opts.time_scale,
-        seed=opts.seed,
-        run_dir=run_dir,
+    return open_world_for(
+        opts,
+        run_dir,
         spec=spec,
         launch_timeout_s=opts.launch_timeout_s,
         request_timeout_s=opts.request_timeout_s,

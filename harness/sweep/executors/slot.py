@@ -88,7 +88,7 @@ class GpuSlot:
         gpu_id: int | None = None,
         node: dict[str, Any] | None = None,
     ) -> None:
-        from harness.world.world import open_world
+        from harness.world.world import open_world_for
 
         self.opts = SweepOptions.model_validate(opts)
         self.gpu_id = assigned_gpu() if gpu_id is None else gpu_id
@@ -96,11 +96,9 @@ class GpuSlot:
         slot_dir = Path(run_dir) / "logs" / "ray" / f"gpu{self.gpu_id}-{str(self.node['node_id'])[:8]}"
         slot_dir.mkdir(parents=True, exist_ok=True)
         o = self.opts
-        self.world = open_world(
-            o.engine,
-            time_scale=o.time_scale,
-            seed=o.seed,
-            run_dir=slot_dir,
+        self.world = open_world_for(  # a slot starts its own services (no --sampler-url/--twin-gpu under Ray)
+            o,
+            slot_dir,
             spec=EngineSpec.model_validate(spec),
             launch_timeout_s=o.launch_timeout_s,
             request_timeout_s=o.request_timeout_s,

@@ -1,0 +1,53 @@
+"""The sweep's stages before its first cell, and the manifest sections they fill.
+
+``plan_section``: what the run will measure (passes, batch sizes, configs, cells), the manifest's ``plan``.
+``run_preflight``: what the run checked about its world once it is open and before any GPU setting changes or any
+server starts, the manifest's ``preflight``: one entry per check of ``CHECKS``. A later check (the band on a
+datacenter GPU, the GPU time a plan will cost) is one more function there, not a new branch in the runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from harness.gpu.gpu_pass import GpuPass
+from harness.runs.options import SweepOptions
+from harness.runs.plan import plan_cells
+
+PreflightCheck = Callable[[SweepOptions, Any, Any], dict[str, Any]]
+"""A check: (options, the open world, the sampler's first snapshot) -> what it found (JSON)."""
+
+
+def plan_section(opts: SweepOptions) -> dict[str, Any]:
+    """The manifest's ``plan``: the passes (GPU settings), batch sizes, configs and the cells they make."""
+    passes = GpuPass.grid(opts.power_caps, opts.sm_clocks)
+    return {
+        "passes": [{"cap": p.cap, "clock": p.clock, "label": p.label} for p in passes],
+        "repeats": opts.repeats,
+        "batch_sizes": list(opts.batch_sizes),
+        "configs": [c.as_list() for c in opts.spec_configs],
+        "cells": len(plan_cells(opts)),
+        "launch_per": opts.launch_per,
+        "strategy": opts.strategy,
+    }
+
+
+def gpu_facts(opts: SweepOptions, world: Any, snapshot: Any) -> dict[str, Any]:
+    """The GPU the run measures, as the sampler reads it before any server starts: its identity, power limit in
+    force (the band's reference without --power-caps), memory and idle power."""
+    return {
+        "name": getattr(snapshot, "name", None),
+        "uuid": getattr(snapshot, "uuid", None),
+        "hardware": getattr(world, "hardware", None),
+        "power_limit_w": getattr(snapshot, "power_limit_w", None),
+        "memory_total_mb": getattr(snapshot, "memory_total_mb", None),
+        "idle_power_w": getattr(snapshot, "power_w", None),
+    }
+
+
+CHECKS: dict[str, PreflightCheck] = {"gpu": gpu_facts}
+
+
+def run_preflight(opts: SweepOptions, world: Any, snapshot: Any) -> dict[str, Any]:
+    """Every preflight check, in order; each one's findings under its name."""
+    return {name: check(opts, world, snapshot) for name, check in CHECKS.items()}
