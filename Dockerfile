@@ -54,7 +54,7 @@ COPY harness/__init__.py /deps/harness/__init__.py
 
 FROM build-base AS build-cpu
 ARG PIP_INSTALL_FLAGS=
-RUN pip install $PIP_INSTALL_FLAGS '/deps[report,export]' && pip uninstall -y -q eagle-energy-harness
+RUN pip install $PIP_INSTALL_FLAGS '/deps[report,export,stats]' && pip uninstall -y -q eagle-energy-harness
 COPY README.md pyproject.toml /src/
 COPY harness /src/harness
 COPY pilots /src/pilots

@@ -195,7 +195,7 @@ build_base_image() {  # a minbase bookworm with python3, made by debootstrap and
 
 # ----------------------------------------------------------------------------------------------------------- wheels
 build_wheelhouse() {  # host-side pip (this machine's pip config and local indexes) -> .e2e/wheels, used with --no-index
-  # pyproject's core dependencies and extras: [report,export] for the cpu image; [policies,ray] for the train image and the
+  # pyproject's core dependencies and extras: [report,export,stats] for the cpu image; [policies,ray] for the train image and the
   # gpu stage, with torch only for the train image (the torch [test] pins; the gpu stage's base brings its own)
   local wh="$E2E_DIR/wheels" req="$E2E_DIR/requirements.txt"
   mkdir -p "$wh"
@@ -204,7 +204,7 @@ import sys, tomllib
 from packaging.requirements import Requirement
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 train, gpu = sys.argv[2] == "1", sys.argv[3] == "1"
-extras = ["report", "export"] + (["policies", "ray"] if train or gpu else [])  # [all] = policies, report, export, ray
+extras = ["report", "export", "stats"] + (["policies", "ray"] if train or gpu else [])  # [all]: these five
 is_torch = lambda d: Requirement(d).name.lower() == "torch"
 deps = project["dependencies"] + [d for e in extras for d in project["optional-dependencies"][e] if not is_torch(d)]
 pinned = [d for d in project["optional-dependencies"]["test"] if is_torch(d)]  # the suite's torch

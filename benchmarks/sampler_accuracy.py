@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test gear: _sampler_testbed
 
+from _sampler_testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu
 from rich.console import Console
 from rich.table import Table
 
 from harness.telemetry.client import TelemetryClient
-from harness.telemetry.testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu
 
 
 def bound(device_s: float) -> float:

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test gear: _sampler_testbed
 
 import httpx
+from _sampler_testbed import start_sampler, start_twin_gpu
 from rich.console import Console
 from rich.table import Table
-
-from harness.telemetry.testbed import start_sampler, start_twin_gpu
 
 TICK = os.sysconf("SC_CLK_TCK")
 GOAL_PCT = 1.0  # percent of one core at 10 Hz

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test gear: _loadgen
+
+from _loadgen import ClosedLoop, Recorder, replay
+
 from harness.core.clocks import wall_ns
 from harness.grid import BASELINE, SpecConfig
 from harness.report.serve_html import write_serve_html
@@ -44,7 +48,6 @@ from harness.serve.band_feedback import LoopParams
 from harness.serve.band_metrics import band_figures, percentile
 from harness.serve.control_loop import AdaptiveDecider, BandDecider
 from harness.serve.controller import ControllerParams
-from harness.serve.loadgen import ClosedLoop, Recorder, replay
 from harness.serve.session import ServeSession, SessionOptions, open_session
 from harness.serve.traces import plan_replay, prompt_of, rate_scale_for, read_trace
 from harness.serve.utilization_model import band_share, model_pick
@@ -268,7 +271,7 @@ def pilot_drive(calls: int, scale: float, seed: int) -> Any:
     plan = [(rnd.randint(200, 700), rnd.uniform(2.0, 8.0) / scale) for _ in range(calls)]
 
     def drive(url: str, rec: Recorder) -> None:
-        from harness.serve.loadgen import client, one_request
+        from _loadgen import client, one_request
 
         with client(url) as http:
             for i, (tokens, think) in enumerate(plan):

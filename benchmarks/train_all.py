@@ -2,7 +2,7 @@
 
     python benchmarks/train_all.py [--dataset FILE] [--seed 0] [--out DIR] [--tune] [--gradients hand,func]
 
-Without --dataset it uses the SYNTHETIC grid of ``policies.synthetic`` (19 actions x 4 batch sizes x 3 repeats, three
+Without --dataset it uses the SYNTHETIC grid of ``tests/policies/_synthetic_grid.py`` (19 actions x 4 batch sizes x 3 repeats, three
 error rows at bs 16 (5,4,16) like the published sweep). Per algorithm: fit on all rows + picks + save, then
 evaluation = in-sample scoring + leave-one-repeat-out refits on all three folds + IPS/SNIPS/DR. Deterministic for a seed:
 the picks and the evaluation figures printed are the same on every run (only the timings vary).
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "policies"))  # _synthetic_grid
 
 GOAL_S = 30.0
 GRADIENT_MODES = ("hand", "func", "autograd")
@@ -71,18 +73,19 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     t_import = time.perf_counter()
+    from _synthetic_grid import synthetic_rows
+
     from policies import nets
     from policies.base import ALGORITHMS, train
     from policies.contract import dataset_from_rows, load_dataset
     from policies.evaluate import evaluate
-    from policies.synthetic import synthetic_rows
 
     import_s = time.perf_counter() - t_import
     if args.dataset:
         data = load_dataset(args.dataset)
     else:
         data = dataset_from_rows(
-            synthetic_rows(args.seed), source="synthetic (policies.synthetic, seed %d)" % args.seed
+            synthetic_rows(args.seed), source="synthetic (tests/policies/_synthetic_grid.py, seed %d)" % args.seed
         )
     out = args.out or Path(tempfile.mkdtemp(prefix="train_all-"))
     print(

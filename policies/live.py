@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.core.errors import HarnessError, UsageError
+from harness.core.extras import needs
 from harness.core.jsonl import write_json_atomic
 from harness.grid import BASELINE, REFERENCE, SpecConfig, parse_batch_sizes
 from harness.runs.rows import SweepRow, throttling_flags
@@ -80,7 +81,8 @@ def t_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     v = np.asarray(values, dtype=np.float64)
     if len(v) < 2:
         return (float(v.mean()), float(v.mean())) if len(v) else (float("nan"), float("nan"))
-    from scipy.stats import t
+    with needs("the live trial's confidence intervals"):
+        from scipy.stats import t
 
     half = float(t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
     return float(v.mean() - half), float(v.mean() + half)

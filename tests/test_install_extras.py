@@ -1,5 +1,7 @@
 """Installing beside sglang: the core install keeps an environment's own torch and runs the sweep; the extras
-(``[policies]``, ``[report]``, ``[export]``, ``[all]``) bring the rest, and a missing one is named when needed.
+(``[policies]``, ``[report]``, ``[export]``, ``[ray]``, ``[stats]``, ``[all]``) bring the rest, and a missing one is
+named when needed: every command of the CLI, its modules imported on the core install, either works or says which
+extra to install (``tests/_import_scan.py`` walks them inside the venv).
 
 The fresh venv gets a STAND-IN ``torch`` (tests/_install_helpers.py: a tiny wheel at another version, not PyTorch)
 first, then the harness core from a copy of the sources with ``--no-index`` (core wheels cached offline). The tests of
@@ -15,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _import_scan import PACKAGES
 from _install_helpers import (
     STANDIN_TORCH_VERSION,
     copy_sources,
@@ -30,7 +33,8 @@ import harness
 from harness.core.errors import MissingDependencyError
 from harness.core.extras import EXTRA_OF, needs
 
-OPTIONAL = ("torch", "sklearn", "joblib", "matplotlib", "pyarrow", "datasets", "ray")
+OPTIONAL = ("torch", "sklearn", "joblib", "matplotlib", "pyarrow", "datasets", "ray", "scipy")
+SCAN = Path(__file__).with_name("_import_scan.py")
 
 
 class CoreVenv:
@@ -181,9 +185,13 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
     core = _dist_names(project["dependencies"])
     # issue 14: prometheus_client renders /metrics; pyyaml reads `harness sweep --config run.yaml`
     assert core == {"typer", "rich", "pydantic", "httpx", "numpy", "nvidia-ml-py", "prometheus_client", "pyyaml"}
-    assert [Requirement(r) for r in extras["all"]] == [Requirement("eagle-energy-harness[policies,report,export,ray]")]
+    assert [Requirement(r) for r in extras["all"]] == [
+        Requirement("eagle-energy-harness[policies,report,export,ray,stats]")
+    ]
     everything = core | _dist_names(extras["policies"]) | _dist_names(extras["report"]) | _dist_names(extras["export"])
     assert _dist_names(extras["ray"]) == {"ray"}  # added with --executor ray (issue 16), not a former dependency
+    # imported since, declared by issue 45 (`dataset compare`, the twin fit): not a former dependency either
+    assert _dist_names(extras["stats"]) == {"scipy"}
     everything -= {"ray"}
     # the dependency list before the split, plus prometheus_client (/metrics) and pyyaml (--config)
     assert everything == {
@@ -211,6 +219,7 @@ def test_extras_cover_every_former_dependency_and_one_version_source() -> None:
         "pyarrow": "pyarrow",
         "datasets": "datasets",
         "ray": "ray",
+        "scipy": "scipy",
     }
     assert set(EXTRA_OF) == set(OPTIONAL)
     assert all(dist_of[m] in _dist_names(extras[e]) for m, e in EXTRA_OF.items())
@@ -230,3 +239,41 @@ def test_needs_names_the_extra() -> None:
             raise ModuleNotFoundError("No module named 'torch.nn'", name="torch.nn")
     assert info.value.exit_code == 7 and "policy cql needs torch" in info.value.message
     assert info.value.fix and "eagle-energy-harness[policies]" in info.value.fix
+
+
+@pytest.mark.slow  # one fresh venv for the module: ~35 s to build and install, on 2 loaded cores
+def test_every_command_works_or_names_its_extra_on_a_core_install(core_venv: CoreVenv) -> None:
+    # after the stand-in torch is gone: the venv holds the core install and nothing optional
+    assert core_venv.run("harness", "--help").returncode == 0
+    walk = core_venv.run("python", str(SCAN), timeout=300)  # every command's modules imported there, see _import_scan
+    assert walk.returncode == 0, walk.stderr[-3000:]
+    report: dict[str, list[dict]] = json.loads(walk.stdout)
+    extras = set(pyproject()["optional-dependencies"]) - {"all", "test", "lint"}
+    named: dict[str, set[str]] = {}
+    problems = []
+    for command, steps in report.items():
+        for step in steps:
+            if step.get("ok"):
+                continue
+            extra = re.search(r"eagle-energy-harness\[(\w+)\]", step.get("fix") or "")
+            if step.get("exit") == 7 and extra and extra.group(1) in extras and "needs" in step["error"]:
+                named.setdefault(command, set()).add(extra.group(1))
+            else:
+                problems.append(f"harness {command}: {step['import']}: {step.get('traceback') or step}")
+    assert problems == []
+    assert {"sweep", "reproduce", "serve", "train", "dataset compare", "twin calibrate", "version"} <= set(report)
+    assert all(any(s["import"].startswith(PACKAGES) for s in steps) for steps in report.values())
+    # it ran on a core install: each feature extra was found missing by the commands that need it
+    assert "stats" in named["dataset compare"] and "stats" in named["twin calibrate"]
+    assert {"policies", "stats"} <= named["train"] and "report" in named["report sweep"]
+    assert "export" in named["dataset export"] and "ray" in named["sweep"] and "version" not in named
+    # the commands themselves: the symptom of issue 45 (a traceback from `dataset compare`), now exit 7 and the fix
+    run = core_venv.root / "run"
+    compare = core_venv.run("harness", "dataset", "compare", str(run), str(run))
+    assert compare.returncode == 7 and "Traceback" not in compare.stderr, compare.stderr
+    assert "needs scipy" in compare.stderr and "pip install 'eagle-energy-harness[stats]'" in compare.stderr
+    active = core_venv.run(
+        "harness", "sweep", "--engine", "twin", "--quick", "--strategy", "active", "--out", str(core_venv.root / "a")
+    )
+    assert active.returncode == 7 and "--strategy active" in active.stderr and "[stats]" in active.stderr
+    assert not (core_venv.root / "a").exists()  # refused before the first cell, not at the first fit

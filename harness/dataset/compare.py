@@ -10,6 +10,7 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from harness.core.errors import UsageError
+from harness.core.extras import needs
 from harness.dataset.validate import is_pilot
 from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import SweepRow
@@ -107,7 +108,8 @@ def compare(
     ``max(min_band, k * sqrt(cv_a^2 / n_a + cv_b^2 / n_b))``. Ranks: Spearman and Kendall of the per-config means over
     the configs both datasets measured at that batch size; a batch size agrees when Kendall tau >= ``min_tau``.
     """
-    from scipy.stats import kendalltau, spearmanr
+    with needs("comparing datasets (the rank agreement)"):
+        from scipy.stats import kendalltau, spearmanr
 
     if k <= 0 or min_band < 0 or not 0 <= min_cell_agreement <= 1 or not -1 <= min_tau <= 1:
         raise UsageError(

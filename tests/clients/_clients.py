@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from _loadgen import Recorder, client, one_request
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.grid import SpecConfig
-from harness.serve.loadgen import Recorder, client, one_request
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -56,7 +56,7 @@ class Target:
         return total
 
     def harness_tok_s(self, prompt: str) -> float:
-        """The harness's own figure for the same load: its load generator's closed loop (``loadgen.one_request``:
+        """The harness's own figure for the same load: its load generator's closed loop (``tests/_loadgen.py``, ``one_request``:
         /v1/completions, ignore_eos), REQUESTS requests CONCURRENCY at a time, completion tokens / wall span."""
         rec = Recorder()
         with client(self.url) as http, ThreadPoolExecutor(CONCURRENCY) as pool:

@@ -23,10 +23,10 @@ from _clients import (
     TIME_SCALE,
     Target,
 )
+from _sampler_testbed import start_sampler
 from _twin_helpers import twin_engine, twin_gpu
 
 from harness.serve.session import SessionOptions, open_session
-from harness.telemetry.testbed import start_sampler
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

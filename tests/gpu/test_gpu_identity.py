@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from _nvml_shim_helpers import ShimScript, load_in_process, session_shim
+from _sampler_testbed import Service, harness_argv
 
 from harness.core.errors import UsageError
 from harness.gpu.identity import NvmlGpu, engine_gpu, list_gpus, resolve_engine_gpu, visible_gpus
-from harness.telemetry.testbed import Service, harness_argv
 
 A = NvmlGpu(0, "GPU-aaaaaaaa-0000-0000-0000-000000000000", "00000000:41:00.0", "NVIDIA H100 80GB HBM3")
 B = NvmlGpu(1, "GPU-bbbbbbbb-0000-0000-0000-000000000000", "00000000:01:00.0", "NVIDIA H100 80GB HBM3")

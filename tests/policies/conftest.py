@@ -1,4 +1,4 @@
-"""The policy tests' shared data: a SYNTHETIC 228-row grid (``policies.synthetic``) written in both file layouts, and
+"""The policy tests' shared data: a SYNTHETIC 228-row grid (``tests/policies/_synthetic_grid.py``) written in both file layouts, and
 one real ``harness train`` of all eight algorithms on it. Session-scoped: built once per test process."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from _engine_helpers import run_harness
+from _synthetic_grid import synthetic_records
 
 from harness.core.jsonl import write_jsonl_atomic
 from harness.runs.rows import from_native, to_published
-from policies.synthetic import synthetic_records
 
 
 @pytest.fixture(scope="session")

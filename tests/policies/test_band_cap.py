@@ -7,12 +7,12 @@ import json
 
 import pytest
 from _engine_helpers import run_harness as harness
+from _synthetic_grid import synthetic_records
 
 from harness.core.errors import DataError
 from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.runs.rows import from_native, to_published
 from policies.contract import RewardOptions, band_score, dataset_from_rows, load_dataset, row_reward, throughput_score
-from policies.synthetic import synthetic_records
 
 
 def _row(**kw):

@@ -8,6 +8,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
+from _synthetic_grid import RECIPE
 from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 
@@ -15,7 +16,6 @@ from harness.grid import ACTIONS
 from policies import BehaviorNetwork, QNetwork
 from policies.base import ALGORITHMS, fit_policy, load_policy, pick
 from policies.contract import load_dataset
-from policies.synthetic import RECIPE
 
 ACTIONS_ARRAY = np.array([a.as_list() for a in ACTIONS])
 

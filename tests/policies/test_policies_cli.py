@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from _engine_helpers import run_harness as harness
+from _synthetic_grid import synthetic_records
 
 from harness.core.jsonl import write_jsonl_atomic
-from policies.synthetic import synthetic_records
 
 
 def test_evaluate_json_then_report_writes_tables_and_figures(trained_models, synthetic_files, tmp_path):

@@ -7,6 +7,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from _synthetic_grid import synthetic_records, synthetic_rows
 
 from harness.core.errors import DataError
 from harness.core.jsonl import write_jsonl_atomic
@@ -22,7 +23,6 @@ from policies.contract import (
     thermal_multiplier,
     throughput_score,
 )  # fmt: skip
-from policies.synthetic import synthetic_records, synthetic_rows
 
 
 def _row(**kw):

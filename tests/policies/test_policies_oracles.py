@@ -8,12 +8,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from _synthetic_grid import synthetic_rows
 
 from policies import ope
 from policies.base import fit_policy
 from policies.contract import N_ACTIONS, dataset_from_rows
 from policies.evaluate import evaluate, ope_estimates
-from policies.synthetic import synthetic_rows
 
 
 @pytest.fixture(scope="module")

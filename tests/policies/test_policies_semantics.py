@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from _engine_helpers import run_harness as harness
+from _synthetic_grid import synthetic_rows
 from torch.nn import functional as F
 
 from harness.core.errors import DataError
@@ -24,7 +25,6 @@ from policies import BehaviorNetwork, QNetwork
 from policies.base import fit_policy, load_policy, pick
 from policies.contract import ACTIONS, dataset_from_rows, load_dataset
 from policies.nets import predict
-from policies.synthetic import synthetic_rows
 
 GRID = Path(__file__).parents[1] / "fixtures" / "twin_grid_3rep.jsonl"
 

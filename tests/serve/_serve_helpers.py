@@ -10,9 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _loadgen import ClosedLoop, Done, Recorder
+
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.controller import ControllerParams
-from harness.serve.loadgen import ClosedLoop, Done, Recorder
 from harness.serve.session import ServeSession, SessionOptions, open_session
 
 B = SpecConfig(3, 2, 4)

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import httpx
+from _loadgen import ClosedLoop, Recorder
 from _serve_helpers import PROMPTS, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.core.clocks import wall_ns
 from harness.grid import BASELINE, SpecConfig
-from harness.serve.loadgen import ClosedLoop, Recorder
 from harness.serve.session import ServeSession
 
 BAND = (0.95, 0.98)

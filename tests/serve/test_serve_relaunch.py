@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import httpx
+from _loadgen import ClosedLoop, Recorder
 from _serve_helpers import PROMPTS, B, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE, SpecConfig
-from harness.serve.loadgen import ClosedLoop, Recorder
 from harness.serve.session import ServeSession
 
 WAIT_S = 15.0  # a relaunch (stop, then a twin launch) sits inside the waits

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from _loadgen import ClosedLoop, Recorder
 from _serve_helpers import PROMPTS, B, kill_under_load, log_lines, serve_session, wait_for
 
 from harness.grid import BASELINE
-from harness.serve.loadgen import ClosedLoop, Recorder
 from harness.serve.session import ServeSession
 
 

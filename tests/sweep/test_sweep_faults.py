@@ -159,7 +159,7 @@ def test_killed_twin_gpu_stops_the_run_and_resume_finishes_it(tmp_path):
 
 
 def test_killed_sampler_given_by_url_stops_the_run_and_resume_with_a_new_one_finishes_it(tmp_path):
-    from harness.telemetry.testbed import start_sampler
+    from _sampler_testbed import start_sampler
 
     run = tmp_path / "run"
     with twin_gpu(time_scale=50, log_dir=str(tmp_path)) as gpu:

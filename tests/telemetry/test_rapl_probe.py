@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import httpx
+from _sampler_testbed import Service, harness_argv
 
 from harness.runs.rows import cpu_hardware_label
 from harness.telemetry.rapl_probe import RaplProbe, cpu_model_name
-from harness.telemetry.testbed import Service, harness_argv
 
 
 def _zone(root: Path, n: int, energy_uj: int, max_uj: int = 262143328850, name: str | None = None) -> Path:

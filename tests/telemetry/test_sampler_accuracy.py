@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from _sampler_testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu
 
 from harness.telemetry.client import TelemetryClient
-from harness.telemetry.testbed import TwinLoad, measure_windows, start_sampler, start_twin_gpu
 
 BOUND = {5.0: 0.005, 1.0: 0.02}
 # What a late sample on a loaded, shared 2-core box can cause (100 Hz wall sampling in the scaled runs is tight).

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _sampler_testbed import TwinLoad, start_sampler, start_twin_gpu
 
 from harness.core.clocks import to_iso, wall_ns
 from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, measure_clock_offset
-from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
 
 MS = 1_000_000
 

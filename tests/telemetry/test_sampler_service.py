@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _sampler_testbed import TwinLoad, start_sampler, start_twin_gpu
 from _telemetry_helpers import ScriptedProbe, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,7 +18,6 @@ from harness.core.jsonl import read_jsonl
 from harness.telemetry.client import TelemetryClient, TelemetrySource, measure_clock_offset
 from harness.telemetry.sampler import InProcessSampler, SamplerCore
 from harness.telemetry.server import start_server
-from harness.telemetry.testbed import TwinLoad, start_sampler, start_twin_gpu
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from _nvml_shim_helpers import (
     assert_measured,
     session_shim,
 )
+from _sampler_testbed import Service, harness_argv
 
 from harness.core.clocks import wall_ns
 from harness.telemetry.client import TelemetryClient
-from harness.telemetry.testbed import Service, harness_argv
 
 REPO = Path(__file__).resolve().parents[2]
 # A library lacking entry points newer drivers have: field values, v2 memory, the clock-event-reasons name

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.extras import require
 
 DEFAULT_BUDGET = 0.2
 """``--strategy active`` without a budget: a fifth of the predicted full grid's GPU-seconds."""
@@ -46,6 +47,7 @@ def check_active_options(opts: Any) -> None:
             "--strategy active needs at least one speculative config to choose from",
             fix="add configs to --configs, e.g. 3:4:8,3:2:4",
         )
+    require("scipy", "--strategy active (its rounds fit the twin to the rows)")  # before the first cell, not at round 1
 
 
 HEADROOM_MIN = 0.03

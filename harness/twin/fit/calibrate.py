@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import MissingFileError
+from harness.core.extras import needs
 from harness.grid import ACTIONS, BASELINE, SpecConfig
 from harness.twin.fit.report import print_fit_table
 from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
@@ -319,6 +320,9 @@ def protocol_accept(perf: PerfParams, cfg: SpecConfig, bs: int, protocol: Protoc
     return len(qs) / sum(1.0 / expected_accept_length(perf, cfg, q) for q in qs)
 
 
+FITTING = "fitting the twin"
+
+
 def fit_accept_targets(
     profile: TwinProfile,
     targets: list[tuple[SpecConfig, int, float, float]],
@@ -328,7 +332,8 @@ def fit_accept_targets(
     """The acceptance parameters (``ACCEPT_PARAMS``) by least squares on (config, bs, accept length, tolerance)
     targets (analytic, no sampling). ``prior``: each parameter's distance from the start, in its own units, counts
     as one tolerance per ``prior`` (keeps parameters the targets do not pin where they started)."""
-    from scipy.optimize import least_squares
+    with needs(FITTING):
+        from scipy.optimize import least_squares
 
     prof = profile.model_copy(deep=True)
     x0 = [min(max(getattr(prof.perf, n), lo + 1e-6), hi - 1e-6) for n, lo, hi in zip(ACCEPT_PARAMS, *ACCEPT_BOUNDS)]
@@ -351,7 +356,8 @@ AGENTIC_CONTEXT_TOKENS = 8000
 
 def fit_long_context(profile: TwinProfile, cal: dict) -> TwinProfile:
     """Stage 1b: ``long_context_floor`` from the agentic accept lengths at AGENTIC_CONTEXT_TOKENS of context."""
-    from scipy.optimize import minimize_scalar
+    with needs(FITTING):
+        from scipy.optimize import minimize_scalar
 
     from harness.twin.model import context_quality
 
@@ -412,7 +418,8 @@ def fit_step_power_targets(
 ) -> TwinProfile:
     """``STEP_POWER_PARAMS`` (log scale) by least squares on the simulated cells of ``targets`` (one seed, nominal
     launches). ``prior``: a log-distance of ``prior`` from the start counts as one target tolerance."""
-    from scipy.optimize import least_squares
+    with needs(FITTING):
+        from scipy.optimize import least_squares
 
     prof = profile.model_copy(deep=True)
     lo = [math.log(LOWER_BOUNDS.get(n, 1e-3)) for _, n in STEP_POWER_PARAMS]
@@ -450,7 +457,8 @@ POLISH_PARAMS: tuple[tuple[str, str], ...] = (
 def polish_power(profile: TwinProfile, cal: dict, max_evals: int = 250) -> TwinProfile:
     """Stage 2b: Nelder-Mead over the power levels and the two largest step terms. The power cap and the band
     constraints make the objective kinked, where finite-difference least squares stalls."""
-    from scipy.optimize import minimize
+    with needs(FITTING):
+        from scipy.optimize import minimize
 
     prof = profile.model_copy(deep=True)
     x0 = [math.log(getattr(getattr(prof, s), n)) for s, n in POLISH_PARAMS]
