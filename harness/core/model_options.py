@@ -175,13 +175,21 @@ def load_config(path: Path, model: type[BaseModel]) -> dict[str, Any]:
 
 
 class OptionError(UsageError):
-    """A bad option value: the same message and fix at every door; ``source`` says which door (None: a flag or the
-    Python API), ``field`` which option."""
+    """A bad option value: the same message, fix and exit code at every door; ``source`` says which door (None: a
+    flag or the Python API), ``field`` which option. Exit 2, or the value check's own (a missing input file: 3)."""
 
-    def __init__(self, message: str, fix: str | None, field: str | None = None, source: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        fix: str | None,
+        field: str | None = None,
+        source: str | None = None,
+        exit_code: int = UsageError.exit_code,
+    ) -> None:
         super().__init__(message, fix)
         self.field = field
         self.source = source
+        self.exit_code = exit_code
 
 
 def _field_info(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, FieldInfo | None]:
@@ -204,7 +212,7 @@ def option_error(model: type[BaseModel], exc: ValidationError, source: str | Non
     flag = flag_name(name, info) if info is not None else "an option"
     ctx = err.get("ctx") or {}
     if err["type"] == OPTION_VALUE:
-        return OptionError(str(ctx["message"]), str(ctx["fix"]) or None, name, source)
+        return OptionError(str(ctx["message"]), str(ctx["fix"]) or None, name, source, int(ctx["exit_code"]))
     if err["type"] == "missing":
         return OptionError(f"{flag} is required", f"pass {flag} (or set it in a --config file)", name, source)
     choices = _choices(info.annotation) if info is not None else None

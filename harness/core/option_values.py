@@ -20,7 +20,7 @@ from typing import Annotated, Any, Callable, Sequence
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
-from harness.core.errors import HarnessError, UsageError
+from harness.core.errors import HarnessError, MissingFileError, UsageError
 
 OPTION_VALUE = "option_value"
 """The pydantic error type of a value's own check (its context carries the ``fix``)."""
@@ -28,7 +28,9 @@ OPTION_VALUE = "option_value"
 
 def refusal(err: HarnessError) -> PydanticCustomError:
     """A check's ``HarnessError`` as the pydantic error the model raises (message and fix kept verbatim)."""
-    return PydanticCustomError(OPTION_VALUE, "{message}", {"message": err.message, "fix": err.fix or ""})
+    return PydanticCustomError(
+        OPTION_VALUE, "{message}", {"message": err.message, "fix": err.fix or "", "exit_code": err.exit_code}
+    )
 
 
 def checked_by(check: Callable[[Any], Any]) -> BeforeValidator:
@@ -127,10 +129,11 @@ def check_fraction(value: Any, name: str, example: str) -> float:
 
 
 def check_input_path(value: Any, name: str) -> Path:
-    """A file or folder the command reads: it must exist when the options are built."""
+    """A file or folder the command reads: it must exist when the options are built (a missing input is exit 3,
+    ``MissingFileError``, at every door)."""
     path = Path(value)
     if not path.exists():
-        raise UsageError(f"{name} {str(path)!r} does not exist", fix=f"pass an existing path to {name}")
+        raise MissingFileError(f"{name} {str(path)!r}: not found", fix=f"pass an existing path to {name}")
     return path
 
 

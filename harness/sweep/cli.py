@@ -275,6 +275,10 @@ def reproduce(
         raise MissingFileError(
             f"--compare file not found: {compare}", fix="pass the published eagle3_energy_sweep.jsonl"
         )
+    if compare is not None:  # the comparison's statistics need scipy: say so before hours of sweeping, not after
+        from harness.core.extras import require
+
+        require("scipy", "harness reproduce --compare")
     values: dict[str, Any] = dict(QUICK) if quick else {"repeats": 3}
     values.update(given_on_command_line(ctx, options, SweepOptions))
     if values.get("engine", "twin") == "twin":

@@ -49,7 +49,7 @@ def test_bad_inputs_exit_non_zero_with_a_fix(tmp_path, synthetic_files):
     r = harness(
         "train", "--dataset", str(synthetic_files["dataset"]), "--out", str(tmp_path / "m"), "--band", "0.98,0.95"
     )
-    assert r.returncode == 2 and "band must satisfy" in r.stderr
+    assert r.returncode == 2 and "--band '0.98,0.95' is not a band" in r.stderr
     r = harness("evaluate", "--models", str(tmp_path / "m"))
     assert r.returncode == 2 and "--dataset" in r.stderr
 

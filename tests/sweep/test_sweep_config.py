@@ -66,8 +66,9 @@ def test_config_file_overlays_the_preset_and_flags_overlay_the_file(tmp_path, ca
     "text, needle",
     [
         ("repeat: 3\n", "unknown option(s) 'repeat'"),
-        ("repeats: many\n", "repeats: Input should be a valid integer"),
-        ("engine: tgi\n", "engine: Input should be 'twin', 'sglang' or 'vllm'"),
+        # a bad value gets the flag's own message (one check, every door); the from: line names the file and key
+        ("repeats: many\n", "--repeats: input should be a valid integer"),
+        ("engine: tgi\n", "unknown --engine 'tgi'"),
         ("- 1\n- 2\n", "expected a mapping"),
         ("repeats: [1\n", "not valid YAML or JSON"),
     ],
@@ -78,6 +79,8 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_key(tmp_path, capsys, tex
     out_dir = tmp_path / "run"
     code, out = _run(["sweep", "--config", str(cfg), "--out", str(out_dir)], capsys)
     assert code == 2 and needle in out and str(cfg) in out and "fix:" in out and "Traceback" not in out, out
+    if "unknown option" not in needle and "YAML" not in needle and "mapping" not in needle:
+        assert f"from: --config {cfg} (key {text.split(':')[0]})" in out, out
     assert not out_dir.exists()
 
 
