@@ -70,11 +70,11 @@ OUTPUT_TOKENS = 256
 Model = dict[int, dict[SpecConfig, tuple[float, float]]]
 
 
-def closed_loop_params(model: Model, trim: bool = False) -> ControllerParams:
+def closed_loop_params(model: Model) -> ControllerParams:
     """The closed-loop controller as the benchmark runs it: a load-driven switch at most every 3 twin s (about one
-    request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise; ``trim``: with the
-    clock trim (the share of windows at or above the band)."""
-    return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams(clock_trim=trim))
+    request's drain at these batch sizes), the defaults of ``closed_loop.LoopParams`` otherwise (with a clock
+    actuator whose lock the GPU took, the loop scores the share of windows at or above the band)."""
+    return ControllerParams(band=BAND, model=model, min_hold_s=3.0, loop=LoopParams())
 
 
 PILOT_PROMPT = " ".join(["def parse(line):  # the agent's long context: files, diffs, tool output"] * 320)
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             best_cfg = named[best] if best is not None else BASELINE
             run(f"clocks only ({best_cfg})", BandDecider({1: best_cfg}), clock=True)
             run("speculation only", BandDecider(table, closed_loop_params(model)))
-            run("controller", BandDecider(table, closed_loop_params(model, trim=True)), clock=True)
+            run("controller", BandDecider(table, closed_loop_params(model)), clock=True)
             run("adaptive", AdaptiveDecider(), ask=True)
             order = ["controller", "speculation only", f"clocks only ({best_cfg})", best, "no_spec", "adaptive"]
             shown = {n: runs[n] for n in dict.fromkeys(order) if n in runs}

@@ -77,10 +77,6 @@ class LoopParams:
     with 0.1 the loop flipped between no_spec and (5,2,8) and lost the band after each flip)."""
     """Gain in expected in-band share a switch must bring."""
     open_loop: bool = True
-    clock_trim: bool = False
-    """The locked SM clock trims power down into the band (``clock_trim.py``): a config's share is then that of
-    windows at or above the band's low edge (the cap included), not inside the band; only while the observation says
-    the trim works (``clock_active``: a refused lock leaves speculation alone)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +175,10 @@ def closed_loop_step(
             bias = max(-params.bias_limit, min(params.bias_limit, bias))
     new = LoopState(obs.t_s, slow, win, bias, clean, rate, tokens)
     row = predictions(model, routed, slow, params.open_loop, new.offered())
-    trim = params.clock_trim and obs.clock_active
+    # The locked SM clock trims power down into the band (``clock_trim.py``, ``--clock-control``) while the observation
+    # says it works (an actuator whose lock the GPU took): a config's share is then that of windows at or above the
+    # band's low edge (the cap included), not inside it. A refused lock leaves speculation alone.
+    trim = obs.clock_active
     pick = share_pick(row, bias, band, obs.alive, params.sigma, params.cap_u, trim)
     if pick is not None and routed is not None and routed in row and routed in obs.alive and pick != routed:
         share = lambda c: band_share(row[c][0] + bias, band, params.sigma, params.cap_u, trim)  # noqa: E731

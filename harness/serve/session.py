@@ -216,7 +216,6 @@ def open_session(options: SessionOptions) -> ServeSession:
             params = replace(params, min_hold_s=max(params.min_hold_s, options.relaunch_hold_s))
         clock = None
         if options.clock_control:
-            params = replace(params, loop=replace(params.loop, clock_trim=True))
             clock = _clock_factory(options, world, params.band)
         decider: Decider = (
             AdaptiveDecider(options.adaptive) if options.mode == "adaptive" else BandDecider(options.picks, params)

@@ -86,11 +86,11 @@ def test_trimmed_loop_keeps_a_config_that_reaches_the_band_unless_the_gain_is_la
     fast = SpecConfig(5, 2, 8)
     model = {bs: {BASELINE: (0.97, 30.0 * bs), fast: (0.99, 45.0 * bs)} for bs in (1, 16)}
     obs = Observation(t_s=1.0, in_flight=8, utilization=0.96, alive=frozenset({BASELINE, fast}), clock_active=True)
-    trim = LoopParams(clock_trim=True, open_loop=False)
+    trim = LoopParams(open_loop=False)
     pick, _ = closed_loop_step(LoopState(), obs, model, trim, BAND, BASELINE)
     assert pick == BASELINE  # share 0.93 -> 1.0 is below the trimmed hysteresis: no switch, no drain
     pick, _ = closed_loop_step(
-        LoopState(), obs, model, LoopParams(clock_trim=True, open_loop=False, trim_hysteresis=0.05), BAND, BASELINE
+        LoopState(), obs, model, LoopParams(open_loop=False, trim_hysteresis=0.05), BAND, BASELINE
     )
     assert pick == fast
     off = Observation(t_s=1.0, in_flight=8, utilization=0.96, alive=obs.alive, clock_active=False)
