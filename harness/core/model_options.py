@@ -66,7 +66,7 @@ def _scalar(annotation: Any) -> Any:
     return annotation if annotation in (int, float, str, bool) else str
 
 
-METAVARS = {int: "INTEGER", float: "NUMBER", str: "TEXT"}
+METAVARS = {int: "<int>", float: "<float>", str: "<str>"}
 
 
 def _shown_default(info: FieldInfo, f: Flag) -> str | bool:
