@@ -21,6 +21,7 @@ from harness.dataset.source import (
     resolve_input,
     window_summary,
 )
+from harness.gpu.gpu_pass import GpuPass
 from harness.grid import ACTIONS, SpecConfig
 from harness.runs.rows import (
     GRID_SPEED_SOURCES,
@@ -316,7 +317,9 @@ def check_rows(
 
     # completeness: each (repeat, batch size) has every config exactly once
     groups: dict[tuple[int, int], list[SpecConfig]] = defaultdict(list)
-    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, Any]]] = defaultdict(list)  # a config once per cap and clock
+    per_cap: dict[tuple[int, int], list[tuple[SpecConfig, GpuPass]]] = defaultdict(
+        list
+    )  # a config once per cap and clock
     for r in grid:
         if r.repeat is not None:
             groups[(r.repeat, r.batch_size)].append(r.config)
@@ -335,7 +338,7 @@ def check_rows(
         if twice:
             hint = (
                 ""
-                if any(any(p) for _c, p in per_cap[(rep, bs)])
+                if any(p.swept for _c, p in per_cap[(rep, bs)])
                 else " (a sweep over several power caps or SM clocks? The published layout has no cap or clock column: "
                 "load the run folder or its rows.jsonl)"
             )

@@ -48,6 +48,11 @@ class GpuPass:
         )
         return ", ".join(parts) or "default settings"
 
+    @property
+    def swept(self) -> bool:
+        """Whether this pass sets anything (a cap or a clock) rather than the default settings."""
+        return self.cap is not None or self.clock is not None
+
     def get(self, dimension: str) -> str | None:
         """The label of ``dimension`` (``cap`` or ``clock``)."""
         return self.cap if dimension == "cap" else self.clock
