@@ -132,3 +132,48 @@ def validation_error(message: str) -> Response:
     """FastAPI's request-validation 400 as sglang 0.5.23 rewrites it (``ErrorResponse``)."""
     body = {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
     return Response(400, body)
+
+
+def prompt_contract_error(body: dict[str, Any]) -> tuple[str, str] | None:
+    """0.5.23's contract on the prompt fields of a ``/generate`` body (``GenerateRequest``'s ``text``: a string or a
+    list of strings; ``input_ids``: a list of ints or a list of such lists) as (field, serde's text), or None."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is not None:
+        err = _type_error(text, "str-or-list")
+        if err:
+            return "text", err
+    if ids is not None:
+        if not isinstance(ids, list):
+            return (
+                "input_ids",
+                f"invalid type: {_unexpected(ids)}, expected a value or an array of values for TokenIdsOrList",
+            )
+        flat = not ids or (isinstance(ids[0], (int, float)) and not isinstance(ids[0], bool))
+        for row in [ids] if flat else ids:
+            err = _type_error(row, "i64-list")
+            if err:
+                return "input_ids", err
+    return None
+
+
+def context_length_error(
+    version: str, context_len: int, input_tokens: int, max_new_tokens: Any, reserved: int
+) -> str | None:
+    """``TokenizerManager._validate_one_request``'s refusal of a prompt, or of a prompt plus ``max_new_tokens``, past
+    the context length (no ``--allow-auto-truncate``), or None. 0.5.23 counts the EAGLE draft slots (``reserved``)
+    with the input and refuses a total above the context; 0.5.2 refuses one that reaches it."""
+    if version == "0.5.23":
+        input_tokens += reserved
+    if input_tokens >= context_len:
+        return f"The input ({input_tokens} tokens) is longer than the model's context length ({context_len} tokens)."
+    if not isinstance(max_new_tokens, (int, float)) or isinstance(max_new_tokens, bool):
+        return None
+    total = max_new_tokens + input_tokens
+    if total > context_len or (version != "0.5.23" and total >= context_len):
+        return (
+            f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
+            f"You requested a total of {total} tokens: {input_tokens} tokens from the input messages and "
+            f"{max_new_tokens} tokens for the completion. Please reduce the number of tokens in the input messages "
+            "or the completion to fit within the limit."
+        )
+    return None
