@@ -217,3 +217,31 @@ def test_a_mark_name_is_bounded(scripted_server):
     assert r.status_code == 400 and "1 to 256 characters" in r.json()["error"]["message"]
     assert httpx.post(f"{url}/v1/marks", json={"name": ""}).status_code == 400
     assert httpx.post(f"{url}/v1/marks", json={"name": "cell-start"}).status_code == 200
+
+
+def test_bad_query_values_are_a_400_naming_them(scripted_server):
+    """Issue 45: a negative limit was clamped to 1, a negative timestamp or a JSON ``true`` mark instant taken, a
+    ``nan`` or negative wait ignored and a huge one turned silently into 30 s of waiting. Each is now a 400 naming
+    the parameter and its range, answered at once."""
+    _, _, url = scripted_server
+    now = wall_ns()
+    for path, params, says in (
+        ("/v1/samples", {"limit": -5}, "limit must be between 1 and 10000, got -5"),
+        ("/v1/samples", {"limit": 10_001}, "limit must be between 1 and 10000, got 10001"),
+        ("/v1/samples", {"since_seq": -2}, "since_seq must be at least -1, got -2"),
+        ("/v1/window", {"start_ns": -5, "end_ns": 10}, "start_ns must be at least 0, got -5"),
+        ("/v1/window", {"start_ns": "true", "end_ns": 10}, "start_ns must be an integer, got 'true'"),
+        ("/v1/window", {"start_ns": 1, "end_ns": 2, "wait_s": "nan"}, "wait_s must be a finite number, got 'nan'"),
+        ("/v1/window", {"start_ns": 1, "end_ns": 2, "wait_s": -1}, "wait_s must be between 0.0 and 30.0, got -1.0"),
+        ("/v1/window", {"start_ns": now, "end_ns": now + 10**15, "wait_s": 1e9}, "wait_s must be between 0.0 and 30.0"),
+    ):
+        t0 = time.monotonic()
+        r = httpx.get(url + path, params=params, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(says), (params, r.text)
+        assert time.monotonic() - t0 < 5  # refused, not waited on
+    for instant in (True, -5, 1.5):
+        r = httpx.post(f"{url}/v1/marks", json={"name": "m", "wall_ns": instant})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("wall_ns must be an integer >= 0")
+    assert httpx.get(url + "/v1/samples", params={"since_seq": -1, "limit": 10_000}).status_code == 200
+    ok = httpx.get(url + "/v1/window", params={"start_ns": now - 10**8, "end_ns": now, "wait_s": 30}, timeout=40)
+    assert ok.status_code == 200
