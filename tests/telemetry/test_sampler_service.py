@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -245,3 +249,44 @@ def test_bad_query_values_are_a_400_naming_them(scripted_server):
     assert httpx.get(url + "/v1/samples", params={"since_seq": -1, "limit": 10_000}).status_code == 200
     ok = httpx.get(url + "/v1/window", params={"start_ns": now - 10**8, "end_ns": now, "wait_s": 30}, timeout=40)
     assert ok.status_code == 200
+
+
+class _WebPage(BaseHTTPRequestHandler):
+    """A loopback service that is not a twin GPU device: every path answers a 200 HTML page."""
+
+    def do_GET(self) -> None:
+        page = b"<html>not a GPU</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_a_twin_url_that_is_no_twin_gpu_never_reports_ready(scripted_server):
+    """Issue 45: against a closed port or a URL that answers something else, the sidecar printed its ready line and
+    answered /-/healthy 200 (what a world waits for). It now exits 4 before that, naming the URL and the fix."""
+    page = ThreadingHTTPServer(("127.0.0.1", 0), _WebPage)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    _, _, sampler_url = scripted_server  # a JSON service, but a sampler's /v1/info, not a twin's
+    try:
+        for url, says in (
+            (f"http://127.0.0.1:{free_port()}", "is not answering (ConnectionRefusedError"),
+            (
+                f"http://127.0.0.1:{page.server_address[1]}",
+                "is not a twin GPU device: GET /v1/info answered twin_bad_json",
+            ),
+            (sampler_url, 'is not a twin GPU device: GET /v1/info answered a JSON object without "twin": true'),
+        ):
+            argv = [sys.executable, "-m", "harness", "sampler", "serve", "--probe", "twin", "--twin-url", url]
+            r = subprocess.run([*argv, "--port", "0"], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 4, (url, r.stdout, r.stderr)
+            assert "sampler listening" not in r.stdout and "Traceback" not in r.stderr
+            assert "error: " in r.stderr and url in r.stderr and says in r.stderr, r.stderr
+            assert "fix: point --twin-url at a running `harness twin gpu`" in r.stderr
+    finally:
+        page.shutdown()
+        page.server_close()
