@@ -78,7 +78,10 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if api == "sglang" and max_tokens is not None:
         too_long = eng.context_refusal(count_tokens(prompt), max_tokens)
-        if too_long is not None:
+        if too_long is not None and body.get("stream") and eng.version == "0.5.2":  # refused inside the stream
+            failed = {"object": "error", "message": too_long, "type": "BadRequestError", "param": None, "code": 400}
+            return Stream(iter([sse({"error": failed}), sse("[DONE]")]))
+        if too_long is not None:  # 0.5.23 starts the stream first, so a refusal is a 400 before it
             return refuse(eng, api, too_long, "max_tokens")
     sp = {
         "temperature": body.get("temperature", 1.0),

@@ -18,7 +18,7 @@ from harness.twin.engine.metrics import render_metrics
 from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_contract import (
-    prompt_contract_error,
+    prompt_type_error,
     sampling_contract_error,
     sampling_range_error,
     validation_error,
@@ -54,10 +54,9 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
     body = admit(eng, req)
     if isinstance(body, Response):
         return body
-    wrong_prompt = prompt_contract_error(body)
-    if wrong_prompt is not None:  # 0.5.23's schema gate answers a bare string; 0.5.2 a 400 naming the field
-        field, what = wrong_prompt
-        return Response(400, {"error": what}) if eng.version == "0.5.23" else error(400, f"{field}: {what}")
+    wrong_prompt = prompt_type_error(body)
+    if wrong_prompt is not None:  # FastAPI's validation answer, as 0.5.23 rewrites it; on 0.5.2 the house's 400
+        return validation_error(wrong_prompt) if eng.version == "0.5.23" else error(400, wrong_prompt)
     sp = body.get("sampling_params") or {}
     if not isinstance(sp, dict):
         return error(400, "sampling_params must be an object")

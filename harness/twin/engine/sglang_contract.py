@@ -134,25 +134,27 @@ def validation_error(message: str) -> Response:
     return Response(400, body)
 
 
-def prompt_contract_error(body: dict[str, Any]) -> tuple[str, str] | None:
-    """0.5.23's contract on the prompt fields of a ``/generate`` body (``GenerateRequest``'s ``text``: a string or a
-    list of strings; ``input_ids``: a list of ints or a list of such lists) as (field, serde's text), or None."""
+def prompt_type_error(body: dict[str, Any]) -> str | None:
+    """What is wrong with the types of a ``/generate`` body's prompt fields, naming the field, or None. sglang's
+    ``GenerateReqInput`` types them (``text``: a string or a list of strings; ``input_ids``: a list of ints or a list
+    of such lists), so FastAPI refuses a wrong one before the route runs (0.5.23: before its schema gate)."""
     text, ids = body.get("text"), body.get("input_ids")
-    if text is not None:
-        err = _type_error(text, "str-or-list")
-        if err:
-            return "text", err
-    if ids is not None:
-        if not isinstance(ids, list):
-            return (
-                "input_ids",
-                f"invalid type: {_unexpected(ids)}, expected a value or an array of values for TokenIdsOrList",
-            )
-        flat = not ids or (isinstance(ids[0], (int, float)) and not isinstance(ids[0], bool))
-        for row in [ids] if flat else ids:
-            err = _type_error(row, "i64-list")
-            if err:
-                return "input_ids", err
+    if text is not None and not isinstance(text, (str, list)):
+        return f"text must be a string or a list of strings, got {_unexpected(text)}"
+    for i, item in enumerate(text if isinstance(text, list) else []):
+        if not isinstance(item, str):
+            return f"text[{i}] must be a string, got {_unexpected(item)}"
+    if ids is not None and not isinstance(ids, list):
+        return f"input_ids must be a list of token ids or a list of such lists, got {_unexpected(ids)}"
+    ids = ids or []
+    flat = not ids or not isinstance(ids[0], list)
+    rows = [("input_ids", ids)] if flat else [(f"input_ids[{i}]", row) for i, row in enumerate(ids)]
+    for name, row in rows:
+        if not isinstance(row, list):
+            return f"{name} must be a list of token ids, got {_unexpected(row)}"
+        for j, token in enumerate(row):
+            if not isinstance(token, int) or isinstance(token, bool):
+                return f"{name}[{j}] must be an integer token id, got {_unexpected(token)}"
     return None
 
 
