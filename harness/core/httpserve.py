@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import Any, Callable, TypeVar, Union
 from urllib.parse import parse_qs, urlsplit
 
 from harness.core.stopflag import StopFlag
@@ -50,27 +51,52 @@ class Request:
             raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
         return body
 
-    def int_param(self, name: str, default: int | None = None) -> int:
-        """An integer query parameter; missing (without a default) or malformed raises ``BadRequest``."""
+    def int_param(
+        self, name: str, default: int | None = None, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
+        """An integer query parameter; missing (without a default), malformed (``true``, ``1.5``) or outside
+        ``minimum``..``maximum`` raises ``BadRequest``."""
         val = self.query.get(name)
         if val is None:
             if default is None:
                 raise BadRequest(f"missing query parameter {name}")
             return default
         try:
-            return int(val)
+            number = int(val)
         except ValueError:
             raise BadRequest(f"{name} must be an integer, got {val!r}") from None
+        return _in_range(name, number, minimum, maximum)
 
-    def float_param(self, name: str, default: float) -> float:
-        """A number query parameter (default when missing); malformed raises ``BadRequest``."""
+    def float_param(
+        self, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+    ) -> float:
+        """A finite number query parameter (default when missing); malformed, ``nan``/``inf`` or outside
+        ``minimum``..``maximum`` raises ``BadRequest``."""
         val = self.query.get(name)
         if val is None:
             return default
         try:
-            return float(val)
+            number = float(val)
         except ValueError:
             raise BadRequest(f"{name} must be a number, got {val!r}") from None
+        if not math.isfinite(number):
+            raise BadRequest(f"{name} must be a finite number, got {val!r}")
+        return _in_range(name, number, minimum, maximum)
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def _in_range(name: str, value: _Number, minimum: _Number | None, maximum: _Number | None) -> _Number:
+    """``value``, or ``BadRequest`` naming ``name`` and its allowed range."""
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        allowed = (
+            f"between {minimum} and {maximum}"
+            if minimum is not None and maximum is not None
+            else (f"at least {minimum}" if minimum is not None else f"at most {maximum}")
+        )
+        raise BadRequest(f"{name} must be {allowed}, got {value}")
+    return value
 
 
 class Response:

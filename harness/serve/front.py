@@ -51,6 +51,41 @@ def generate_accept_of(obj: Any) -> float | None:
     return float(val) if isinstance(val, (int, float)) and not isinstance(val, bool) else None
 
 
+_JSON_TYPES = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    list: "a list",
+    dict: "an object",
+}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def chat_messages_error(messages: Any) -> str | None:
+    """Why OpenAI's chat ``messages`` is refused, naming the field, else None: a non-empty list of objects, each with
+    a string ``role`` and a ``content`` that is a string or a list of content parts (objects); an assistant message
+    carrying ``tool_calls`` may have none. An engine would otherwise template whatever came (a 200)."""
+    if not isinstance(messages, list) or not messages:
+        return f"messages must be a non-empty list of message objects, got {_json_type(messages)}"
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            return f"messages[{i}] must be an object with role and content, got {_json_type(msg)}"
+        if not isinstance(msg.get("role"), str):
+            return f"messages[{i}].role must be a string, got {_json_type(msg.get('role'))}"
+        content = msg.get("content")
+        if content is None and msg["role"] == "assistant" and msg.get("tool_calls"):
+            continue
+        if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+            continue
+        if not isinstance(content, str):
+            return f"messages[{i}].content must be a string or a list of content parts, got {_json_type(content)}"
+    return None
+
+
 class Front:
     """The routes over a ``ControlLoop``; ``ask_accept`` asks engines for per-request spec details (the adaptive
     emulation needs the accept length) and hides them from clients that did not ask."""
@@ -135,6 +170,10 @@ class Front:
         body = req.json()
         if not isinstance(body, dict):
             return error(400, "the body must be a JSON object")
+        if path == "/v1/chat/completions":
+            wrong = chat_messages_error(body.get("messages"))
+            if wrong is not None:
+                return error(400, wrong, param="messages")
         client_asked = bool(body.get("return_spec_tokens_details"))
         if self.ask_accept and path != "/generate":  # /generate reports the accept length in meta_info
             body["return_spec_tokens_details"] = True

@@ -137,6 +137,28 @@ class TwinProbe:
             return False, [empty_reading("twin_bad_answer: /v1/states without a list of states")]
         return bool(answer.get("dated")) and len(states) == len(walls), [_twin_reading(x) for x in states]
 
+    def check(self) -> None:
+        """Show that ``self.url`` is a twin GPU device before the sampler says it is ready: ``GET /v1/info`` answers
+        ``"twin": true`` and ``GET /v1/state`` a reading. ``ServiceUnavailableError`` naming the URL otherwise (nothing
+        answering, or something else: a twin engine, a web page, another service)."""
+        fix = "point --twin-url at a running `harness twin gpu` (it prints its URL on its ready line)"
+        try:
+            status, body = self._get("/v1/info")
+        except (OSError, http.client.HTTPException) as exc:
+            raise ServiceUnavailableError(
+                f"twin GPU device at {self.url} is not answering ({type(exc).__name__}: {exc})", fix=fix
+            ) from None
+        info, problem = _twin_json(status, body)
+        if info is None or info.get("twin") is not True:
+            what = problem or 'a JSON object without "twin": true'
+            raise ServiceUnavailableError(f"{self.url} is not a twin GPU device: GET /v1/info answered {what}", fix=fix)
+        reading = self.read()
+        if reading["energy_mj"] is None and reading["power_w"] is None:
+            errors = "; ".join(reading["errors"]) or "no energy or power"
+            raise ServiceUnavailableError(
+                f"the twin GPU device at {self.url} gave no reading on GET /v1/state ({errors})", fix=fix
+            )
+
     def identity(self) -> dict[str, Any]:
         try:
             status, body = self._get("/v1/info")
@@ -445,7 +467,7 @@ def _dist_version(dist: str) -> str | None:
 
 
 def make_probe(kind: str, *, gpu_index: int = 0, twin_url: str | None = None) -> Probe:
-    """Build the probe the CLI asked for."""
+    """Build the probe the CLI asked for; a twin probe only once its URL has shown a twin GPU device (``check``)."""
     if kind == "nvml":
         return NvmlProbe(gpu_index)
     if kind == "rapl":
@@ -455,7 +477,13 @@ def make_probe(kind: str, *, gpu_index: int = 0, twin_url: str | None = None) ->
     if kind == "twin":
         if not twin_url:
             raise UsageError("--probe twin needs --twin-url", fix="pass --twin-url http://127.0.0.1:18100")
-        return TwinProbe(twin_url)
+        probe = TwinProbe(twin_url)
+        try:
+            probe.check()
+        except ServiceUnavailableError:
+            probe.close()
+            raise
+        return probe
     raise UsageError(f"unknown probe {kind!r}", fix="use --probe nvml, rapl or twin")
 
 

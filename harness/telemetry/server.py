@@ -15,7 +15,9 @@ from harness.telemetry.sampler import SamplerCore
 from harness.telemetry.windows import EDGE_MODELS
 
 MAX_WAIT_S = 30.0
+"""Longest ``/v1/window?wait_s=`` the sampler waits for a sample past the window (a longer one is a 400)."""
 MAX_SAMPLES = 10_000
+"""Largest ``/v1/samples?limit=`` (a larger one is a 400)."""
 
 
 MAX_MARK_NAME = 256
@@ -27,15 +29,20 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _is_timestamp(value: Any) -> bool:
+    """A wall-clock ns instant: an integer >= 0 (JSON's ``true`` is not one, though Python's bool is an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def build_router(core: SamplerCore) -> Router:
     """The sampler's routes (docs/telemetry.md)."""
     r = Router()
 
     def window(req: Request) -> dict[str, Any]:
-        start, end = req.int_param("start_ns"), req.int_param("end_ns")
+        start, end = req.int_param("start_ns", minimum=0), req.int_param("end_ns", minimum=0)
         if end <= start:
             raise BadRequest("end_ns must be after start_ns")
-        wait_s = min(MAX_WAIT_S, max(0.0, req.float_param("wait_s", 0.0)))
+        wait_s = req.float_param("wait_s", 0.0, minimum=0.0, maximum=MAX_WAIT_S)
         model = req.query.get("edge_model") or "step"
         if model not in EDGE_MODELS:
             raise BadRequest(f"edge_model must be one of {', '.join(EDGE_MODELS)}")
@@ -46,8 +53,8 @@ def build_router(core: SamplerCore) -> Router:
         return error(503, "no sample yet") if s is None else s.to_record()
 
     def samples(req: Request) -> dict[str, Any]:
-        since = req.int_param("since_seq", -1)
-        limit = min(MAX_SAMPLES, max(1, req.int_param("limit", 1000)))
+        since = req.int_param("since_seq", -1, minimum=-1)
+        limit = req.int_param("limit", 1000, minimum=1, maximum=MAX_SAMPLES)
         return {"samples": [rec.to_record() for rec in core.store.since(since, limit)]}
 
     def metrics(req: Request) -> Response:
@@ -61,8 +68,10 @@ def build_router(core: SamplerCore) -> Router:
             body = json.loads(req.raw or b"{}")
             name = body["name"]
             client_ns = body.get("wall_ns")
-            if not isinstance(name, str) or (client_ns is not None and not isinstance(client_ns, int)):
+            if not isinstance(name, str):
                 raise TypeError
+            if not (client_ns is None or _is_timestamp(client_ns)):
+                return error(400, f"wall_ns must be an integer >= 0 (wall-clock ns), got {json.dumps(client_ns)}")
             if not name or len(name) > MAX_MARK_NAME:
                 return error(400, f"a mark name is 1 to {MAX_MARK_NAME} characters, got {len(name)}")
         except (ValueError, KeyError, TypeError, AttributeError):

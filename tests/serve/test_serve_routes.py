@@ -28,6 +28,26 @@ def _value(samples: dict, name: str, **labels: str) -> float:
     return hits[0]
 
 
+def _wrongly_typed_chat_messages_are_a_400(url: str) -> None:
+    """Issue 45: a string, a list of numbers, a message without a string or list content were answered 200 (the
+    engine templated whatever came); the front refuses them, naming the field, before any engine sees them."""
+    for messages, says in (
+        ("hello", "messages must be a non-empty list of message objects, got a string"),
+        ([], "messages must be a non-empty list of message objects, got a list"),
+        ([1, 2], "messages[0] must be an object with role and content, got a number"),
+        ([{"role": "user"}], "messages[0].content must be a string or a list of content parts, got null"),
+        ([{"role": "user", "content": "hi"}, {"role": "user", "content": 5}], "messages[1].content must be a string"),
+        ([{"role": "user", "content": {"text": "hi"}}], "messages[0].content must be a string or a list"),
+        ([{"content": "hi"}], "messages[0].role must be a string, got null"),
+    ):
+        r = httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4}, timeout=30)
+        assert r.status_code == 400, (messages, r.text)
+        assert r.json()["error"]["message"].startswith(says) and r.json()["error"]["param"] == "messages", r.text
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    ok = httpx.post(url + "/v1/chat/completions", json={"messages": parts, "max_tokens": 4}, timeout=30)
+    assert ok.status_code == 200, ok.text
+
+
 def test_generate_models_by_id_and_metrics(tmp_path: Path) -> None:
     args = ("--enable-metrics", "--served-model-name", "twin-llama")
     with serve_session(tmp_path, {1: B}, engine_args=args) as s:
@@ -87,3 +107,4 @@ def test_generate_models_by_id_and_metrics(tmp_path: Path) -> None:
             < _value(es, "sglang:inter_token_latency_seconds_sum")
             < _value(es, "sglang:e2e_request_latency_seconds_sum")
         )
+        _wrongly_typed_chat_messages_are_a_400(s.url)

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -217,3 +221,72 @@ def test_a_mark_name_is_bounded(scripted_server):
     assert r.status_code == 400 and "1 to 256 characters" in r.json()["error"]["message"]
     assert httpx.post(f"{url}/v1/marks", json={"name": ""}).status_code == 400
     assert httpx.post(f"{url}/v1/marks", json={"name": "cell-start"}).status_code == 200
+
+
+def test_bad_query_values_are_a_400_naming_them(scripted_server):
+    """Issue 45: a negative limit was clamped to 1, a negative timestamp or a JSON ``true`` mark instant taken, a
+    ``nan`` or negative wait ignored and a huge one turned silently into 30 s of waiting. Each is now a 400 naming
+    the parameter and its range, answered at once."""
+    _, _, url = scripted_server
+    now = wall_ns()
+    for path, params, says in (
+        ("/v1/samples", {"limit": -5}, "limit must be between 1 and 10000, got -5"),
+        ("/v1/samples", {"limit": 10_001}, "limit must be between 1 and 10000, got 10001"),
+        ("/v1/samples", {"since_seq": -2}, "since_seq must be at least -1, got -2"),
+        ("/v1/window", {"start_ns": -5, "end_ns": 10}, "start_ns must be at least 0, got -5"),
+        ("/v1/window", {"start_ns": "true", "end_ns": 10}, "start_ns must be an integer, got 'true'"),
+        ("/v1/window", {"start_ns": 1, "end_ns": 2, "wait_s": "nan"}, "wait_s must be a finite number, got 'nan'"),
+        ("/v1/window", {"start_ns": 1, "end_ns": 2, "wait_s": -1}, "wait_s must be between 0.0 and 30.0, got -1.0"),
+        ("/v1/window", {"start_ns": now, "end_ns": now + 10**15, "wait_s": 1e9}, "wait_s must be between 0.0 and 30.0"),
+    ):
+        t0 = time.monotonic()
+        r = httpx.get(url + path, params=params, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(says), (params, r.text)
+        assert time.monotonic() - t0 < 5  # refused, not waited on
+    for instant in (True, -5, 1.5):
+        r = httpx.post(f"{url}/v1/marks", json={"name": "m", "wall_ns": instant})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("wall_ns must be an integer >= 0")
+    assert httpx.get(url + "/v1/samples", params={"since_seq": -1, "limit": 10_000}).status_code == 200
+    ok = httpx.get(url + "/v1/window", params={"start_ns": now - 10**8, "end_ns": now, "wait_s": 30}, timeout=40)
+    assert ok.status_code == 200
+
+
+class _WebPage(BaseHTTPRequestHandler):
+    """A loopback service that is not a twin GPU device: every path answers a 200 HTML page."""
+
+    def do_GET(self) -> None:
+        page = b"<html>not a GPU</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_a_twin_url_that_is_no_twin_gpu_never_reports_ready(scripted_server):
+    """Issue 45: against a closed port or a URL that answers something else, the sidecar printed its ready line and
+    answered /-/healthy 200 (what a world waits for). It now exits 4 before that, naming the URL and the fix."""
+    page = ThreadingHTTPServer(("127.0.0.1", 0), _WebPage)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    _, _, sampler_url = scripted_server  # a JSON service, but a sampler's /v1/info, not a twin's
+    try:
+        for url, says in (
+            (f"http://127.0.0.1:{free_port()}", "is not answering (ConnectionRefusedError"),
+            (
+                f"http://127.0.0.1:{page.server_address[1]}",
+                "is not a twin GPU device: GET /v1/info answered twin_bad_json",
+            ),
+            (sampler_url, 'is not a twin GPU device: GET /v1/info answered a JSON object without "twin": true'),
+        ):
+            argv = [sys.executable, "-m", "harness", "sampler", "serve", "--probe", "twin", "--twin-url", url]
+            r = subprocess.run([*argv, "--port", "0"], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 4, (url, r.stdout, r.stderr)
+            assert "sampler listening" not in r.stdout and "Traceback" not in r.stderr
+            assert "error: " in r.stderr and url in r.stderr and says in r.stderr, r.stderr
+            assert "fix: point --twin-url at a running `harness twin gpu`" in r.stderr
+    finally:
+        page.shutdown()
+        page.server_close()

@@ -168,6 +168,60 @@ def test_bad_generate_requests_answer_as_the_real_0523(e0523, e052):
     assert gen(e052.url, n="x").status_code == 400 and gen(e052.url, n=-1).status_code == 400
 
 
+def test_past_the_context_is_refused_as_sglang_does(e052, e0523):
+    """Issue 45: ``max_new_tokens`` 10**9 ran ~131 k tokens (a hang). sglang's tokenizer refuses a prompt plus limit
+    past the context (0.5.23 counting the EAGLE draft slots, max(topk x steps, draft) = 6 here, with the input); its
+    chat route first refuses a limit above the context itself."""
+    total = "Requested token count exceeds the model's maximum context length of 131072 tokens. You requested a total"
+    for e, inputs in ((e052, 2), (e0523, 2 + 6)):
+        r = gen(e.url, text="hi", n=10**9, timeout=10)
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert message.startswith(total) and f"{inputs} tokens from the input messages and 1000000000 tokens" in message
+        r = httpx.post(e.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 10**9}, timeout=10)
+        assert r.status_code == 400 and total in r.text, r.text
+    too_large = "max_completion_tokens is too large: 1000000000.This model supports at most 131072 completion tokens."
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**9}
+    r = httpx.post(e0523.url + "/v1/chat/completions", json=chat, timeout=10)
+    assert r.status_code == 400 and r.json() == {
+        "object": "error",
+        "message": too_large,
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+    r = httpx.post(e052.url + "/v1/chat/completions", json=chat, timeout=10)  # 0.5.2: no --context-length, no check
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(total), r.text
+    events = sse(e0523.url, "/generate", {"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 10**9}})
+    assert events[-1] == "[DONE]" and events[0]["error"]["message"].startswith(total)  # refused inside the stream
+    assert events[0]["error"]["code"] == 400 and len(events) == 2
+    streamed = {"prompt": "hi", "max_tokens": 10**9, "stream": True}
+    events = sse(e052.url, "/v1/completions", streamed)  # 0.5.2: an error event after the 200, as its generator does
+    assert events[-1] == "[DONE]" and events[0]["error"]["message"].startswith(total) and len(events) == 2
+    r = httpx.post(e0523.url + "/v1/completions", json=streamed, timeout=10)  # 0.5.23 validates before the 200
+    assert r.status_code == 400 and r.json()["message"].startswith(total), r.text
+
+
+def test_a_wrongly_typed_prompt_is_a_400_naming_it(e052, e0523):
+    """Issue 45: ``text`` 5 answered a 500. sglang types ``text`` and ``input_ids`` in ``GenerateReqInput``, so
+    FastAPI refuses a wrong one (0.5.23's rewrite of its validation error: the ``ErrorResponse`` body); 0.5.2 answers
+    the house's 400. Both name the field."""
+    for field, value, says in (
+        ("text", 5, "text must be a string or a list of strings, got integer `5`"),
+        ("text", {"a": 1}, "text must be a string or a list of strings, got map"),
+        ("text", ["a", 5], "text[1] must be a string, got integer `5`"),
+        ("input_ids", "abc", 'input_ids must be a list of token ids or a list of such lists, got string "abc"'),
+        ("input_ids", [[1, 2], 3], "input_ids[1] must be a list of token ids, got integer `3`"),
+        ("input_ids", [1, "x"], 'input_ids[1] must be an integer token id, got string "x"'),
+    ):
+        body = {field: value, "sampling_params": {"max_new_tokens": 4}}
+        r = httpx.post(e0523.url + "/generate", json=body, timeout=10)
+        want = {"object": "error", "message": says, "type": "Bad Request", "param": None, "code": 400}
+        assert r.status_code == 400 and r.json() == want, (value, r.text)
+        r = httpx.post(e052.url + "/generate", json=body, timeout=10)
+        assert r.status_code == 400 and r.json() == {"error": {"message": says}}, (value, r.text)
+
+
 def test_052_lacks_new_endpoints(e052):
     for path in ("/server_info", "/model_info", "/ready"):
         assert httpx.get(e052.url + path).status_code == 404, path
@@ -429,7 +483,7 @@ def test_what_the_twin_would_shrink_silently_is_a_400(e052):
         ({"prompt": "hi", "max_tokens": 4, "logprobs": 3}, "logprobs"),
         ({"prompt": "hi", "max_tokens": -1}, "max_tokens must be an integer >= 0"),
         ({"prompt": "hi", "max_tokens": "four"}, "max_tokens must be an integer >= 0"),
-        ({"prompt": "hi", "max_tokens": 10**12}, "exceeds the model's context length"),
+        ({"prompt": "hi", "max_tokens": 10**12}, "exceeds the model's maximum context length of 131072 tokens"),
     ):
         r = httpx.post(url, json=body, timeout=30)
         assert r.status_code == 400 and says in r.json()["error"]["message"], (body, r.text)

@@ -14,6 +14,7 @@ from harness.twin.engine.loop_hint import LoopHint, parse_loop_hint
 from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.scheduler import TwinEngine
 from harness.twin.engine.sglang_state import meta_info
+from harness.twin.engine.tokens import count_tokens
 
 Reply = Response | Stream | dict[str, Any]
 Admit = Callable[[Request], dict[str, Any] | Response]
@@ -60,7 +61,7 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
     hint = vllm_gate(eng, req, body) if api == "vllm" else None
     if isinstance(hint, Response):
         return hint
-    refused = _not_emulated(eng, body, api)
+    refused = _not_emulated(eng, body, api) or (_chat_limit_error(eng, body, api) if kind == "chat" else None)
     if refused is not None:
         return refused
     if kind == "chat":
@@ -75,6 +76,13 @@ def _handle(eng: TwinEngine, admit: Admit, req: Request, kind: str, api: str) ->
         if not isinstance(prompt, str):
             return refuse(eng, api, "prompt must be a string", "prompt")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if api == "sglang" and max_tokens is not None:
+        too_long = eng.context_refusal(count_tokens(prompt), max_tokens)
+        if too_long is not None and body.get("stream") and eng.version == "0.5.2":  # refused inside the stream
+            failed = {"object": "error", "message": too_long, "type": "BadRequestError", "param": None, "code": 400}
+            return Stream(iter([sse({"error": failed}), sse("[DONE]")]))
+        if too_long is not None:  # 0.5.23 starts the stream first, so a refusal is a 400 before it
+            return refuse(eng, api, too_long, "max_tokens")
     sp = {
         "temperature": body.get("temperature", 1.0),
         "max_new_tokens": max_tokens if max_tokens is not None else eng.context_length(),
@@ -123,9 +131,20 @@ def _not_emulated(eng: TwinEngine, body: dict[str, Any], api: str) -> Response |
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             return refuse(eng, api, f"{key} must be an integer >= 0, got {value!r}", key)
-        if value > eng.context_length():
+        if api == "vllm" and value > eng.context_length():
             return refuse(eng, api, f"{key}={value} exceeds the model's context length {eng.context_length()}", key)
     return None
+
+
+def _chat_limit_error(eng: TwinEngine, body: dict[str, Any], api: str) -> Response | None:
+    """sglang's chat route refuses a completion limit above the context length before it reads the prompt (0.5.2
+    only when launched with ``--context-length``)."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    context = eng.context_length() if eng.version == "0.5.23" else eng.args.context_length
+    if api != "sglang" or not limit or not context or limit <= context:
+        return None
+    message = f"max_completion_tokens is too large: {limit}.This model supports at most {context} completion tokens."
+    return refuse(eng, api, message, "max_completion_tokens")
 
 
 def vllm_gate(eng: TwinEngine, req: Request, body: dict[str, Any]) -> LoopHint | None | Response:

@@ -25,6 +25,7 @@ from harness.twin.engine.log import log
 from harness.twin.engine.loop_clients import UNPLACED_NS, ClosedLoops
 from harness.twin.engine.loop_hint import LoopHint
 from harness.twin.engine.request import Computed, EngineRequest
+from harness.twin.engine.sglang_contract import context_length_error
 from harness.twin.engine.tokens import count_tokens, stable_hash
 from harness.twin.model import (
     CLIENT_TURNAROUND_MS,
@@ -341,6 +342,13 @@ class TwinEngine:
     def context_length(self) -> int:
         """``--context-length`` or the model's 128 Ki tokens."""
         return self.args.context_length or 131072
+
+    def context_refusal(self, prompt_tokens: int, max_new_tokens: Any) -> str | None:
+        """sglang's refusal of a request whose prompt, or prompt plus ``max_new_tokens``, does not fit the context
+        (its message), else None; 0.5.23 reserves the EAGLE draft slots of every request on top of its input."""
+        cfg = self.cfg
+        reserved = 0 if cfg.is_baseline else max(cfg.topk * cfg.steps, cfg.draft_tokens)
+        return context_length_error(self.version, self.context_length(), prompt_tokens, max_new_tokens, reserved)
 
     def abort(self, req: EngineRequest) -> None:
         """Drop a request whose client went away."""

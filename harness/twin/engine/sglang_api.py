@@ -17,8 +17,14 @@ from harness.twin.engine.loop_hint import parse_loop_hint
 from harness.twin.engine.metrics import render_metrics
 from harness.twin.engine.request import EngineRequest, iter_counts
 from harness.twin.engine.scheduler import TwinEngine
-from harness.twin.engine.sglang_contract import sampling_contract_error, sampling_range_error, validation_error
+from harness.twin.engine.sglang_contract import (
+    prompt_type_error,
+    sampling_contract_error,
+    sampling_range_error,
+    validation_error,
+)
 from harness.twin.engine.sglang_state import meta_info, server_info
+from harness.twin.engine.tokens import count_tokens
 
 Reply = Response | Stream | dict[str, Any] | list[Any]
 
@@ -48,6 +54,9 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
     body = admit(eng, req)
     if isinstance(body, Response):
         return body
+    wrong_prompt = prompt_type_error(body)
+    if wrong_prompt is not None:  # FastAPI's validation answer, as 0.5.23 rewrites it; on 0.5.2 the house's 400
+        return validation_error(wrong_prompt) if eng.version == "0.5.23" else error(400, wrong_prompt)
     sp = body.get("sampling_params") or {}
     if not isinstance(sp, dict):
         return error(400, "sampling_params must be an object")
@@ -75,6 +84,11 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
         return error(400, out_of_range)
     batch = isinstance(text, list) or (isinstance(ids, list) and bool(ids) and isinstance(ids[0], list))
     items: Any = (text if isinstance(text, list) else ids) if batch else [text if text is not None else ids]
+    for item in items:
+        tokens = count_tokens(item) if isinstance(item, str) else len(item)
+        too_long = eng.context_refusal(tokens, sp.get("max_new_tokens"))
+        if too_long is not None:
+            return context_refused(eng, too_long, bool(body.get("stream")) and not batch)
     reqs = []
     for i, item in enumerate(items):
         rid = body.get("rid")
@@ -96,6 +110,16 @@ def generate(eng: TwinEngine, req: Request) -> Reply:
         q.wait_done()
         outs.append(_result(eng, q, with_text))
     return outs if batch else outs[0]
+
+
+def context_refused(eng: TwinEngine, message: str, stream: bool) -> Response | Stream:
+    """sglang's answer to a request past the context: a 400 ``{"error": {"message"}}``; a stream is refused inside
+    it (sglang validates in the tokenizer, after the 200): one error event (0.5.23's with ``type``, ``code``,
+    ``retryable``), then ``[DONE]``."""
+    if not stream:
+        return error(400, message)
+    extra = {"type": "invalid_request_error", "code": 400, "retryable": False} if eng.version == "0.5.23" else {}
+    return Stream(iter([sse({"error": {"message": message, **extra}}), sse("[DONE]")]))
 
 
 def build_router(eng: TwinEngine) -> Router:

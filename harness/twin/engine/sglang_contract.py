@@ -132,3 +132,50 @@ def validation_error(message: str) -> Response:
     """FastAPI's request-validation 400 as sglang 0.5.23 rewrites it (``ErrorResponse``)."""
     body = {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
     return Response(400, body)
+
+
+def prompt_type_error(body: dict[str, Any]) -> str | None:
+    """What is wrong with the types of a ``/generate`` body's prompt fields, naming the field, or None. sglang's
+    ``GenerateReqInput`` types them (``text``: a string or a list of strings; ``input_ids``: a list of ints or a list
+    of such lists), so FastAPI refuses a wrong one before the route runs (0.5.23: before its schema gate)."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is not None and not isinstance(text, (str, list)):
+        return f"text must be a string or a list of strings, got {_unexpected(text)}"
+    for i, item in enumerate(text if isinstance(text, list) else []):
+        if not isinstance(item, str):
+            return f"text[{i}] must be a string, got {_unexpected(item)}"
+    if ids is not None and not isinstance(ids, list):
+        return f"input_ids must be a list of token ids or a list of such lists, got {_unexpected(ids)}"
+    ids = ids or []
+    flat = not ids or not isinstance(ids[0], list)
+    rows = [("input_ids", ids)] if flat else [(f"input_ids[{i}]", row) for i, row in enumerate(ids)]
+    for name, row in rows:
+        if not isinstance(row, list):
+            return f"{name} must be a list of token ids, got {_unexpected(row)}"
+        for j, token in enumerate(row):
+            if not isinstance(token, int) or isinstance(token, bool):
+                return f"{name}[{j}] must be an integer token id, got {_unexpected(token)}"
+    return None
+
+
+def context_length_error(
+    version: str, context_len: int, input_tokens: int, max_new_tokens: Any, reserved: int
+) -> str | None:
+    """``TokenizerManager._validate_one_request``'s refusal of a prompt, or of a prompt plus ``max_new_tokens``, past
+    the context length (no ``--allow-auto-truncate``), or None. 0.5.23 counts the EAGLE draft slots (``reserved``)
+    with the input and refuses a total above the context; 0.5.2 refuses one that reaches it."""
+    if version == "0.5.23":
+        input_tokens += reserved
+    if input_tokens >= context_len:
+        return f"The input ({input_tokens} tokens) is longer than the model's context length ({context_len} tokens)."
+    if not isinstance(max_new_tokens, (int, float)) or isinstance(max_new_tokens, bool):
+        return None
+    total = max_new_tokens + input_tokens
+    if total > context_len or (version != "0.5.23" and total >= context_len):
+        return (
+            f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
+            f"You requested a total of {total} tokens: {input_tokens} tokens from the input messages and "
+            f"{max_new_tokens} tokens for the completion. Please reduce the number of tokens in the input messages "
+            "or the completion to fit within the limit."
+        )
+    return None
