@@ -39,6 +39,8 @@ def _common(field: str, *decls: str) -> Any:
 
 # The common flags (``PilotOptions``); Optional[...] because typer needs it for a None default.
 Engine = Annotated[Optional[Literal["sglang", "twin"]], _common("engine")]
+EngineDevice = Annotated[Optional[Literal["gpu", "cpu"]], _common("engine_device")]
+EngineArgs = Annotated[Optional[list[str]], _common("engine_args", "--engine-arg")]
 TimeScale = Annotated[Optional[float], _common("time_scale")]
 Out = Annotated[Optional[Path], _common("out")]
 SamplerUrl = Annotated[Optional[str], _common("sampler_url")]
@@ -57,6 +59,8 @@ TwinFaults = Annotated[Optional[list[str]], _common("twin_faults", "--twin-fault
 
 COMMON: tuple[tuple[str, Any], ...] = (
     ("engine", Engine),
+    ("engine_device", EngineDevice),
+    ("engine_args", EngineArgs),
     ("time_scale", TimeScale),
     ("out", Out),
     ("sampler_url", SamplerUrl),
@@ -95,19 +99,24 @@ def values(ctx: typer.Context) -> dict[str, Any]:
     parent = ctx.parent.params if ctx.parent is not None else {}
     out: dict[str, Any] = {}
     for name, value in ctx.params.items():
-        value = _given(value)
+        whole = name in WHOLE_ITEMS
+        value = _given(value, whole)
         if value is None:
-            value = _given(parent.get(name))
+            value = _given(parent.get(name), whole)
         if value is not None:
             out[name] = value
     return out
 
 
-def _given(value: Any) -> Any:
+WHOLE_ITEMS = frozenset({"engine_args"})
+"""Repeated flags whose items are never split on commas (an engine flag may hold one: ``--cuda-graph-bs=1,2,4``)."""
+
+
+def _given(value: Any, whole: bool = False) -> Any:
     """A flag's value, None when not given (typer gives an empty list for a list flag left out); repeated list flags
-    are split on commas and flattened."""
+    are split on commas (unless ``whole``) and flattened."""
     if isinstance(value, (list, tuple)):
-        return [p for v in value for p in str(v).split(",") if p] or None
+        return [p for v in value for p in ([str(v)] if whole else str(v).split(",")) if p] or None
     return value
 
 

@@ -105,7 +105,7 @@ def test_each_suite_subcommand_lists_its_own_flags() -> None:
     from pilots.swebench.runner import SwebenchOptions
     from pilots.terminalbench.runner import TerminalBenchOptions
 
-    flag = {"twin_gpu_url": "--twin-gpu", "twin_faults": "--twin-fault"}
+    flag = {"twin_gpu_url": "--twin-gpu", "twin_faults": "--twin-fault", "engine_args": "--engine-arg"}
     common = [
         flag.get(n, "--" + n.replace("_", "-")) for n in PilotOptions.model_fields if n not in ("suite", "run_id")
     ]

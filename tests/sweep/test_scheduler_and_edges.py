@@ -12,7 +12,6 @@ from _engine_helpers import FAST, read_lines, run_harness
 from harness.engine.sglang_argv import DISABLE_OVERLAP, build_argv, overlap_scheduled
 from harness.grid import SpecConfig
 from harness.runs.options import SweepOptions
-from harness.sweep.session import _engine_spec
 
 BASE, CHAIN, TREE = SpecConfig(0, 0, 0), SpecConfig(3, 1, 4), SpecConfig(3, 4, 8)
 
@@ -35,12 +34,12 @@ def test_the_scheduler_follows_each_versions_rule(version, config, args, env, ov
 
 
 def test_real_sglang_launches_report_server_instants_and_can_pin_the_scheduler() -> None:
-    real = _engine_spec(SweepOptions(engine="sglang", sglang_version="0.5.23", overlap_schedule="off"))
+    real = SweepOptions(engine="sglang", sglang_version="0.5.23", overlap_schedule="off").engine_spec()
     argv = build_argv(real, TREE, 16, 0.65, 30000)
     assert "--enable-metrics" in argv and argv.count(DISABLE_OVERLAP) == 1
-    given = _engine_spec(SweepOptions(engine="sglang", sglang_version="0.5.23", engine_args=[DISABLE_OVERLAP]))
+    given = SweepOptions(engine="sglang", sglang_version="0.5.23", engine_args=[DISABLE_OVERLAP]).engine_spec()
     assert build_argv(given, TREE, 16, 0.65, 30000).count(DISABLE_OVERLAP) == 1  # never twice
-    twin = _engine_spec(SweepOptions(engine="twin", sglang_version="0.5.23")).model_copy(
+    twin = SweepOptions(engine="twin", sglang_version="0.5.23").engine_spec().model_copy(
         update={"twin_gpu_url": "http://127.0.0.1:1"}
     )
     assert not twin.enable_metrics and DISABLE_OVERLAP not in build_argv(twin, TREE, 16, 0.65, 30000)

@@ -309,7 +309,11 @@ def test_server_info_counters_and_flush(gpu):
         # a flush while a request runs is refused
         with cf.ThreadPoolExecutor(1) as ex:
             fut = ex.submit(gen, e.url, "x", 3000)
-            time.sleep(0.1)
+            # flush once the engine holds the request (a fixed sleep raced a loaded host's slow client thread)
+            deadline = time.monotonic() + 30
+            while httpx.get(e.url + "/get_server_info").json()["internal_states"][0]["load"] < 1:
+                assert time.monotonic() < deadline and not fut.done(), "the request never reached the engine"
+                time.sleep(0.01)
             assert httpx.get(e.url + "/flush_cache").status_code == 400
             fut.result()
 
