@@ -335,7 +335,7 @@ def check_rows(
         if twice:
             hint = (
                 ""
-                if any(any(p) for _c, p in per_cap[(rep, bs)])
+                if any(p.slug for _c, p in per_cap[(rep, bs)])
                 else " (a sweep over several power caps or SM clocks? The published layout has no cap or clock column: "
                 "load the run folder or its rows.jsonl)"
             )
