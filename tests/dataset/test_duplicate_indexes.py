@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from _dataset_helpers import grid_rows, write_native, write_published
-from _engine_helpers import run_harness
 
 from harness.cli import main
 from harness.grid import SpecConfig
@@ -36,9 +35,6 @@ def _consumers(src: Path, tmp: Path, models: Path) -> dict[str, list[str]]:
 
 
 def _harness(argv: list[str], capsys) -> tuple[int, str]:
-    if argv[0] in ("train", "evaluate"):  # the policy commands run as processes, as a user runs them
-        r = run_harness(*argv)
-        return r.returncode, r.stdout + r.stderr
     code = main(argv)
     captured = capsys.readouterr()
     return code, captured.out + captured.err
@@ -48,9 +44,8 @@ def _harness(argv: list[str], capsys) -> tuple[int, str]:
 def models(small, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("dup")
     out = d / "models"
-    r = run_harness("train", "--dataset", str(write_native(d / "clean.jsonl", small)), "--out", str(out),
-                    "--algos", "lookup_table")  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert main(["train", "--dataset", str(write_native(d / "clean.jsonl", small)), "--out", str(out),
+                 "--algos", "lookup_table"]) == 0  # fmt: skip
     return out
 
 
@@ -69,7 +64,7 @@ def test_a_row_measured_twice_is_refused_by_every_consumer(tmp_path, small, mode
 
 
 def test_an_error_row_replaced_by_its_rerun_is_still_used(tmp_path, small, capsys) -> None:
-    """The one replacement the harness writes (``sweep --retry-errors``): the later row wins, said as superseded."""
+    """The one replacement the harness writes (``sweep --retry-errors``): the later row wins."""
     failed = next(r for r in small if r.error)
     ok = small[4]  # the same batch size's baseline lends its measurements
     rerun = failed.model_copy(update={k: getattr(ok, k) for k in ("error", "accept_length", "speed_tok_s",
