@@ -13,7 +13,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from harness.core.errors import DataError, HarnessError, MissingFileError, Usage
 from harness.core.extras import needs
 from harness.core.jsonl import write_json_atomic
 from harness.grid import SpecConfig
+from policies.artifacts import previous_hashes, record, recorded_for, verify
 from policies.contract import ACTIONS, PolicyDataset
 
 ALGORITHMS: tuple[str, ...] = (
@@ -118,9 +119,11 @@ class Policy(ABC):
         return d / self.artifact
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Policy":
+    def load(cls, directory: str | Path, expected: Mapping[str, str] | None = None) -> "Policy":
         """Load ``directory/<artifact>``. Only from the folder given: an artifact that is a link out of it is refused
-        (gbt's joblib file is a pickle, which can run code when loaded). A corrupt artifact is a DataError."""
+        (gbt's joblib file is a pickle, which can run code when loaded). With ``expected`` (``{file name: sha256}``,
+        as train recorded them) the artifact and params.json must match before the artifact is read. A corrupt
+        artifact is a DataError."""
         d = Path(directory)
         path = d / cls.artifact
         fix = f"retrain it: harness train --dataset RUN_DIR --out {d.parent} --algos {cls.name}"
@@ -138,6 +141,8 @@ class Policy(ABC):
                 raise ValueError("not a JSON object with a params mapping")
         except (ValueError, UnicodeDecodeError) as exc:  # the hyper-parameters, not the artifact, are damaged
             raise DataError(f"{params} is corrupt ({str(exc)[:160]})", fix=fix) from None
+        if expected is not None:  # after params.json (plain JSON, named when garbage), before the artifact
+            verify(d, (cls.artifact, PARAMS_FILE), expected, what=f"{cls.name} artifact", fix=fix)
         try:
             policy = cls(seed=int(meta.get("seed", 0)), **meta.get("params", {}))
             policy.load_artifact(path)
@@ -211,9 +216,11 @@ def parse_algos(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def load_policy(models_dir: str | Path, name: str, data: PolicyDataset | None = None) -> Policy:
-    """Load ``<models_dir>/<name>`` as the model card says; ``data`` is attached for policies that need it at pick time."""
-    policy = policy_class(name).load(Path(models_dir) / name)
+def load_policy(models_dir: str | Path, name: str, data: PolicyDataset | None = None, *, trust: bool = False) -> Policy:
+    """Load ``<models_dir>/<name>`` as the model card says, its files checked against the sha256 ``train.json``
+    recorded unless ``trust`` (``--trust-artifacts``); ``data`` is attached for policies that need it at pick time."""
+    expected = None if trust else recorded_for(read_train_meta(models_dir), name)
+    policy = policy_class(name).load(Path(models_dir) / name, expected)
     if data is not None:
         policy.prepare(data)
     return policy
@@ -299,6 +306,8 @@ class TrainSummary(BaseModel):
     """How the rows were chosen (``invalid_windows``, ``power_cap``): ``evaluate`` uses the same unless told otherwise."""
     options: dict[str, Any] = {}
     """The ``harness train`` options (``policies.options.TrainOptions``): a ``--config`` file that trains the same."""
+    artifact_sha256: dict[str, str] = {}
+    """``{"<algo>/<file>": sha256}`` of every file train wrote per algorithm; loading checks them (policies.artifacts)."""
 
 
 def fit_policy(name: str, data: PolicyDataset, seed: int = 0, **params: Any) -> Policy:
@@ -318,6 +327,7 @@ def train(
     out = Path(out)
     algos = list(algos or ALGORITHMS)
     artifacts: dict[str, str] = {}
+    hashes = previous_hashes(out / TRAIN_FILE)
     picks: dict[str, dict[int, SpecConfig]] = {}
     seconds: dict[str, float] = {}
     deviations: dict[str, dict[str, list[Any]]] = {}
@@ -328,7 +338,9 @@ def train(
         own = (params or {}).get(name, {})
         policy = fit_policy(name, data, seed, **own)
         picks[name] = pick(policy, data)
-        artifacts[name] = str(policy.save(out / name).relative_to(out))
+        saved = policy.save(out / name)
+        artifacts[name] = str(saved.relative_to(out))
+        hashes.update(record(out, (saved, saved.parent / PARAMS_FILE)))
         if policy.deviations():
             deviations[name] = {k: list(v) for k, v in policy.deviations().items()}
             published[name] = pick(fit_policy(name, data, seed, **{**own, **policy.published}), data)
@@ -338,7 +350,7 @@ def train(
         reward_options=data.reward_options.model_dump(), seed=seed, algorithms=algos, artifacts=artifacts,
         picks=picks_json(picks), seconds=seconds, total_seconds=round(time.perf_counter() - t_all, 3),
         deviations=deviations, published_picks=picks_json(published), selection=selection or {},
-        options=options or {},
+        options=options or {}, artifact_sha256=hashes,
     )  # fmt: skip
     existing = json.loads((out / PICKS_FILE).read_text()) if (out / PICKS_FILE).exists() else {}
     write_json_atomic(out / PICKS_FILE, {**existing, **summary.picks})

@@ -13,6 +13,7 @@ import typer
 from harness.core.errors import UsageError
 from harness.core.model_options import options_command, resolve_options
 from harness.dataset.loader import WINDOW_RULE_HELP
+from policies.artifacts import TRUST_HELP
 from policies.options import TrainOptions
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 help="the SM clock pass to use when the sweep ran several (--sm-clocks); default: the one train used",
             ),
         ] = None,
+        trust_artifacts: Annotated[bool, typer.Option("--trust-artifacts", help=TRUST_HELP)] = False,
     ) -> None:
         """Evaluate trained policies offline (in-sample, held-out repeats, IPS/SNIPS/DR) or live (--live)."""
         from harness.core.jsonl import write_json_atomic
@@ -210,7 +212,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
             sm_clock=one_clock(sm_clock) if sm_clock is not None else chosen.get("sm_clock"),
         )
         algos = train_meta.get("algorithms") or None
-        ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro)
+        ev = run_eval(data, models_dir=models, algos=algos, seed=seed, with_loro=loro, trust_artifacts=trust_artifacts)
         write_json_atomic(models / EVALUATION_FILE, ev.model_dump())
         typer.echo(ev.model_dump_json(indent=2)) if as_json else print_evaluation(ev)
 
@@ -227,11 +229,12 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
                 "else the published 0.5.2) or a version such as 0.5.23"
             ),
         ] = "auto",
+        trust_artifacts: Annotated[bool, typer.Option("--trust-artifacts", help=TRUST_HELP)] = False,
     ) -> None:
         """Print the sglang launch command for a policy's pick at a batch size (after loading its artifact)."""
         from policies.live import launch_command
 
-        typer.echo(launch_command(models, algo, batch_size, port, sglang_version))
+        typer.echo(launch_command(models, algo, batch_size, port, sglang_version, trust_artifacts))
 
     @groups["report"].command("policies")
     def report_policies(

@@ -255,8 +255,10 @@ def evaluate(
     seed: int = 0,
     with_loro: bool = True,
     params: dict[str, dict[str, Any]] | None = None,
+    trust_artifacts: bool = False,
 ) -> Evaluation:
-    """In-sample (trained artifacts from ``models_dir``, or fresh fits) plus LORO and OPE for each algorithm."""
+    """In-sample (trained artifacts from ``models_dir``, checked against train.json's sha256 unless
+    ``trust_artifacts``, or fresh fits) plus LORO and OPE for each algorithm."""
     t0 = time.perf_counter()
     algos = list(algos or ALGORITHMS)
     params = {n: {**stored_params(models_dir, n), **(params or {}).get(n, {})} for n in algos}
@@ -264,7 +266,9 @@ def evaluate(
     for n in algos:
         policy_class(n)
         policies[n] = (
-            load_policy(models_dir, n, data) if models_dir is not None else fit_policy(n, data, seed, **params[n])
+            load_policy(models_dir, n, data, trust=trust_artifacts)
+            if models_dir is not None
+            else fit_policy(n, data, seed, **params[n])
         )
     ins = {n: in_sample(data, pick(p, data)) for n, p in policies.items()}
     folds, est = loro(data, algos, params, seed) if with_loro else ([], {})

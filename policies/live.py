@@ -236,7 +236,12 @@ def run_live(
 
 
 def launch_command(
-    models: str | Path, algo: str, batch_size: int, port: int = 30000, sglang_version: str = "auto"
+    models: str | Path,
+    algo: str,
+    batch_size: int,
+    port: int = 30000,
+    sglang_version: str = "auto",
+    trust_artifacts: bool = False,
 ) -> str:
     """The sglang launch command (env + argv) for ``algo``'s pick at ``batch_size``, in the flags of
     ``sglang_version`` (``auto``: the sglang installed for this interpreter, else the published 0.5.2)."""
@@ -264,7 +269,7 @@ def launch_command(
     cfg = picks[algo][batch_size]
     from policies.base import load_policy
 
-    load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not recommended
+    load_policy(models, algo, trust=trust_artifacts)  # a missing, corrupt or changed artifact is not recommended
     spec = EngineSpec.build("sglang", sglang_version=version)  # the one builder checks the range
     argv = ["python", *build_argv(spec, cfg, batch_size, 0.65, port)[1:]]
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())

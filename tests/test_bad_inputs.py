@@ -276,19 +276,21 @@ def test_error_text_with_rich_markup_is_printed_verbatim(tmp_path, small, capsys
         ({"schema": 99, "run_id": "t", "status": "complete", "options": {}}, "schema 99, newer than", 3),
         # a bad option value is refused as at every door (exit 2, the flag's message), the manifest named as its door
         ({"schema": 1, "run_id": "t", "options": {"repeats": "many"}}, "saved options, key repeats", 2),
+        ("{garbage", "is not valid JSON", 3),
     ],
 )
-def test_a_broken_manifest_is_a_clear_error_for_status_resume_and_validate(
+def test_a_broken_manifest_is_a_clear_error_for_status_resume_report_and_validate(
     tmp_path, small, capsys, manifest, message, exit_code
 ) -> None:
     run = tmp_path / "run"
     with RowStore(run) as store:
         for r in small:
             store.append(r)
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    for argv in (["status", str(run)], ["sweep", "--resume", str(run)]):
+    (run / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    for argv in (["status", str(run)], ["sweep", "--resume", str(run)], ["report", "sweep", str(run)]):
         code, out = _run(argv, capsys)
         assert code == exit_code and message in out and "Traceback" not in out, (argv, out)
+        assert "fix:" in out and not (run / "reports").exists(), (argv, out)
     code, out = _run(["dataset", "validate", str(run), "--json", str(tmp_path / "v.json")], capsys)
     report = json.loads((tmp_path / "v.json").read_text())
     assert code == 3 and any(e["code"] == "manifest" and message in e["message"] for e in report["errors"]), report
@@ -480,9 +482,12 @@ def test_report_says_when_a_garbage_manifest_leaves_no_power_limit(tmp_path, sma
         for r in small:
             store.append(r.model_copy(update={"power_limit_w": None}))
     (run / "manifest.json").write_text("{garbage")
-    code, out = _run(["report", "sweep", str(run), "--no-figures"], capsys)
-    assert code == 3 and "manifest.json is unreadable" in out and "--power-limit" in out, out
     code, out = _run(["report", "sweep", str(run), "--no-figures", "--power-limit", "80"], capsys)
+    assert code == 3 and "is not valid JSON" in out and "rows.jsonl" in out, out  # issue 45: the run is refused
+    rows = str(run / "rows.jsonl")  # its rows alone: the report still looks for a limit beside them
+    code, out = _run(["report", "sweep", rows, "--no-figures"], capsys)
+    assert code == 3 and "manifest.json is unreadable" in out and "--power-limit" in out, out
+    code, out = _run(["report", "sweep", rows, "--no-figures", "--power-limit", "80"], capsys)
     assert code == 0, out
 
 

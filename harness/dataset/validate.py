@@ -102,6 +102,7 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
     layout = detect_layout(records)
     report = ValidationReport(path=str(p), layout=layout, n_records=len(records), n_rows=0, n_superseded=0)
     rows: list[SweepRow] = []
+    numbers: list[int] = []  # each parsed row's record number
     for i, rec in enumerate(records, 1):
         where = f"record {i}"
         problem = key_order_problem(rec) if layout == "published" else _native_order_problem(rec)
@@ -113,6 +114,7 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
             continue
         try:
             rows.append(from_native(rec, where=where))
+            numbers.append(i)
         except DataError as exc:
             report.error("schema", exc.message)
     plan = None
@@ -124,6 +126,7 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
     resolved = resolve_latest(rows, conflicts=conflicts)
     for msg in conflicts:
         report.error("index_duplicate", msg)
+    _check_measured_twice(rows, numbers, report)
     report.n_rows, report.n_superseded = len(resolved), len(rows) - len(resolved)
     if report.n_superseded:
         msg = f"{report.n_superseded} superseded rows (append-only replacements); the last row per cell is used"
@@ -139,6 +142,28 @@ def inspect(path: str | Path, *, subset: bool = False, strict: bool = False) -> 
     if Path(path).is_dir() and p.name == RowStore.ROWS:
         _check_run_folder_pair(Path(path), rows, report)
     return Inspection(path=p, report=report, records=records, all_rows=rows, rows=resolved)
+
+
+def _check_measured_twice(rows: Sequence[SweepRow], numbers: Sequence[int], report: ValidationReport) -> None:
+    """A later row may replace only an error row of its cell (a ``--retry-errors`` re-run); a measured row twice
+    (a file concatenated or edited by hand) would let the last copy win silently."""
+    seen: dict[str, tuple[SweepRow, int]] = {}
+    for row, n in zip(rows, numbers):
+        prev = seen.get(row.key)
+        if prev is not None and not prev[0].error:
+            records, cell = f"records {prev[1]} and {n}", f", cell {row.cell_id}" if row.cell_id else ""
+            twice = (
+                f"index {row.index} appears twice ({records}{cell})"
+                if prev[0].index == row.index
+                else f"cell {row.cell_id} appears twice (indexes {prev[0].index} and {row.index}, {records})"
+            )
+            report.error(
+                "index_duplicate",
+                f"{twice}: a measured row is never replaced, only an error row (by a --retry-errors re-run); "
+                "keep one of the two records",
+                f"record {n}",
+            )
+        seen[row.key] = (row, n)
 
 
 class Plan(BaseModel):

@@ -1,9 +1,11 @@
 """What a report must say before its numbers: where the rows come from (the GPU-free twin, a CPU, a GPU) and which
-rows it left out, per cell, so "1/1" never hides two repeats dropped for an invalid measurement window."""
+rows it left out, per cell, so "1/1" never hides two repeats dropped for an invalid measurement window; and that a
+run folder's manifest is readable."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any, Sequence
 
 from harness.dataset.loader import Loaded
@@ -53,3 +55,20 @@ def rows_accounting(loaded: Loaded) -> dict[str, Any]:
         "superseded": loaded.n_superseded,
         "notes": loaded.notes(),
     }
+
+
+def check_manifest(src: Path) -> None:
+    """A sweep run folder's manifest is read as ``status`` and ``--resume`` read it: one that is not JSON, not a
+    manifest, or holds unusable options is refused (a DataError, or the option's own OptionError), never ignored."""
+    from harness.core.errors import HarnessError
+    from harness.dataset import resolve_input
+    from harness.runs.manifest import MANIFEST, read_options
+    from harness.runs.rows import RowStore
+
+    if not (src.is_dir() and (src / MANIFEST).is_file() and resolve_input(src).name == RowStore.ROWS):
+        return  # a rows file, a pilot run or a folder of rows without a manifest: nothing planned to check
+    try:
+        read_options(src)
+    except HarnessError as exc:
+        exc.fix = f"{exc.fix}; or report the rows alone: harness report sweep {src / RowStore.ROWS}"
+        raise

@@ -24,7 +24,7 @@ from harness.core.errors import DataError
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
 from harness.report.band import BAND, no_band_hint
 from harness.report.passes import Pass, PassGroup, pass_groups
-from harness.report.provenance import excluded_counts, mark_excluded, provenance, rows_accounting
+from harness.report.provenance import check_manifest, excluded_counts, mark_excluded, provenance, rows_accounting
 from harness.runs.rows import SweepRow
 
 PUBLISHED_POWER_LIMIT_W = 80.0
@@ -509,9 +509,10 @@ def sweep_report(
     from harness.dataset import load, print_notes
 
     console = console or Console(emoji=False)
+    src = Path(path)
+    check_manifest(src)
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
-    src = Path(path)
     run_dir = src if src.is_dir() else src.parent
     rows = loaded.rows
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)

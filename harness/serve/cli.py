@@ -29,7 +29,7 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         )
     if opts.engine_device == "cpu" and opts.engine != "sglang":
         raise UsageError("--engine-device cpu runs real sglang's CPU engine, not the twin", fix="add --engine sglang")
-    table = pick_sources.resolve(opts.picks, opts.recipe, opts.models, opts.algo, opts.dataset)
+    table = pick_sources.resolve(opts.picks, opts.recipe, opts.models, opts.algo, opts.dataset, opts.trust_artifacts)
     model = None
     if opts.umodel is not None:
         from harness.serve.utilization_rows import load_model, model_json

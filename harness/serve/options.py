@@ -49,6 +49,9 @@ class ServeOptions(EngineOptions):
         "and loading a pickle can run code; load models only from folders you trust",
     )
     algo: Annotated[str | None, Flag(PICKS)] = Field(None, description="which of the eight policies picks")
+    trust_artifacts: Annotated[bool, Flag(PICKS, flag="--trust-artifacts/--no-trust-artifacts")] = Field(
+        False, description="with --models: load artifacts without checking the sha256 harness train recorded"
+    )
     dataset: Annotated[Path | None, input_path("--dataset"), Flag(PICKS)] = Field(
         None, description="with --models: pick on this run's states (else picks.json)"
     )

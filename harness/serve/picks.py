@@ -40,9 +40,12 @@ def from_recipe(path: str | Path) -> PickTable:
         ) from None
 
 
-def from_policy(models: str | Path, algo: str, dataset: str | Path | None = None) -> PickTable:
+def from_policy(
+    models: str | Path, algo: str, dataset: str | Path | None = None, trust_artifacts: bool = False
+) -> PickTable:
     """A trained policy's pick per batch size: loaded and picked on ``dataset`` when given (``policies.base``'s
-    load/pick), else the ``picks.json`` that training wrote, after checking the artifact loads."""
+    load/pick), else the ``picks.json`` that training wrote, after checking the artifact loads (and matches the
+    sha256 train recorded, unless ``trust_artifacts``)."""
     from policies.base import load_picks, load_policy, pick
 
     if dataset is not None:
@@ -51,11 +54,11 @@ def from_policy(models: str | Path, algo: str, dataset: str | Path | None = None
 
         meta = read_train_meta(models)
         data = load_dataset(dataset, state=meta.get("state", "hindsight"), reward=reward_options_of(models, meta))
-        return dict(pick(load_policy(models, algo, data), data))
+        return dict(pick(load_policy(models, algo, data, trust=trust_artifacts), data))
     picks = load_picks(models)
     if algo not in picks:
         raise UsageError(f"no picks for algorithm {algo!r} in {models}", fix="trained: " + ", ".join(sorted(picks)))
-    load_policy(models, algo)  # a pick whose artifact is missing or corrupt is not served
+    load_policy(models, algo, trust=trust_artifacts)  # a missing, corrupt or changed artifact is not served
     return dict(picks[algo])
 
 
@@ -65,6 +68,7 @@ def resolve(
     models: str | Path | None,
     algo: str | None,
     dataset: str | Path | None = None,
+    trust_artifacts: bool = False,
 ) -> PickTable:
     """Exactly one source: ``--picks``, ``--recipe`` or ``--models`` with ``--algo``."""
     given = [name for name, v in (("--picks", picks), ("--recipe", recipe), ("--models", models)) if v]
@@ -80,4 +84,4 @@ def resolve(
     if not algo:
         raise UsageError("--models needs --algo", fix="name one of the eight policies, e.g. --algo lookup_table")
     assert models is not None
-    return from_policy(models, algo, dataset)
+    return from_policy(models, algo, dataset, trust_artifacts)

@@ -179,17 +179,18 @@ def test_bcq_default_trains_as_the_published_script_and_the_old_choices_are_opti
 
 
 def test_policy_pth_loads_bare_and_as_the_scripts_save_it(data, tmp_path):
+    """Files the published scripts wrote (no train.json, so no recorded sha256): loaded as trusted."""
     from policies.cql import CQL
 
     trained = fit_policy("mlp_bandit", data, seed=0, epochs=1)
     trained.save(tmp_path / "mlp_bandit")
-    bare = load_policy(tmp_path, "mlp_bandit").scores(data.states)
+    bare = load_policy(tmp_path, "mlp_bandit", trust=True).scores(data.states)
     assert np.array_equal(bare, trained.scores(data.states))
     pth = tmp_path / "mlp_bandit" / "policy.pth"
     torch.save(
         {"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]}, pth
     )  # train_offline.py
-    assert np.array_equal(load_policy(tmp_path, "mlp_bandit").scores(data.states), bare)
+    assert np.array_equal(load_policy(tmp_path, "mlp_bandit", trust=True).scores(data.states), bare)
     (tmp_path / "cql").mkdir()
     torch.save(
         {"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in ACTIONS]},
@@ -198,10 +199,10 @@ def test_policy_pth_loads_bare_and_as_the_scripts_save_it(data, tmp_path):
     assert np.array_equal(CQL.load(tmp_path / "cql").scores(data.states), bare)  # 06_cql.py's shape, no params.json
     torch.save({"state_dict": trained.net.state_dict(), "actions": [a.as_tuple() for a in reversed(ACTIONS)]}, pth)
     with pytest.raises(DataError, match="actions"):
-        load_policy(tmp_path, "mlp_bandit")
+        load_policy(tmp_path, "mlp_bandit", trust=True)
     torch.save({"weights": 1}, pth)
     with pytest.raises(DataError, match="not a QNetwork state dict"):
-        load_policy(tmp_path, "mlp_bandit")
+        load_policy(tmp_path, "mlp_bandit", trust=True)
 
 
 def test_train_param_option_records_and_reports_the_published_picks(synthetic_files, tmp_path):

@@ -39,8 +39,10 @@ def test_real_sglang_launches_report_server_instants_and_can_pin_the_scheduler()
     assert "--enable-metrics" in argv and argv.count(DISABLE_OVERLAP) == 1
     given = SweepOptions(engine="sglang", sglang_version="0.5.23", engine_args=[DISABLE_OVERLAP]).engine_spec()
     assert build_argv(given, TREE, 16, 0.65, 30000).count(DISABLE_OVERLAP) == 1  # never twice
-    twin = SweepOptions(engine="twin", sglang_version="0.5.23").engine_spec().model_copy(
-        update={"twin_gpu_url": "http://127.0.0.1:1"}
+    twin = (
+        SweepOptions(engine="twin", sglang_version="0.5.23")
+        .engine_spec()
+        .model_copy(update={"twin_gpu_url": "http://127.0.0.1:1"})
     )
     assert not twin.enable_metrics and DISABLE_OVERLAP not in build_argv(twin, TREE, 16, 0.65, 30000)
 
