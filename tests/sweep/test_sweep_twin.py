@@ -112,6 +112,14 @@ def test_faults_become_error_rows_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.slow
+def _sessions(run: Path) -> int:
+    """How many sessions the run's manifest records (0: no run folder yet, or a manifest being replaced)."""
+    try:
+        return len(json.loads((run / "manifest.json").read_text())["sessions"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     run = tmp_path / "run"
     grid = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2", "--repeats", "2"]
@@ -124,11 +132,15 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
             if first
             else harness_cmd("sweep", "--resume", str(run), "--plain")
         )
+        before = _sessions(run)
         proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"}
         )
-        try:
-            time.sleep(rng.uniform(1.5, 4.0))
+        try:  # kill at a random moment of the session once it has begun (a loaded host starts slowly)
+            deadline = time.monotonic() + 60
+            while _sessions(run) <= before and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.2, 2.5))
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
