@@ -308,7 +308,9 @@ def test_server_info_counters_and_flush(gpu):
         assert "avg_spec_accept_length" not in st2 and st2["step_time_dict"]["1"] == samples  # never reset
         # a flush while a request runs is refused
         with cf.ThreadPoolExecutor(1) as ex:
-            fut = ex.submit(gen, e.url, "x", 3000)
+            # ~200 twin s of decoding, ~4 wall s at 50x: a loaded host's polls and flush land while it runs (3000
+            # tokens, 0.4 wall s, could finish between a poll that saw it and the flush)
+            fut = ex.submit(gen, e.url, "x", 30000)
             # flush once the engine holds the request (a fixed sleep raced a loaded host's slow client thread)
             deadline = time.monotonic() + 30
             while httpx.get(e.url + "/get_server_info").json()["internal_states"][0]["load"] < 1:
