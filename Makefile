@@ -33,9 +33,9 @@ prereqs: $(STAMP)
 
 # Three tiers (README, "Tests, CI and benchmarks"): `make test-fast` the unit tests (no process started, under
 # 90 s), `make test` every test but the long end-to-end ones marked slow, `make test-slow` those (CI runs both).
-# Two workers, one xdist group at a time (a file, or the files sharing a conftest's session fixture): most tests
-# wait on real processes.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+# Two workers, one test file per worker at a time (its module fixtures start once): most tests wait on real
+# processes. (Not --dist loadgroup: xdist 3.8 cannot set the group on pytest 9's node ids, so it acts as --dist load.)
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test: prereqs
 	$(PYTEST) -m "not slow"

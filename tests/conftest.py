@@ -14,26 +14,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that starts a process (itself or through a fixture or helper) ``integration``, and give each
-    test its xdist group for ``--dist loadgroup``."""
+    """Mark every test that starts a process (itself or through a fixture or helper) ``integration``."""
     walk = StarterWalk()
     for item in items:
         if item.get_closest_marker("integration") is None and is_integration(item, walk):
             item.add_marker(pytest.mark.integration)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-
-
-def xdist_group(item: pytest.Item) -> str:
-    """One worker runs a whole file (its module fixtures start once), and every test that uses a session fixture of
-    a folder's conftest (tests/policies' one real ``harness train``) runs on the same worker, so that fixture is built
-    once per suite, not once per worker."""
-    info = getattr(item, "_fixtureinfo", None)
-    for name in item.fixturenames:  # type: ignore[attr-defined]
-        for fixturedef in info.name2fixturedefs.get(name, ()) if info else ():
-            if fixturedef.scope == "session" and fixturedef.baseid:
-                return f"session-fixtures:{fixturedef.baseid}"
-    return item.nodeid.split("::")[0]
 
 
 @pytest.fixture(autouse=True)
