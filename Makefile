@@ -8,7 +8,7 @@ LINT_STAMP := $(VENV)/.lint-installed
 export HARBOR_TELEMETRY := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: venv prereqs demo test test-fast lint e2e engines-cpu engines-cpu-vllm clients grid-check readme-check clean
+.PHONY: venv prereqs demo test test-slow test-fast lint e2e engines-cpu engines-cpu-vllm clients grid-check readme-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,13 +31,20 @@ demo: $(DEMO_STAMP)
 prereqs: $(STAMP)
 	bash .ci/prereqs.sh
 
-# Two workers, one test file per worker at a time: most tests wait on real processes (twin world, samplers, Harbor),
-# so the 2-core machines run the suite in ~7 minutes instead of ~12.
+# Three tiers (README, "Tests, CI and benchmarks"): `make test-fast` the unit tests (no process started, under
+# 90 s), `make test` every test but the long end-to-end ones marked slow, `make test-slow` those (CI runs both).
+# Two workers, one test file per worker at a time (its module fixtures start once): most tests wait on real
+# processes. (Not --dist loadgroup: xdist 3.8 cannot set the group on pytest 9's node ids, so it acts as --dist load.)
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile
+
 test: prereqs
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(PYTEST) -m "not slow"
+
+test-slow: prereqs
+	$(PYTEST) -m slow
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(PYTEST) -m "not integration and not slow"
 
 # ruff (style and bug patterns) and mypy (types of harness/, pilots/, policies/); config in pyproject.toml, docs/lint.md
 $(LINT_STAMP): $(STAMP)

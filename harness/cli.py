@@ -38,8 +38,25 @@ REGISTRARS = [
 ]
 
 
-# Long-lived services and the twin engine (launched once per sweep cell) load only their own commands.
-FAST_PATHS = {"twin": ["harness.twin.cli"], "sampler": ["harness.telemetry.cli"]}
+# Each command loads only the modules that register it (the twin engine is launched once per sweep cell, and every
+# command is a process a script or a test starts): a command not named here (``--help``) loads them all.
+# tests/core/test_cli_fast_paths.py checks this map against what each module registers.
+FAST_PATHS = {
+    "version": [],
+    "sweep": ["harness.sweep.cli"],
+    "reproduce": ["harness.sweep.cli"],
+    "status": ["harness.sweep.cli"],
+    "dataset": ["harness.dataset.cli"],
+    "report": ["harness.dataset.cli", "policies.cli"],
+    "twin": ["harness.twin.cli"],
+    "sampler": ["harness.telemetry.cli"],
+    "train": ["policies.cli"],
+    "evaluate": ["policies.cli"],
+    "recommend": ["policies.cli"],
+    "pilot": ["pilots.cli"],
+    "serve": ["harness.serve.cli"],
+    "image-tag": ["harness.engine.cli"],
+}
 
 
 def build_app(first_arg: str | None = None) -> typer.Typer:

@@ -329,6 +329,7 @@ def test_twin_gpu_on_a_busy_port_is_a_clear_error() -> None:
     assert "Traceback" not in r.stderr and "--port" in r.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_or_missing_artifacts_are_refused_by_evaluate_and_recommend(tmp_path, small) -> None:
     src = write_native(tmp_path / "d.jsonl", small)
     models = tmp_path / "m"

@@ -137,6 +137,7 @@ def test_twin_vllm_api_metrics_and_client(tmp_path) -> None:
         assert "vllm:spec_decode_num_draft_tokens_total" in text and "vllm:generation_tokens_total" in text
 
 
+@pytest.mark.slow
 def test_twin_vllm_sweep_rows_and_report(tmp_path) -> None:
     run = tmp_path / "run"
     r = run_harness(

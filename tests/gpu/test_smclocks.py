@@ -182,6 +182,7 @@ def _stop(proc: subprocess.Popen, sig: int) -> str:
             proc.wait()
 
 
+@pytest.mark.slow
 def test_kill9_leaves_the_lock_resume_keeps_the_original_and_sigterm_restores_it(tmp_path):
     """The user's own lock (1980 MHz) is the original: SIGKILL leaves the pass's 1410 locked; the resumed session
     keeps 1980 as the original (not the 1410 it finds) and puts it back when SIGTERM stops it."""

@@ -252,6 +252,7 @@ def test_parser_schema_is_a_subset_of_harbors_models(harbor: Path) -> None:
         assert set(model.model_fields) <= set(theirs[name]), (name, set(model.model_fields) - set(theirs[name]))
 
 
+@pytest.mark.slow
 def test_terminus2_timeout_in_a_never_returning_call_is_flagged_stuck(harbor: Path, tmp_path: Path) -> None:
     """Terminus 2 runs one real command through tmux in the sandbox, then its next LLM call never returns: the agent
     timeout fires, the verifier still grades (0.0), and the in-flight call is flagged as the stuck call. Harbor runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from _engine_helpers import run_harness as harness
 from _synthetic_grid import synthetic_records
 
@@ -37,6 +38,7 @@ def test_recommend_prints_the_sglang_flags(trained_models):
     assert r.returncode == 2 and "no pick at batch size 2" in r.stderr and "fix:" in r.stderr
 
 
+@pytest.mark.slow
 def test_bad_inputs_exit_non_zero_with_a_fix(tmp_path, synthetic_files):
     no_base = tmp_path / "nobase.jsonl"
     write_jsonl_atomic(no_base, [r for r in synthetic_records() if not r["is_baseline"]])

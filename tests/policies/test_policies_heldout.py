@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from _engine_helpers import run_harness as harness
 
 from policies.contract import dataset_from_rows, load_dataset
@@ -32,6 +33,7 @@ def test_fold_rewards_are_rebuilt_from_the_fold_rows_only():
     assert np.array_equal(own0.rewards, dataset_from_rows([r for r in data.rows if r.repeat == 0]).rewards)
 
 
+@pytest.mark.slow
 def test_evaluate_holds_out_repeat_2_without_the_leak(tmp_path):
     """The real CLI: train mlp_bandit, evaluate with folds; on the repeat-2 fold the leak-free training rewards make
     mlp_bandit pick (5,4,16) at bs 1, as the published validate_holdout.py does (the leaky folds gave (3,4,8))."""

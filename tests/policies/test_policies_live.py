@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from _engine_helpers import run_harness as harness
 
 from harness.grid import ACTIONS
 
 
+@pytest.mark.slow
 def test_live_ab_on_the_twin(synthetic_files, tmp_path):
     models = tmp_path / "models"
     r = harness(

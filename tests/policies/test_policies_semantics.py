@@ -205,6 +205,7 @@ def test_policy_pth_loads_bare_and_as_the_scripts_save_it(data, tmp_path):
         load_policy(tmp_path, "mlp_bandit", trust=True)
 
 
+@pytest.mark.slow
 def test_train_param_option_records_and_reports_the_published_picks(synthetic_files, tmp_path):
     ds = str(synthetic_files["dataset"])
     r = harness(

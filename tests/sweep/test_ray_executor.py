@@ -135,6 +135,7 @@ def _assert_each_cell_once_and_no_overlap(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow
 def test_a_lost_gpu_and_a_dead_worker_requeue_their_cells(ray_address: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _sweep(out, ray_address)
@@ -167,6 +168,7 @@ def test_a_lost_gpu_and_a_dead_worker_requeue_their_cells(ray_address: str, tmp_
     )
 
 
+@pytest.mark.slow
 def test_a_sigkilled_driver_resumes_with_every_cell_once(ray_address: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _sweep(out, ray_address)

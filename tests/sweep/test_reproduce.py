@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from _engine_helpers import ROOT, read_lines, run_harness
 
 from harness.runs.rows import PUBLISHED_KEYS, from_native, to_published
@@ -12,6 +13,7 @@ from harness.runs.rows import PUBLISHED_KEYS, from_native, to_published
 FIXTURE = ROOT / "tests" / "fixtures" / "twin_grid_3rep.jsonl"
 
 
+@pytest.mark.slow
 def test_reproduce_quick_writes_the_published_layout_and_compares(tmp_path: Path) -> None:
     reference = tmp_path / "reference.jsonl"  # the committed twin grid in the published 26-key layout
     reference.write_text("".join(json.dumps(to_published(from_native(r))) + "\n" for r in read_lines(FIXTURE)))

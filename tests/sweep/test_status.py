@@ -3,9 +3,11 @@ or lost its last row is not "complete", whatever its manifest says; ``--resume``
 
 from __future__ import annotations
 
+import pytest
 from _engine_helpers import FAST, read_lines, run_harness
 
 
+@pytest.mark.slow
 def test_status_reads_the_rows_not_only_the_manifest(tmp_path) -> None:
     run = tmp_path / "run"
     r = run_harness(

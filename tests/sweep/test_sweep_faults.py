@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import httpx
+import pytest
 from _engine_helpers import FAST, ROOT, harness_cmd, processes_mentioning, read_lines, run_harness
 from _twin_helpers import twin_gpu
 from test_sweep_twin import assert_no_leftovers
@@ -81,6 +82,7 @@ def twin_url_of(run: Path) -> str:
     return manifest(run)["world"]["twin_gpu_url"]
 
 
+@pytest.mark.slow
 def test_one_writer_per_run_folder_and_status_of_a_killed_run(tmp_path):
     run = tmp_path / "run"
     proc = start_sweep("--engine", "twin", *GRID, "--out", str(run), *FAST)

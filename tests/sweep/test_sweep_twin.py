@@ -168,6 +168,7 @@ def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     assert_no_leftovers(run)
 
 
+@pytest.mark.slow
 def test_launch_per_config_uses_fewer_launches_and_falls_back_per_cell(tmp_path):
     run = tmp_path / "run"
     # (3,4,8)'s server for bs 4 runs out of memory (fault hook): that config falls back to a launch per cell

@@ -127,6 +127,7 @@ def test_closed_loop_receipt_excludes_host_delay():
         assert info["twin_late_requests"] == 0 and info["twin_lead_ms"] == 3000.0
 
 
+@pytest.mark.slow
 def test_seeded_sweep_rows_equal_idle_and_under_3x_oversubscription(tmp_path):
     bench = _benchmark()
     # scale 10 and 256 tokens: a bs-1 request lasts ~170 ms of wall time, longer than a host round trip even under
