@@ -54,7 +54,18 @@ def test_train_records_the_sha256_of_every_artifact_file(trained) -> None:
 
 def test_a_replaced_artifact_is_refused_by_recommend_evaluate_and_serve(trained, tmp_path, capsys) -> None:
     models = _copy(trained, tmp_path)
-    recommend = ["recommend", "--models", str(models), "--algo", "gbt", "--batch-size", "16"]
+    # a pinned sglang version: recommend's "auto" would ask this interpreter's sglang in a subprocess (not the subject)
+    recommend = [
+        "recommend",
+        "--models",
+        str(models),
+        "--algo",
+        "gbt",
+        "--batch-size",
+        "16",
+        "--sglang-version",
+        "0.5.2",
+    ]
     code, out, err = _run(recommend, capsys)
     assert code == 0 and "launch_server" in out, err
     shutil.copy(trained["other"] / "gbt" / "model.joblib", models / "gbt" / "model.joblib")  # a valid pickle, not ours
@@ -75,7 +86,9 @@ def test_a_replaced_artifact_is_refused_by_recommend_evaluate_and_serve(trained,
 
 def test_a_changed_params_file_or_no_recorded_hash_is_refused(trained, tmp_path, capsys) -> None:
     models = _copy(trained, tmp_path)
-    recommend = ["recommend", "--models", str(models), "--algo", "lookup_table", "--batch-size", "16"]
+    recommend = [
+        "recommend", "--models", str(models), "--algo", "lookup_table", "--batch-size", "16", "--sglang-version", "0.5.2"
+    ]  # fmt: skip
     params = models / "lookup_table" / "params.json"
     params.write_text(params.read_text().replace('"seed": 0', '"seed": 1'))
     code, out, err = _run(recommend, capsys)
