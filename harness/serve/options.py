@@ -15,7 +15,7 @@ from harness.core.option_values import Port, Seconds, check_band, checked_by, in
 from harness.engine.options import EngineOptions
 from harness.grid import MAX_BATCH_SIZE
 
-PICKS, ENGINES, CONTROL, WORLD = "Picks", "Engine instances", "Controller", "World"
+PICKS, ENGINES, CONTROL = "Picks", "Engine instances", "Controller"
 """Help panels of ``harness serve``."""
 
 
