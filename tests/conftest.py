@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from _integration_rule import SpawnGuard, StarterWalk, is_integration
+from _mark_rule import marks_on_helpers
 
 os.environ.setdefault("HARBOR_TELEMETRY", "0")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -14,7 +15,19 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that starts a process (itself or through a fixture or helper) ``integration``."""
+    """Refuse a mark on a helper; mark every test that starts a process (itself or through a fixture or helper)
+    ``integration``."""
+    misplaced = sorted(
+        {
+            f"{m.__name__}.{name}"
+            for m in {getattr(item, "module", None) for item in items} - {None}
+            for name in marks_on_helpers(m)
+        }
+    )
+    if misplaced:
+        raise pytest.UsageError(
+            f"pytest marks on functions that are not tests: {', '.join(misplaced)}; move each mark onto its test"
+        )
     walk = StarterWalk()
     for item in items:
         if item.get_closest_marker("integration") is None and is_integration(item, walk):

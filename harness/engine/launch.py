@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from harness.core.clocks import wall_ns
 from harness.core.errors import EngineLaunchError
+from harness.core.http import http_client
 from harness.engine import proc as procs
 from harness.engine.memory_release import MemoryRelease
 from harness.engine.sglang_argv import build_argv, engine_env
@@ -166,7 +167,7 @@ def release_twin_leases(twin_gpu_url: str, pid: int, timeout_s: float = 2.0) -> 
     import httpx
 
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with http_client(timeout=timeout_s, trust_env=False) as http:
             r = http.delete(f"{twin_gpu_url.rstrip('/')}/v1/engines", params={"pid": pid})
             return list(r.json().get("released") or []) if r.status_code == 200 else []
     except (httpx.HTTPError, ValueError):

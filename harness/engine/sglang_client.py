@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel
 
 from harness.core.errors import HarnessError
+from harness.core.http import http_client
 from harness.engine.version import version_tuple
 
 ErrorKind = Literal["timeout", "http", "connection", "protocol"]
@@ -168,7 +169,7 @@ class EngineClient:
         self.version = version
         self.request_timeout = float(request_timeout)
         self.connect_timeout = float(connect_timeout)
-        self._http = httpx.Client(
+        self._http = http_client(
             base_url=self.base_url, timeout=httpx.Timeout(10.0, connect=connect_timeout), trust_env=False
         )
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import httpx
 
 from harness.core.errors import ServiceUnavailableError
+from harness.core.http import http_client
 from harness.gpu.pass_setting import DeviceSettingError
 
 AS_ROOT = (
@@ -89,7 +90,7 @@ class TwinSettingDevice:
 
     def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
-            with httpx.Client(timeout=10.0, trust_env=False) as http:
+            with http_client(timeout=10.0, trust_env=False) as http:
                 resp = http.request(method, f"{self.url}{self.route}", json=body)
         except httpx.HTTPError as exc:
             raise ServiceUnavailableError(

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 import httpx
 
+from harness.core.http import http_client
 from harness.core.httpserve import BadRequest, Request, Response, Router, Server, Stream, error, make_server
 from harness.serve.control_loop import ControlLoop
 from harness.serve.front_metrics import FrontCounts, metrics_response
@@ -103,7 +104,7 @@ class Front:
         self.max_running = max_running
         self._slots = threading.Condition()
         self.counts = FrontCounts()
-        self.http = httpx.Client(
+        self.http = http_client(
             timeout=httpx.Timeout(request_timeout_s, connect=2.0),
             trust_env=False,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=0),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from harness.core.errors import UsageError
+from harness.core.http import http_get
 from harness.engine.launch import EngineLauncher, RunningServer
 from harness.grid import SpecConfig
 
@@ -60,7 +61,7 @@ class Instance:
         import httpx
 
         try:
-            return httpx.get(self.base_url + "/health", timeout=timeout_s, trust_env=False).status_code >= 500
+            return http_get(self.base_url + "/health", timeout=timeout_s, trust_env=False).status_code >= 500
         except httpx.HTTPError:
             return True
 

@@ -13,6 +13,7 @@ import httpx
 
 from harness.core.clocks import wall_ns
 from harness.core.errors import ServiceUnavailableError
+from harness.core.http import http_client
 from harness.telemetry.windows import (
     CLOCK_DISAGREEMENT,
     SAMPLE_AT_LOOKBACK,
@@ -63,7 +64,7 @@ def measure_clock_offset(
 ) -> ClockOffset:
     """NTP-style offset against ``GET /v1/now``: offset = server - (send + receive) / 2, from the shortest round trip."""
     own = client is None
-    c = client or httpx.Client(base_url=url, timeout=timeout_s)
+    c = client or http_client(base_url=url, timeout=timeout_s)
     best: ClockOffset | None = None
     try:
         for _ in range(max(1, rounds)):
@@ -94,7 +95,7 @@ class TelemetryClient:
         self.timeout_s = timeout_s
         self.wait_s = wait_s
         self.last_error: str | None = None
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        self._http = http_client(base_url=self.url, timeout=timeout_s)
         self._offset: ClockOffset | None = None
 
     def _get(self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:

@@ -187,8 +187,11 @@ class SamplerCore:
         return self.store.latest(usable=False)
 
     def ready(self) -> bool:
-        """At least one sample carried a reading."""
-        return self.store.latest(usable=True) is not None
+        """A sample of this sampler's own life carried a reading (a restarted sampler reloads its predecessor's
+        samples into the ring: those say nothing about whether this one reads the GPU, and a window opened before its
+        first own sample would bracket the restart)."""
+        latest = self.store.latest(usable=True)
+        return latest is not None and latest.run_id == self.run_id
 
     def healthy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import httpx
 
+from harness.core.http import http_client
+
 PROBE_RECHECK_S = 1.0
 """A failed GPU read is re-read for this long (wall s) before it counts: one glitch is not a lost probe."""
 ANSWER_ATTEMPTS = 3
@@ -98,7 +100,7 @@ def _probe_problem(telemetry: Any, restartable: bool) -> ServiceProblem | None:
 
 def check_world(world: Any) -> ServiceProblem | None:
     """The first lost service of ``world`` (device, then sampler, then its GPU reads), or None when all answer."""
-    with httpx.Client(timeout=3.0, trust_env=False) as http:
+    with http_client(timeout=3.0, trust_env=False) as http:
         if getattr(world, "twin_gpu_url", None):
             problem = _twin_device_problem(http, world.twin_gpu_url)
             if problem is not None:

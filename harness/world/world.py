@@ -17,6 +17,7 @@ import httpx
 
 from harness.core.clocks import ScaledClock
 from harness.core.errors import ServiceUnavailableError, UsageError
+from harness.core.http import http_client
 from harness.engine import proc as procs
 from harness.engine.launch import EngineLauncher
 from harness.engine.spec import EngineSpec
@@ -29,7 +30,7 @@ SERVICE_START_TIMEOUT_S = 60.0
 
 
 def _get_json(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    with httpx.Client(timeout=timeout, trust_env=False) as http:
+    with http_client(timeout=timeout, trust_env=False) as http:
         resp = http.get(url)
         resp.raise_for_status()
         return resp.json()
@@ -47,7 +48,7 @@ def _wait_http(
                 f"{what} exited with code {proc.returncode} while starting:\n{tail}", fix=f"see {log}"
             )
         try:
-            with httpx.Client(timeout=2.0, trust_env=False) as http:
+            with http_client(timeout=2.0, trust_env=False) as http:
                 if http.get(url).status_code == 200:
                     return
         except httpx.HTTPError:

@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rich.console import Console
 
 from harness.core.errors import HarnessError
+from harness.core.http import http_get
 from harness.core.jsonl import write_json_atomic, write_jsonl_atomic
 from harness.telemetry.windows import WindowStats
 from pilots.options import PilotOptions
@@ -105,7 +105,7 @@ def server_limits(server: Any) -> ServerLimits:
         pass
     if ctx is None:
         try:
-            data = httpx.get(f"{server.base_url}/v1/models", timeout=10).json().get("data") or []
+            data = http_get(f"{server.base_url}/v1/models", timeout=10).json().get("data") or []
             ctx = data[0].get("max_model_len") if data else None
             if ctx:
                 sources.append("v1_models.max_model_len")

@@ -111,7 +111,6 @@ def test_faults_become_error_rows_and_the_sweep_goes_on(tmp_path):
     assert_no_leftovers(run)
 
 
-@pytest.mark.slow
 def _sessions(run: Path) -> int:
     """How many sessions the run's manifest records (0: no run folder yet, or a manifest being replaced)."""
     try:
@@ -120,6 +119,7 @@ def _sessions(run: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_kill9_five_times_then_resume_every_cell_exactly_once(tmp_path):
     run = tmp_path / "run"
     grid = ["--configs", "0:0:0,3:4:8", "--batch-sizes", "1,2", "--repeats", "2"]

@@ -148,7 +148,7 @@ def test_sidecar_against_twin_device(tmp_path: Path):
         wall_s, rel=2e-3
     )
     assert w.energy_j == pytest.approx(truth, rel=5e-3)
-    assert w.avg_power_w == pytest.approx(truth / 20.0, rel=5e-3)
+    assert w.avg_power_w == pytest.approx(truth / (20.0 * wall_s), rel=5e-3)  # per twin second of the window asked
     assert w.gpu_uuid and w.gpu_uuid.startswith("GPU-twin-") and "twin" in (w.gpu_name or "")
     assert ident["twin"] is True and ident["hardware"].startswith("twin:") and ident["time_scale"] == 20.0
     assert info["probe"] == "twin" and info["rate_hz"] == 10.0
@@ -290,3 +290,44 @@ def test_a_twin_url_that_is_no_twin_gpu_never_reports_ready(scripted_server):
     finally:
         page.shutdown()
         page.server_close()
+
+
+class _GatedProbe(ScriptedProbe):
+    """A scripted probe whose reads wait on ``gate``: the first read of a restarted sampler held back at will."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def read(self):
+        self.gate.wait(10.0)
+        return super().read()
+
+
+def _until_ready(core: SamplerCore, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not core.ready():
+        assert time.monotonic() < deadline, "the sampler took no sample"
+        time.sleep(0.01)
+
+
+def test_a_restarted_sampler_is_ready_only_after_its_own_first_sample(tmp_path: Path):
+    """A restarted sampler reloads its predecessor's samples; it used to say ready on those before reading the GPU
+    itself, so a window opened right after ``/-/ready`` bracketed the restart (``sampler_restart``) on a busy host."""
+    first = SamplerCore(ScriptedProbe(), rate_hz=20.0, log_dir=tmp_path / "log").start()
+    _until_ready(first)
+    first.stop()
+    probe = _GatedProbe()
+    again = SamplerCore(probe, rate_hz=20.0, log_dir=tmp_path / "log").start()
+    try:
+        assert again.store.latest(usable=True) is not None  # the predecessor's samples are back in the ring
+        assert not again.ready()
+        probe.gate.set()
+        _until_ready(again)
+        t0 = wall_ns()
+        time.sleep(0.3)
+        w = again.window(t0, wall_ns(), wait_s=2.0)
+        assert "sampler_restart" not in w.reasons, w.reasons
+    finally:
+        probe.gate.set()
+        again.stop()

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from harness.core.http import http_client
 from harness.twin.engine.log import log
 
 
@@ -24,7 +25,7 @@ class DeviceLink:
     def __init__(self, url: str, engine_id: str) -> None:
         self.url = url.rstrip("/")
         self.engine_id = engine_id
-        self.http = httpx.Client(base_url=self.url, timeout=5.0, trust_env=False)
+        self.http = http_client(base_url=self.url, timeout=5.0, trust_env=False)
         self.clock_factor = 1.0
         self.thermal_factor = 1.0
         self.power_limit_w: float | None = (
