@@ -75,6 +75,10 @@ class ServerInfo(BaseModel):
     attention_backend: str | None = None
     """The backend the server resolved: 0.5.2 reports it in ``internal_states[0]`` (the scheduler's copy, set when
     the model runner picks a default; the top level echoes the launch flag), newer versions at the top level."""
+    overlap_schedule: bool | None = None
+    """Whether the server runs the overlap scheduler, as it says (``not disable_overlap_schedule`` of the server args
+    it resolved: sglang turns it off for EAGLE up to 0.5.11 and for speculation on CPU in 0.5.23,
+    ``srt/arg_groups/speculative_hook.py``); None when it does not say."""
     raw: dict[str, Any] = {}
 
 
@@ -140,11 +144,13 @@ def parse_server_info(body: dict[str, Any]) -> ServerInfo:
     accept = state.get("avg_spec_accept_length", body.get("avg_spec_accept_length"))
     steps = state.get("step_time_dict", body.get("step_time_dict")) or {}
     backend = state.get("attention_backend") or body.get("attention_backend")
+    disabled = state.get("disable_overlap_schedule", body.get("disable_overlap_schedule"))
     return ServerInfo(
         avg_spec_accept_length=float(accept) if accept is not None else None,
         step_time_dict={str(k): [float(x) for x in v] for k, v in steps.items()},
         version=body.get("version"),
         attention_backend=str(backend) if backend else None,
+        overlap_schedule=not disabled if isinstance(disabled, bool) else None,
         raw=body,
     )
 

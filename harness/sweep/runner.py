@@ -370,14 +370,26 @@ class SweepRunner:
             },
         )
 
-    def _scheduler_extras(self, cell: Cell) -> dict[str, Any]:
-        """sglang's scheduler for this cell (``overlap`` or ``no-overlap``, by the version's own rule; the twin: the
-        emulated version's, which it does not time differently)."""
+    def _scheduler_extras(self, cell: Cell, said: bool | None = None) -> dict[str, Any]:
+        """sglang's scheduler for this cell: ``overlap_schedule`` as the server's info says (``said``), else by the
+        version's own rule (a row without a server: a launch error), with ``overlap_schedule_source`` saying which,
+        and ``scheduler`` (``overlap`` / ``no-overlap``) the same fact. The twin reports its emulated version's rule
+        and does not time the two schedulers differently."""
         if self.opts.api != "sglang":
             return {}
-        env = {**os.environ, **ENGINE_ENV}  # what a server launched by this process sees
-        overlap = overlap_scheduled(self.opts.sglang_version, cell.config, self.opts.launch_args, env)
-        return {"scheduler": "overlap" if overlap else "no-overlap"}
+        if said is None:
+            env = {**os.environ, **ENGINE_ENV}  # what a server launched by this process sees
+            overlap, source = (
+                overlap_scheduled(self.opts.sglang_version, cell.config, self.opts.launch_args, env),
+                "rule",
+            )
+        else:
+            overlap, source = said, "server"
+        return {
+            "scheduler": "overlap" if overlap else "no-overlap",
+            "overlap_schedule": overlap,
+            "overlap_schedule_source": source,
+        }
 
     def _cap_extras(self, cell: Cell) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -404,6 +416,7 @@ class SweepRunner:
             server_version=r.server_version,
             attention_backend_flag=self.opts.server_attention_backend,
             decode_log_interval=self.opts.server_decode_log_interval,
+            **self._scheduler_extras(cell, r.overlap_schedule),
         )
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:

@@ -138,6 +138,8 @@ class CellResult(BaseModel):
     """The attention backend the server resolved (its server info), the kernel the cell really ran."""
     server_version: str | None = None
     """The sglang version the server reports (its server info)."""
+    overlap_schedule: bool | None = None
+    """Whether the server ran the overlap scheduler, as its server info says (None: it does not say)."""
     measured: WindowEnergy | None = None
     """The measured window's energy (kind ``measured``)."""
     steady: WindowEnergy | None = None
@@ -463,6 +465,7 @@ def _run_cell(
         after=after,
         attention_backend=info1.attention_backend,
         server_version=info1.version,
+        overlap_schedule=info1.overlap_schedule,
         req_accept_length_mean=req_mean,
         req_accept_length_p50=_pct(req_accept, 50),
         req_latency_mean_s=_mean(latencies),

@@ -117,6 +117,12 @@ def test_native_sweep_on_real_sglang_cpu_with_a_crash_and_resume(engines_python,
     spec = [r for r in by_cell.values() if not r["is_baseline"]]
     full = [r for r in spec if (r["steps"], r["topk"], r["num_draft_tokens"]) == (3, 1, 4)]
     assert full and all(r["accept_length"] == 4.0 for r in full), [r["accept_length"] for r in full]
+    # 0.5.23 turns the overlap scheduler off for speculation on CPU (srt/arg_groups/speculative_hook.py,
+    # _disable_overlap_schedule_for_cpu); the per-version rule said "overlap": rows record what the server says
+    for r in spec:
+        assert (r["extras"]["overlap_schedule"], r["extras"]["overlap_schedule_source"]) == (False, "server"), r[
+            "extras"
+        ]
     assert all(r["accept_length"] > 2.5 for r in spec), [(r["cell_id"], r["accept_length"]) for r in spec]
     assert all(r["step_time_s"] and r["step_time_s"] > 0 for r in by_cell.values() if r["speed_source"] != "wall")
     m = json.loads((run / "manifest.json").read_text())

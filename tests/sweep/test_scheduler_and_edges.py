@@ -10,6 +10,7 @@ import pytest
 from _engine_helpers import FAST, read_lines, run_harness
 
 from harness.engine.sglang_argv import DISABLE_OVERLAP, build_argv, overlap_scheduled
+from harness.engine.sglang_client import parse_server_info
 from harness.grid import SpecConfig
 from harness.runs.options import SweepOptions
 
@@ -56,6 +57,20 @@ def test_rows_record_the_scheduler_they_ran_under(tmp_path) -> None:
         assert r.returncode == 0, r.stdout + r.stderr
         rows = {row["cell_id"]: row for row in read_lines(run / "rows.jsonl")}
         assert {cid: row["extras"]["scheduler"] for cid, row in rows.items()} == expect
+        for row in rows.values():  # what the server said (its resolved disable_overlap_schedule), not the rule
+            assert row["extras"]["overlap_schedule_source"] == "server", row["extras"]
+            assert row["extras"]["overlap_schedule"] is (row["extras"]["scheduler"] == "overlap")
         logs = "".join(p.read_text() for p in (run / "logs").glob("*.log"))
         assert (DISABLE_OVERLAP in logs) is (mode == "off")
         assert json.loads((run / "manifest.json").read_text())["options"]["overlap_schedule"] == mode
+
+
+def test_the_row_takes_the_scheduler_from_the_servers_resolved_args() -> None:
+    """sglang reports ``disable_overlap_schedule`` after its own rules (0.5.2 ``srt/server_args.py``: EAGLE sets it;
+    0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_disable_overlap_schedule_for_cpu``), in the scheduler's
+    ``internal_states[0]`` and at the top level; the per-version rule was wrong on CPU and for 0.5.11-0.5.19."""
+    shape_052 = {"internal_states": [{"disable_overlap_schedule": True}], "disable_overlap_schedule": False}
+    assert parse_server_info(shape_052).overlap_schedule is False  # the scheduler's resolved copy wins
+    assert parse_server_info({"disable_overlap_schedule": False}).overlap_schedule is True
+    assert parse_server_info({"version": "0.5.23"}).overlap_schedule is None  # says nothing: the rule decides
+    assert parse_server_info({"disable_overlap_schedule": "no"}).overlap_schedule is None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
+from harness.engine.sglang_argv import DISABLE_OVERLAP, overlap_scheduled
 from harness.twin.engine.request import EngineRequest
 from harness.twin.engine.scheduler import TwinEngine
 
@@ -115,6 +117,10 @@ def server_args(eng: TwinEngine) -> dict[str, Any]:
             "mem_fraction_static": eng.memory.get("mem_fraction"),
             "attention_backend": a.resolved_attention_backend,
             "served_model_name": eng.model_id,
+            # resolved as the emulated version resolves it (sglang reports the value after its own rules)
+            "disable_overlap_schedule": not overlap_scheduled(
+                eng.version, eng.cfg, [DISABLE_OVERLAP] if a.disable_overlap_schedule else [], os.environ
+            ),
         }
     )
     if eng.version == "0.5.23":
