@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -516,8 +517,6 @@ def _harness_error_classes() -> dict[str, type]:
 def test_the_exit_code_table_matches_the_code() -> None:
     """docs/harness.md "Errors and exit codes": each class sits in the row of its exit code, and every error class
     of the project has a row (a new class or a changed code without the table fails here)."""
-    import re
-
     text = (ROOT / "docs" / "harness.md").read_text()
     table = text.split("### Errors and exit codes", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
     documented: dict[str, int] = {}
@@ -529,3 +528,44 @@ def test_the_exit_code_table_matches_the_code() -> None:
     assert set(classes) <= set(documented), f"error classes missing from the table: {set(classes) - set(documented)}"
     wrong = {n: (documented[n], c.exit_code) for n, c in classes.items() if documented[n] != c.exit_code}
     assert not wrong, f"table vs code (documented, actual): {wrong}"
+
+
+EXIT_MENTION = re.compile(r"\bexits?(?: with)?(?: code)? (\d+)\b")
+"""An exit code named in prose: "exit 2", "exits 4", "exit code 9", "exits with code 3"."""
+TOPICS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(cap|caps|clock|clocks|limit)\b.*\b(outside|refus\w*|not support\w*|rejects?)\b", re.I), "DeviceSettingError"),
+    (re.compile(r"\b(extra|not installed)\b", re.I), "MissingDependencyError"),
+)  # fmt: skip
+"""Sentences whose subject fixes the error class: a refused power cap or clock lock, a missing optional extra."""
+
+
+def _exit_mentions() -> list[tuple[str, str, int]]:
+    """(file:line, sentence, code) of every exit code README.md and docs/*.md name in prose (not the code table)."""
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("| ") and re.match(r"\| (\d+|128\+n) \|", line):
+                continue  # the exit-code table itself: test_the_exit_code_table_matches_the_code
+            for cell in line.split("|"):
+                for sentence in re.split(r"(?<=[.;])\s", cell):
+                    for m in EXIT_MENTION.finditer(sentence):
+                        out.append((f"{path.relative_to(ROOT)}:{lineno}", sentence.strip(), int(m.group(1))))
+    return out
+
+
+def test_every_exit_code_the_docs_name_is_the_codes() -> None:
+    """Issue 46 (9): docs/powercap.md said a refused cap exits 7 while the code exits 9. Every exit code named in
+    prose is one the harness exits with; a sentence naming an error class (`PowerCapError`) or about a refused cap
+    or clock, or a missing extra, names that class's code."""
+    classes = _harness_error_classes()
+    known = {c.exit_code for c in classes.values()} | {0, 75, 130}
+    mentions = _exit_mentions()
+    assert len(mentions) > 40, mentions  # the scan finds the docs' mentions
+    wrong = []
+    for where, sentence, code in mentions:
+        named = [classes[n] for n in re.findall(r"`(\w+)`", sentence) if n in classes]
+        topical = [classes[cls] for pattern, cls in TOPICS if pattern.search(sentence)]
+        expected = {c.exit_code for c in named} or {c.exit_code for c in topical[:1]}
+        if code not in known or (expected and code not in expected):
+            wrong.append(f"{where}: exit {code} ({sentence[:140]}); expected {sorted(expected) or sorted(known)}")
+    assert not wrong, "\n".join(wrong)
