@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.errors import UsageError
-from harness.engine.image_tags import DEFAULT_IMAGE, driver_ok, sglang_image
+from harness.engine.image_tags import DEFAULT_IMAGE, driver_ok, minor_compat, sglang_image
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = re.compile(r"lmsysorg/sglang:(v0\.5\.\d+-cu\d+)|SGLANG_TAG[=:]-?(v0\.5\.\d+-cu\d+)")
@@ -24,7 +24,8 @@ TAG = re.compile(r"lmsysorg/sglang:(v0\.5\.\d+-cu\d+)|SGLANG_TAG[=:]-?(v0\.5\.\d
         ("0.5.19", "v0.5.19-cu129", "12.9"),
         ("0.5.20", "v0.5.20-cu130", "13.0"),
         ("0.5.23", "v0.5.23-cu130", "13.0"),
-        ("v0.5.23.post1", "v0.5.23-cu130", "13.0"),
+        ("v0.5.23.post1", "v0.5.23.post1-cu130", "13.0"),
+        ("0.5.12.post1", "v0.5.12.post1-cu129", "12.9"),  # issue 46 (4): the .postN was dropped
     ],
 )
 def test_the_cuda_lane_follows_the_version(version: str, tag: str, cuda: str) -> None:
@@ -33,10 +34,20 @@ def test_the_cuda_lane_follows_the_version(version: str, tag: str, cuda: str) ->
     assert image.image == f"lmsysorg/sglang:{tag}"
 
 
-def test_cuda_13_images_need_a_cuda_13_driver() -> None:
-    new, old = sglang_image("0.5.23"), sglang_image("0.5.19")
+def test_cuda_13_images_need_a_cuda_13_driver_and_cuda_12_ones_run_from_525() -> None:
+    """NVIDIA's minor version compatibility (cuda-compatibility/minor-version-compatibility.html, table 1): CUDA
+    12.x runs on drivers >= 525, CUDA 13.x on >= 580. The 550 and 570 datacenter branches used to be refused for the
+    CUDA 12 images (issue 46, item 4)."""
+    new, old, default = sglang_image("0.5.23"), sglang_image("0.5.19"), sglang_image("0.5.2")
     assert not driver_ok("575.57.08", new) and driver_ok("580.95.05", new)
-    assert driver_ok("575.57.08", old) and not driver_ok("570.86.15", old)
+    assert driver_ok("575.57.08", old) and driver_ok("570.86.15", old) and driver_ok("550.54.15", default)
+    assert not driver_ok("520.61.05", default) and not minor_compat("580.95.05", new)
+    assert minor_compat("550.54.15", old) and not minor_compat("575.51.03", old)
+
+
+def test_a_version_the_images_are_not_tagged_by_is_refused() -> None:
+    with pytest.raises(UsageError, match="not a release the images are tagged by"):
+        sglang_image("0.5.23rc1")
 
 
 @pytest.mark.parametrize("version", ["0.5.1", "0.5.24", "0.6.0", "latest", ""])
@@ -78,3 +89,6 @@ def test_the_cli_prints_the_tag_and_checks_a_driver() -> None:
     assert "Traceback" not in old.stderr
     bad = _cli("0.7")
     assert bad.returncode == 2 and "outside the supported range" in bad.stderr
+    compat = _cli("0.5.19", "--driver", "550.54.15")
+    assert compat.returncode == 0 and compat.stdout.strip() == "v0.5.19-cu129", compat.stderr
+    assert "minor version compatibility" in compat.stderr and "575.51.03" in compat.stderr
