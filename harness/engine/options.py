@@ -36,10 +36,12 @@ class EngineOptions(OptionsModel):
         description="auto (the sglang installed where the server runs; the twin: 0.5.2) or a version from 0.5.2 "
         "to 0.5.23 (the twin: 0.5.2 or 0.5.23); the manifest keeps the resolved one",
     )
-    model_path: Annotated[str | None, Flag(ENGINE, default_text=DEFAULT_MODEL)] = Field(
-        None, description="target model"
+    model_path: Annotated[str | None, Flag(ENGINE)] = Field(
+        DEFAULT_MODEL, description="target model (a hub id or a local folder; the default is the published target)"
     )
-    draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(None, description="EAGLE3 draft model")
+    draft_model_path: Annotated[str | None, Flag(ENGINE)] = Field(
+        DEFAULT_DRAFT, description="EAGLE3 draft model, trained for the target (the default is the published draft)"
+    )
     engine_args: Annotated[list[str], Flag(ENGINE, flag="--engine-arg", repeat=True)] = Field(
         default_factory=list,
         description="extra server flag for every launch, e.g. --engine-arg=--disable-overlap-schedule (repeat)",

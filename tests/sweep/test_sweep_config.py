@@ -210,3 +210,14 @@ def test_an_old_manifest_loads_and_keeps_its_unknown_keys(tmp_path, capsys) -> N
     assert after["operator_note"] == OLD_MANIFEST["operator_note"] and after["sessions"][0]["gpu_note"] == "kept"
     assert after["options"]["retired_option"] == 1 and after["power_cap"]["vendor_field"] == [1, 2]
     assert after["launches"] == 3 and after["infrastructure_events"] == OLD_MANIFEST["infrastructure_events"]
+
+
+def test_print_config_names_the_target_and_the_draft(capsys) -> None:
+    """Issue 46 (7): the models were ``null`` in ``--print-config`` (their defaults hidden in code)."""
+    from harness.engine.spec import DEFAULT_DRAFT, DEFAULT_MODEL
+
+    printed = _printed(["--engine", "twin"], capsys)
+    assert (printed["model_path"], printed["draft_model_path"]) == (DEFAULT_MODEL, DEFAULT_DRAFT)
+    assert DEFAULT_MODEL == "unsloth/Llama-3.2-1B-Instruct" and "EAGLE3-Llama-3.2-1B" in DEFAULT_DRAFT
+    mine = _printed(["--engine", "twin", "--model-path", "/models/t", "--draft-model-path", "/models/d"], capsys)
+    assert (mine["model_path"], mine["draft_model_path"]) == ("/models/t", "/models/d")
