@@ -2,7 +2,8 @@
 
 ``plan_section``: what the run will measure (passes, batch sizes, configs, cells), the manifest's ``plan``.
 ``run_preflight``: what the run checked about its world once it is open and before any GPU setting changes or any
-server starts, the manifest's ``preflight``: one entry per check of ``CHECKS``. A later check (the band on a
+server starts, the manifest's ``preflight``: one entry per check of ``CHECKS``, after those of ``STATIC_CHECKS``
+(``run_static_preflight``: files on disk, e.g. the draft/target pairing, checked before the world opens). A later check (the band on a
 datacenter GPU, the GPU time a plan will cost) is one more function there, not a new branch in the runner.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from harness.engine.model_pair import check_pair
 from harness.gpu.gpu_pass import GpuPass
 from harness.runs.options import SweepOptions
 from harness.runs.plan import plan_cells
@@ -45,9 +47,26 @@ def gpu_facts(opts: SweepOptions, world: Any, snapshot: Any) -> dict[str, Any]:
     }
 
 
+def model_pair(opts: SweepOptions) -> dict[str, Any]:
+    """The target and its draft, and whether their configs pair (``harness.engine.model_pair``; a mismatch stops
+    the run before its world opens). A grid without speculative configs launches no draft."""
+    if not any(not c.is_baseline for c in opts.spec_configs):
+        return {"target": opts.target_model, "draft": None, "checked": False, "unchecked_because": "no draft launched"}
+    return check_pair(opts.target_model, opts.draft_model)
+
+
 CHECKS: dict[str, PreflightCheck] = {"gpu": gpu_facts}
+STATIC_CHECKS: dict[str, Callable[[SweepOptions], dict[str, Any]]] = {"models": model_pair}
+"""Checks that need no world (files on disk): they run before the world opens, so a refusal costs no GPU time."""
 
 
-def run_preflight(opts: SweepOptions, world: Any, snapshot: Any) -> dict[str, Any]:
-    """Every preflight check, in order; each one's findings under its name."""
-    return {name: check(opts, world, snapshot) for name, check in CHECKS.items()}
+def run_static_preflight(opts: SweepOptions) -> dict[str, Any]:
+    """Every check of ``STATIC_CHECKS``, before the world opens; each one's findings under its name."""
+    return {name: check(opts) for name, check in STATIC_CHECKS.items()}
+
+
+def run_preflight(
+    opts: SweepOptions, world: Any, snapshot: Any, static: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every preflight check, in order, after the static ones' findings (``static``); each under its name."""
+    return {**(static or {}), **{name: check(opts, world, snapshot) for name, check in CHECKS.items()}}

@@ -123,7 +123,7 @@ def _run_locked(
 ) -> tuple[Path, list[SweepRow], SweepManifest]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
-    from harness.sweep.preflight import plan_section, run_preflight
+    from harness.sweep.preflight import plan_section, run_preflight, run_static_preflight
 
     manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.server_attention_backend
     if opts.api == "vllm":
@@ -138,6 +138,7 @@ def _run_locked(
     old_int = signal.signal(signal.SIGINT, on_sigint)
     t0 = mono_ns()
     try:
+        static = run_static_preflight(opts)  # no world needed: a refusal here costs no GPU time
         with open_sweep_world(opts, run_dir, opts.engine_spec(), manifest, console) as world:
             session.world = manifest.record_world(world)
             snapshot = world.telemetry.snapshot()
@@ -146,7 +147,7 @@ def _run_locked(
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
             manifest.plan = plan_section(opts)
-            manifest.preflight = run_preflight(opts, world, snapshot)  # before any setting changes or server starts
+            manifest.preflight = run_preflight(opts, world, snapshot, static)  # before any setting or server
             manifest.save(run_dir)
             settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
             runner = SweepRunner(

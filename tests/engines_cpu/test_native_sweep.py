@@ -127,3 +127,5 @@ def test_native_sweep_on_real_sglang_cpu_with_a_crash_and_resume(engines_python,
     assert all(r["step_time_s"] and r["step_time_s"] > 0 for r in by_cell.values() if r["speed_source"] != "wall")
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "complete" and len(m["sessions"]) == 2, m.get("sessions")
+    pair = m["preflight"]["models"]  # the tiny target and its EAGLE3 draft pair by their config.json
+    assert pair["checked"] is True and pair["draft_target_hidden_size"] == pair["target_hidden_size"], pair
