@@ -71,7 +71,7 @@ def faults_for(spec: EngineSpec, config: SpecConfig, batch_size: int) -> list[st
 
 def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
     """The full argv of one server for ``config`` serving up to ``batch_size`` concurrent requests: sglang's
-    ``launch_server``, vLLM's ``api_server``, or the twin with the flags of the engine it emulates."""
+    ``launch_server``, ``vllm serve``, or the twin with the flags of the engine it emulates."""
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}", fix="use e.g. --batch-sizes 1,4,8,16")
     if not 0.0 < mem_fraction < 1.0:
@@ -79,11 +79,11 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
             f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55"
         )
     if spec.api == "vllm":
-        from harness.engine.vllm_argv import VLLM_MODULE, vllm_flags
+        from harness.engine.vllm_argv import VLLM_SERVE, vllm_flags
 
         flags = vllm_flags(spec, config, batch_size, mem_fraction, port)
         if spec.kind == "vllm":
-            return [spec.python, "-m", VLLM_MODULE, *flags]
+            return [spec.python, *VLLM_SERVE, *flags]
         return _twin_argv(
             spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version]
         )

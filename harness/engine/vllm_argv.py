@@ -1,4 +1,4 @@
-"""vLLM's command line for one config: ``python -m vllm.entrypoints.openai.api_server`` flags and the
+"""vLLM's command line for one config: ``vllm serve`` (``python -m vllm.entrypoints.cli.main serve``) flags and the
 ``--speculative-config`` JSON of EAGLE3, per vLLM version. vLLM-specific flags live here only.
 
 vLLM's EAGLE3 is verified as a chain of ``num_speculative_tokens`` drafted tokens in one target step on every
@@ -24,7 +24,11 @@ VLLM_SUPPORTED_RANGE: tuple[str, str] = ("0.11.0", "0.34.0")
 """vLLM versions whose parser the flags are checked against (tests/engine/test_vllm_conformance.py: both ends)."""
 VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.34.0",)
 VLLM_DEFAULT_VERSION = "0.34.0"
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+VLLM_MODULE = "vllm.entrypoints.cli.main"
+VLLM_SERVE: tuple[str, ...] = ("-m", VLLM_MODULE, "serve")
+"""How the harness starts vLLM: ``vllm serve`` through the server interpreter (``python -m``), what 0.34 documents
+and 0.11 already has; ``python -m vllm.entrypoints.openai.api_server`` is deprecated in 0.34 (its ``__main__`` warns
+"Please use `vllm serve` instead"). ``serve`` builds its parser with the same ``make_arg_parser``."""
 VLLM_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
 """Dev mode registers ``POST /reset_prefix_cache``, the sweep's cache flush between warm-up and measurement."""
 SPEC_METHOD = "eagle3"
@@ -57,7 +61,7 @@ def speculative_config(spec: "EngineSpec", config: SpecConfig) -> dict[str, Any]
 
 
 def vllm_flags(spec: "EngineSpec", config: SpecConfig, batch_size: int, mem_fraction: float, port: int) -> list[str]:
-    """The api_server flags of one server (the same set for every supported version)."""
+    """The ``vllm serve`` flags of one server (the same set for every supported version)."""
     flags = [
         "--model",
         spec.model_path,

@@ -12,7 +12,7 @@ from _sglang_helpers import conformance_python
 
 from harness.engine.sglang_argv import build_argv
 from harness.engine.spec import EngineSpec
-from harness.engine.vllm_argv import VLLM_MODULE, VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS, vllm_configs
+from harness.engine.vllm_argv import VLLM_SERVE, VLLM_SUPPORTED_RANGE, VLLM_TWIN_VERSIONS, vllm_configs
 from harness.grid import ACTIONS, BASELINE
 from harness.twin.engine.vllm_args import SPEC_KEYS
 
@@ -37,8 +37,8 @@ def sweep_argvs(version: str) -> list[list[str]]:
         for bs in (1, 4, 8, 16):
             for mf in (0.65, 0.55):
                 argv = build_argv(spec, config, bs, mf, 30000)
-                assert argv[1:3] == ["-m", VLLM_MODULE]
-                out.append(argv[3:])
+                assert tuple(argv[1:4]) == VLLM_SERVE
+                out.append(argv[4:])
     return out
 
 

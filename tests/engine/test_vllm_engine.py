@@ -29,8 +29,8 @@ EAGLE3 = {"method": "eagle3", "model": "rescommons/SpecForge-EAGLE3-Llama-3.2-1B
 def test_vllm_argv_maps_chains_and_refuses_trees() -> None:
     spec = EngineSpec(kind="vllm", python="py")
     argv = build_argv(spec, SpecConfig(3, 1, 4), 8, 0.65, 8001)
-    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
-    flags = dict(zip(argv[3::2], argv[4::2]))
+    assert argv[:4] == ["py", "-m", "vllm.entrypoints.cli.main", "serve"]  # `vllm serve`: api_server deprecated
+    flags = dict(zip(argv[4::2], argv[5::2]))
     assert flags["--model"] == spec.model_path and flags["--max-num-seqs"] == "8"
     assert flags["--gpu-memory-utilization"] == "0.65" and flags["--dtype"] == "float16"
     assert json.loads(flags["--speculative-config"]) == {**EAGLE3, "model": spec.draft_model_path}

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from _prompts import PROMPTS
 
+from harness.engine.vllm_argv import VLLM_SERVE
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 VLLM_PYTHON_ENV = "HARNESS_VLLM_CPU_PYTHON"
@@ -105,9 +107,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def start_vllm(python: Path, target: Path, draft: Path | None, log: Path, timeout_s: float = 300.0) -> Iterator[str]:
-    """`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1 (EAGLE3 with `draft`); yields the base URL."""
+    """`vllm serve` (the harness's ``VLLM_SERVE``) on 127.0.0.1 (EAGLE3 with `draft`); yields the base URL."""
     port = _free_port()
-    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target)]
+    argv = [str(python), *VLLM_SERVE, "--model", str(target)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "512"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB; else sized from --gpu-memory-utilization x RAM
     if draft is not None:
