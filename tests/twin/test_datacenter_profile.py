@@ -109,6 +109,10 @@ def test_a_profile_is_refused_with_a_running_twin_gpu_or_another_engine(tmp_path
     )
     assert code == 2 and "--twin-profile h100-sxm cannot apply to the running twin GPU" in err, err
     assert "fix: drop --twin-profile, or drop --twin-gpu" in err
+    serve = ["serve", "--picks", "1=0:0:0", "--twin-profile", "h100-sxm", "--out", str(tmp_path / "s")]
+    code, err = _cli([*serve, "--twin-gpu", "http://127.0.0.1:1", "--sampler-url", "http://127.0.0.1:2"], capsys)
+    assert code == 2 and "--twin-profile h100-sxm cannot apply to the running twin GPU" in err, err
+    assert not (tmp_path / "s").exists()
     code, err = _cli(
         ["sweep", "--engine", "sglang", "--twin-profile", "h100-sxm", "--out", str(tmp_path / "x")], capsys
     )
