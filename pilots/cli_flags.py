@@ -45,6 +45,7 @@ TimeScale = Annotated[Optional[float], _common("time_scale")]
 Out = Annotated[Optional[Path], _common("out")]
 SamplerUrl = Annotated[Optional[str], _common("sampler_url")]
 TwinGpu = Annotated[Optional[str], _common("twin_gpu_url", "--twin-gpu")]
+TwinProfile = Annotated[Optional[str], _common("twin_profile")]
 Configs = Annotated[Optional[list[str]], _common("configs")]
 Fixture = Annotated[Optional[bool], _common("fixture", "--fixture/--no-fixture")]
 ServerBatchSize = Annotated[Optional[int], _common("server_batch_size")]
@@ -65,6 +66,7 @@ COMMON: tuple[tuple[str, Any], ...] = (
     ("out", Out),
     ("sampler_url", SamplerUrl),
     ("twin_gpu_url", TwinGpu),
+    ("twin_profile", TwinProfile),
     ("configs", Configs),
     ("fixture", Fixture),
     ("server_batch_size", ServerBatchSize),

@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from harness.core.model_options import Flag, OptionsModel
-from harness.core.option_values import TimeScale, http_url
+from harness.core.option_values import TimeScale, checked_by, http_url
 from harness.engine.spec import DEFAULT_DRAFT, DEFAULT_MODEL, EngineSpec
+from harness.twin.profile import DEFAULT_PROFILE, check_twin_profile
 
 ENGINE, WORLD = "Engine", "World"
 """Help panels of the block."""
@@ -54,6 +55,14 @@ class EngineOptions(OptionsModel):
     twin_gpu_url: Annotated[
         str | None, http_url("--twin-gpu"), Flag(WORLD, flag="--twin-gpu", default_text="start one")
     ] = Field(None, description="a running twin GPU device (with --sampler-url)")
+    twin_profile: Annotated[str | None, checked_by(check_twin_profile), Flag(WORLD, default_text=DEFAULT_PROFILE)] = (
+        Field(
+            None,
+            description="with --engine twin: the profile of the twin GPU the harness starts, a name from "
+            "harness/twin/profiles/ (rtx4060-laptop, h100-sxm) or a path to a profile JSON (not with --twin-gpu: "
+            "that device has its own)",
+        )
+    )
 
     @property
     def target_model(self) -> str:

@@ -71,8 +71,10 @@ class SessionOptions:
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     api_key: str | None = None
     """Clients must send ``Authorization: Bearer <key>`` on every route but ``/health``."""
+    twin_profile: str | None = None
+    """The profile of the twin GPU the session starts (``--twin-profile``; None: the laptop's)."""
     twin_memory_x: int | None = None
-    """Twin GPU memory as a multiple of the laptop's (default: the number of instances launched at once)."""
+    """Twin GPU memory as a multiple of the profile's (default: the number of instances launched at once)."""
     clock_control: bool = False
     """Trim power into the band with the locked SM clock too (``clock_actuator.py``): changes GPU state (root on
     NVML), so off unless asked; the clock is put back when the session ends."""
@@ -103,12 +105,13 @@ class SessionOptions:
         return list(dict.fromkeys([BASELINE, *chosen]))
 
 
-def serving_profile(run_dir: Path, instances: int) -> str:
-    """The twin GPU for ``instances`` engines: the calibrated laptop profile with ``instances`` times its memory
-    (each engine keeps the published 0.65 of the original 8 GB); power, clocks and cap are unchanged."""
-    from harness.twin.profile import load_profile
+def serving_profile(run_dir: Path, instances: int, base: str | None = None) -> str:
+    """The twin GPU for ``instances`` engines: the ``base`` profile (default: the calibrated laptop's) with
+    ``instances`` times its memory (each engine keeps the published 0.65 of the original board's); power, clocks
+    and cap are unchanged."""
+    from harness.twin.profile import DEFAULT_PROFILE, load_profile
 
-    prof = load_profile()
+    prof = load_profile(base or DEFAULT_PROFILE)
     dev = prof.device.model_copy(update={"memory_total_mb": prof.device.memory_total_mb * instances})
     prof = prof.model_copy(update={"device": dev, "about": f"{prof.about} [serving: memory x{instances}]"})
     path = run_dir / "twin_serve_profile.json"
@@ -185,7 +188,8 @@ def open_session(options: SessionOptions) -> ServeSession:
     run_dir = Path(options.run_dir)
     one = options.instances == "one"
     memory_x = options.twin_memory_x or (1 if one else len(configs))
-    profile = serving_profile(run_dir, memory_x) if options.engine == "twin" and options.twin_gpu_url is None else None
+    twin_started = options.engine == "twin" and options.twin_gpu_url is None
+    profile = serving_profile(run_dir, memory_x, options.twin_profile) if twin_started else None
     world = open_world_for(options, run_dir, spec=_spec(options), profile=profile)
     pool: Pool | None = None
     loop: ControlLoop | None = None

@@ -39,6 +39,9 @@ def check_options(opts: SweepOptions) -> None:
         raise UsageError(
             "--twin-gpu and --twin-fault only apply to --engine twin", fix="drop them or use --engine twin"
         )
+    from harness.world.world import check_twin_profile_use
+
+    check_twin_profile_use(opts)
     if opts.power_cap_mode == "record" and opts.power_caps:
         raise UsageError(
             "--power-cap-mode record never sets a cap, so it cannot sweep --power-caps",

@@ -279,11 +279,32 @@ class WorldChoice(Protocol):
     def time_scale(self) -> float: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def twin_profile(self) -> str | None: ...
+
+
+def check_twin_profile_use(options: WorldChoice) -> None:
+    """``--twin-profile`` picks the profile of the twin GPU the harness starts itself: refused with another engine
+    and with ``--twin-gpu`` (that device runs its own profile)."""
+    if options.twin_profile is None:
+        return
+    if options.engine != "twin":
+        raise UsageError("--twin-profile only applies to --engine twin", fix="drop --twin-profile or use --engine twin")
+    if options.twin_gpu_url is not None:
+        raise UsageError(
+            f"--twin-profile {options.twin_profile} cannot apply to the running twin GPU at --twin-gpu "
+            f"{options.twin_gpu_url}: that device has its own profile (harness twin gpu --profile)",
+            fix="drop --twin-profile, or drop --twin-gpu (and --sampler-url) to let the harness start a twin GPU "
+            "with that profile",
+        )
 
 
 def open_world_for(options: WorldChoice, run_dir: str | Path, *, spec: EngineSpec, **more: Any) -> "World":
     """The one way a command opens its world from its options: ``open_world`` with the block's engine, services,
-    time scale and seed; ``more``: timeouts, the GPU index, a profile, a hardware label."""
+    time scale, seed and twin profile; ``more``: timeouts, the GPU index, a profile (a command's own, e.g. serve's
+    profile derived from ``--twin-profile``), a hardware label."""
+    check_twin_profile_use(options)
+    more.setdefault("profile", options.twin_profile)
     return open_world(
         options.engine,
         sampler_url=options.sampler_url,
