@@ -102,7 +102,7 @@ CMD ["--help"]
 
 # --------------------------------------------------------------------------------------------------------------- gpu
 # Keep LAST (see the top). The harness goes into the engine's own interpreter (the sweep runs `python -m
-# sglang.launch_server` or `python -m vllm.entrypoints.openai.api_server` with it) with every extra, constrained to
+# sglang.launch_server` or `python -m vllm.entrypoints.cli.main serve` with it) with every extra, constrained to
 # every version the image already has (torch included: [policies] takes the engine's), so installing the harness never
 # changes a package the engine depends on. pip fails the build if that is impossible. The sglang variables below are
 # inert in a vLLM image.
