@@ -330,3 +330,28 @@ def test_read_only_makes_no_set_call(tmp_path: Path, env: tuple[ShimScript, dict
         assert (
             status["power_cap_set"]["status"] == "PASS" and limit_file(script) == 700000 and not clocks_locked(script)
         )
+
+
+@pytest.mark.parametrize(
+    ("installed", "version", "graph_flag"),
+    [("0.5.23", "0.5.23", "--cuda-graph-max-bs-decode"), (None, "0.5.2", "--cuda-graph-max-bs"),
+     ("0.4.6.post4", "0.5.2", "--cuda-graph-max-bs")],
+)  # fmt: skip
+def test_the_argv_check_judges_the_argv_the_sweep_launches(
+    monkeypatch: pytest.MonkeyPatch, installed: str | None, version: str, graph_flag: str
+) -> None:
+    """Issue 46 (4): the kit judged 0.5.2's flags from a hand-built spec whatever sglang was installed. It now builds
+    the sweep's own spec for the installed version (as ``--sglang-version auto`` finds it), else the default's."""
+    from harness.engine.sglang_argv import build_argv
+    from harness.gpucheck import argv_check
+    from harness.grid import ACTIONS
+    from harness.runs.options import SweepOptions
+
+    monkeypatch.setattr(argv_check, "installed_sglang", lambda: installed)
+    out = argv_check.launch_lines()
+    assert out["sglang_version_flags"] == version
+    source = {"0.5.23": "installed", None: "the default image's"}.get(installed, "the default image's (sglang 0.4.6")
+    assert out["sglang_version_source"].startswith(source), out["sglang_version_source"]
+    sweep = SweepOptions(engine="sglang", sglang_version=version).engine_spec()
+    assert out["argv"] == [build_argv(sweep, c, 16, 0.65, 30000) for c in ACTIONS]
+    assert all(graph_flag in argv and "--enable-metrics" in argv for argv in out["argv"])
