@@ -16,6 +16,20 @@ MEMORY_RELEASE_TIMEOUT_S = 60.0
 
 MemoryReading = Callable[[], tuple[float | None, float | None]]
 """(used MB, total MB) of the GPU the servers run on; (None, None) when unknown."""
+MIN_SLACK_MB = 256.0
+"""Memory over the level before the last server that still counts as freed (allocator and driver noise)."""
+FOOTPRINT_SLACK = 0.05
+"""With the models' size known, the slack is this share of it (at least ``MIN_SLACK_MB``): on an 80 GB board the old
+2 % of the board (1.6 GB) let most of a 1B model's weights (2.5 GB with its draft) still be held at the next launch."""
+BOARD_SLACK = 0.02
+"""Without it (models not on disk yet), this share of the board's memory, as before."""
+
+
+def slack_mb(total_mb: float | None, footprint_mb: float | None) -> float:
+    """How far above the level before the last server memory may stay and count as freed."""
+    if footprint_mb:
+        return max(MIN_SLACK_MB, FOOTPRINT_SLACK * footprint_mb)
+    return max(MIN_SLACK_MB, BOARD_SLACK * (total_mb or 0.0))
 
 
 class MemoryRelease:
@@ -30,8 +44,11 @@ class MemoryRelease:
         timeout_s: float = MEMORY_RELEASE_TIMEOUT_S,
         poll_s: float = 0.05,
         note: Callable[[str], None] | None = None,
+        footprint: Callable[[], float | None] | None = None,
     ) -> None:
         self.read = read
+        self.footprint = footprint
+        """The MB of the models a server loads (target + draft weights on disk), read at each wait; None: unknown."""
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.note = note
@@ -53,9 +70,10 @@ class MemoryRelease:
         if floor is None or live > 0:  # nothing stopped since, or servers still running: no level to wait for
             return self.read()[0]
         t0 = time.monotonic()
+        footprint = self.footprint() if self.footprint is not None else None
         while True:
             used, total = self.read()
-            if used is None or used <= floor + max(256.0, 0.02 * (total or 0.0)):
+            if used is None or used <= floor + slack_mb(total, footprint):
                 break
             if time.monotonic() - t0 >= self.timeout_s:
                 if self.note is not None:

@@ -1,4 +1,5 @@
-"""Whether an EAGLE3 draft was made for its target, from the two models' ``config.json`` (before any launch).
+"""What the models on disk say before any launch: whether an EAGLE3 draft was made for its target (from the two
+models' ``config.json``), and how much memory their weights take (``weights_mb``).
 
 sglang's EAGLE3 draft (``srt/models/llama_eagle3.py``) reads the target's hidden states through a layer sized
 ``target_hidden_size`` (else its own ``hidden_size``, lines 151-154) and predicts over ``vocab_size`` tokens (line
@@ -87,3 +88,24 @@ def check_pair(target: str, draft: str) -> dict[str, Any]:
             fix="pass --draft-model-path with the EAGLE3 draft trained for this target (or --model-path with its target)",
         )
     return out
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def weights_mb(model: str) -> float | None:
+    """The MB of ``model``'s weight files beside its ``config.json`` (a folder, or the hub cache's snapshot; links
+    followed), or None when the model is not on disk."""
+    config = config_path(model)
+    if config is None:
+        return None
+    files = [p for p in config.parent.iterdir() if p.name.endswith(WEIGHT_SUFFIXES) and p.is_file()]
+    return sum(p.stat().st_size for p in files) / 2**20 if files else None
+
+
+def footprint_mb(target: str, draft: str | None) -> float | None:
+    """The weights a server of ``target`` (with ``draft``) loads, in MB; None unless the target's are on disk."""
+    base = weights_mb(target)
+    if base is None:
+        return None
+    return base + ((weights_mb(draft) or 0.0) if draft else 0.0)

@@ -20,6 +20,7 @@ from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.core.http import http_client
 from harness.engine import proc as procs
 from harness.engine.launch import EngineLauncher
+from harness.engine.model_pair import footprint_mb
 from harness.engine.spec import EngineSpec
 from harness.telemetry.client import TelemetrySource
 from harness.world.engine_gpu import check_sampler
@@ -97,6 +98,8 @@ class World:
         """The GPU NVML users open: the engine's UUID on a GPU box (``harness.world.engine_gpu``), else an index."""
         self.sampler_restarts = 0
         launcher.memory.read = self.gpu_memory  # every launch waits for a stopped server's memory, as read here
+        spec = launcher.spec
+        launcher.memory.footprint = lambda: footprint_mb(spec.model_path, spec.draft_model_path)  # its slack
 
     def gpu_memory(self) -> tuple[float | None, float | None]:
         """The GPU's memory (used, total MB) as the sampler sees it now (the sampler in use, after a restart too)."""

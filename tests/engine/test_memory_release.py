@@ -61,3 +61,32 @@ def test_the_gate_waits_only_when_no_server_of_its_own_still_runs() -> None:
     gate.timeout_s = 0.3
     gate.before_launch()  # nothing freed within the timeout: launch anyway, and say so
     assert gate.waited_s >= 0.3 and notes and "still 7000 MB in use" in notes[0]
+
+
+def test_the_slack_is_a_share_of_the_models_not_of_an_80_gb_board() -> None:
+    """Issue 46 (4): 2 % of an 80 GB board let 1.6 GB of a stopped server's memory pass as freed, most of a 1B
+    model's weights (2.5 GB with its draft). With the models' size on disk the slack is 5 % of it (>= 256 MB)."""
+    from harness.engine.memory_release import slack_mb
+
+    assert slack_mb(81559, None) == pytest.approx(1631.2, abs=0.1)  # the models not on disk yet: the board's share
+    assert slack_mb(81559, 2500) == 256.0 and slack_mb(81559, 16000) == 800.0  # 1B pair; an 8B target's 16 GB
+    readings = iter([(1000.0, 81559.0), (2000.0, 81559.0)] + [(2200.0, 81559.0)] * 1000)
+    notes: list[str] = []
+    gate = MemoryRelease(lambda: next(readings), timeout_s=0.3, poll_s=0.01, note=notes.append, footprint=lambda: 2500)
+    gate.stopped(gate.before_launch())  # a server launched from 1000 MB stopped
+    assert gate.before_launch() == 2200.0 and gate.waited_s >= 0.3  # 1.2 GB still held: waited, then said so
+    assert notes and "still 2200 MB in use (was 1000 MB" in notes[0]
+
+
+def test_the_footprint_is_the_weights_on_disk(tmp_path: Path) -> None:
+    from harness.engine.model_pair import footprint_mb, weights_mb
+
+    for name, size in (("target", 3 << 20), ("draft", 1 << 20)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"\0" * size)
+        (folder / "tokenizer.json").write_text("{}" * 1000)  # not weights
+    assert weights_mb(str(tmp_path / "target")) == 3.0
+    assert footprint_mb(str(tmp_path / "target"), str(tmp_path / "draft")) == 4.0
+    assert footprint_mb("org/not-downloaded", str(tmp_path / "draft")) is None
