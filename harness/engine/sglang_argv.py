@@ -79,11 +79,11 @@ def build_argv(spec: EngineSpec, config: SpecConfig, batch_size: int, mem_fracti
             f"mem fraction must be in (0, 1), got {mem_fraction}", fix="use e.g. --mem-fractions 0.65,0.55"
         )
     if spec.api == "vllm":
-        from harness.engine.vllm_argv import VLLM_SERVE, vllm_flags
+        from harness.engine.vllm_argv import serve_command, vllm_flags
 
         flags = vllm_flags(spec, config, batch_size, mem_fraction, port)
         if spec.kind == "vllm":
-            return [spec.python, *VLLM_SERVE, *flags]
+            return [spec.python, *serve_command(spec.device), *flags]
         return _twin_argv(
             spec, config, batch_size, flags, ["--emulate", "vllm", "--emulate-version", spec.vllm_version]
         )

