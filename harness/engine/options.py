@@ -13,7 +13,7 @@ from pydantic import Field
 from harness.core.model_options import Flag, OptionsModel
 from harness.core.option_values import TimeScale, checked_by, http_url
 from harness.engine.spec import DEFAULT_DRAFT, DEFAULT_MODEL, EngineSpec
-from harness.twin.profile import DEFAULT_PROFILE, check_twin_profile
+from harness.engine.twin_profiles import DEFAULT_PROFILE, check_twin_profile
 
 ENGINE, WORLD = "Engine", "World"
 """Help panels of the block."""

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.errors import DataError, MissingFileError, UsageError
-
-PROFILES_DIR = Path(__file__).parent / "profiles"
-DEFAULT_PROFILE = "rtx4060-laptop"
+from harness.core.errors import DataError, MissingFileError
+from harness.engine.twin_profiles import DEFAULT_PROFILE, PROFILES_DIR, known_profiles
 
 
 class _Strict(BaseModel):
@@ -168,30 +165,6 @@ class TwinProfile(_Strict):
     @property
     def hardware(self) -> str:
         return f"twin:{self.name}"
-
-
-def known_profiles() -> list[str]:
-    """The names of the profiles shipped in ``harness/twin/profiles/``."""
-    return sorted(q.stem for q in PROFILES_DIR.glob("*.json"))
-
-
-def check_twin_profile(value: Any, name: str = "--twin-profile") -> str | None:
-    """A ``--twin-profile`` value: a shipped profile's name (``h100-sxm``) or a path to a profile JSON, which must
-    load. An unknown name is a usage error (exit 2) listing the known ones; a missing path exit 3, as any input."""
-    if value is None:
-        return None
-    known = ", ".join(known_profiles()) or "none"
-    fix = f"use one of: {known}, or a path to a profile JSON"
-    if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{name} {value!r} is not a twin profile name (known: {known})", fix=fix)
-    text = value.strip()
-    looks_like_path = text.endswith(".json") or "/" in text or "\\" in text
-    if not looks_like_path:
-        if not (PROFILES_DIR / f"{text}.json").exists():
-            raise UsageError(f"{name} {text!r} is not a twin profile (known: {known})", fix=fix)
-        return text
-    load_profile(text)  # a missing or invalid profile file is refused here (exit 3)
-    return text
 
 
 def profile_path(name_or_path: str) -> Path:

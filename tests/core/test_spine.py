@@ -57,11 +57,11 @@ def test_serve_and_the_pilots_refuse_an_engine_they_cannot_run_as_a_value() -> N
 
 def test_one_builder_one_resolver_one_opener() -> None:
     """Versions are resolved by ``EngineSpec.build`` only; commands open their world through ``open_world_for``;
-    a spec from a command's options is built by ``EngineSpec.build`` (the GPU check's printed argv of the fixed
-    default version is the one plain spec)."""
+    a spec from a command's options is built by ``EngineSpec.build``, the GPU check's argv too (it used to build
+    a plain 0.5.2 spec by hand, issue 46 item 4): no module builds an ``EngineSpec(...)`` of its own."""
     for resolver in ("resolve_version", "resolve_vllm_version"):
         assert set(calls_of(resolver)) == {"harness/engine/spec.py"}, resolver
-    assert set(calls_of("EngineSpec")) == {"harness/gpucheck/argv_check.py"}
+    assert set(calls_of("EngineSpec")) == set()
     assert set(calls_of("open_world")) == {"harness/world/world.py", "policies/live.py"}
     assert {"harness/sweep/executors/__init__.py", "harness/sweep/executors/slot.py", "harness/serve/session.py",
             "pilots/runner.py"} <= set(calls_of("open_world_for"))  # fmt: skip
