@@ -12,8 +12,7 @@ from pydantic import ConfigDict, Field
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag, OptionsModel
 from harness.core.option_values import Port, TimeScale, checked_by, list_items, no_repeats, shown
-
-DEFAULT_PROFILE = "rtx4060-laptop"
+from harness.engine.twin_profiles import DEFAULT_PROFILE, check_twin_profile
 
 
 def parse_spreads(value: str | Sequence[Any]) -> list[float]:
@@ -37,7 +36,9 @@ class TwinGpuOptions(OptionsModel):
     model_config = ConfigDict(extra="forbid")
 
     port: Port = Field(18100, description="port to bind (0 picks a free one; the ready line names it)")
-    profile: str = Field(DEFAULT_PROFILE, description="profile name or path to a profile JSON")
+    profile: Annotated[str, checked_by(lambda v: check_twin_profile(v, "--profile"))] = Field(
+        DEFAULT_PROFILE, description="profile name (rtx4060-laptop, h100-sxm) or path to a profile JSON"
+    )
     seed: int = Field(0, description="seed for ambient temperature, power jitter and the UUID")
     time_scale: TimeScale = Field(1.0, description="the twin world runs this many times faster than the wall clock")
     host: str = Field("127.0.0.1", description="address to bind")
