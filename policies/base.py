@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from harness.core.errors import DataError, HarnessError, MissingFileError, UsageError
 from harness.core.extras import needs
-from harness.core.jsonl import write_json_atomic
+from harness.core.jsonl import read_json_object, write_json_atomic
 from harness.grid import SpecConfig
 from policies.artifacts import previous_hashes, record, recorded_for, verify
 from policies.contract import ACTIONS, PolicyDataset
@@ -262,13 +262,7 @@ def read_train_meta(models: str | Path) -> dict[str, Any]:
     path = models / TRAIN_FILE
     if not path.exists():
         return {}
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is corrupt ({exc})", fix=fix) from None
-    if not isinstance(meta, dict):
-        raise DataError(f"{path} is not a train summary", fix=fix)
-    return meta
+    return read_json_object(path, "train summary", fix)
 
 
 def reward_options_of(models: str | Path, meta: dict[str, Any]) -> Any:

@@ -29,6 +29,18 @@ def write_error(path: Path, exc: OSError, fix: str = "choose a writable output f
     return OutputError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
 
 
+def read_json_object(path: Path, what: str, fix: str) -> dict[str, Any]:
+    """The JSON object in ``path``; a ``DataError`` (exit 3) naming the file as ``what`` when it cannot be read, is
+    not JSON, or holds something else than an object."""
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is corrupt, not a readable {what} ({exc})", fix=fix) from None
+    if not isinstance(body, dict):
+        raise DataError(f"{path} is not a {what} (not a JSON object)", fix=fix)
+    return body
+
+
 def read_jsonl(path: str | Path, *, allow_torn_tail: bool = True) -> list[dict[str, Any]]:
     """All records of a JSONL file. A truncated last line is skipped when ``allow_torn_tail``."""
     return list(iter_jsonl(path, allow_torn_tail=allow_torn_tail))

@@ -10,12 +10,12 @@ model not on disk yet is reported unchecked, never downloaded here.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.jsonl import read_json_object
 
 
 def hub_cache() -> Path:
@@ -39,15 +39,7 @@ def config_path(model: str) -> Path | None:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"{path} is not a readable model config ({exc})", fix="repair or re-download the model"
-        ) from None
-    if not isinstance(body, dict):
-        raise UsageError(f"{path} is not a model config (not a JSON object)", fix="repair or re-download the model")
-    return body
+    return read_json_object(path, "model config", "repair or re-download the model")
 
 
 def check_pair(target: str, draft: str) -> dict[str, Any]:

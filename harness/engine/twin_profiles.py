@@ -8,11 +8,11 @@ takes its folder, default and names from here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import DataError, MissingFileError, UsageError
+from harness.core.errors import MissingFileError, UsageError
+from harness.core.jsonl import read_json_object
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "twin" / "profiles"
 DEFAULT_PROFILE = "rtx4060-laptop"
@@ -40,14 +40,5 @@ def check_twin_profile(value: Any, name: str = "--twin-profile") -> str | None:
     path = Path(text).expanduser()
     if not path.is_file():
         raise MissingFileError(f"twin profile not found: {path}", fix=fix)
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(
-            f"invalid twin profile {path}: {exc}", fix="regenerate it with `harness twin calibrate`"
-        ) from None
-    if not isinstance(body, dict):
-        raise DataError(
-            f"invalid twin profile {path}: not a JSON object", fix="regenerate it with `harness twin calibrate`"
-        )
+    read_json_object(path, "twin profile", "regenerate it with `harness twin calibrate`")
     return text

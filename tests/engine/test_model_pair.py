@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _engine_helpers import FAST, read_lines, run_harness
 
-from harness.core.errors import UsageError
+from harness.core.errors import DataError, UsageError
 from harness.engine.model_pair import check_pair, config_path
 
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "vocab_size": 128256}
@@ -55,8 +55,9 @@ def test_hub_ids_are_read_from_the_cache_and_never_fetched(tmp_path: Path, monke
     assert found["checked"] is False and "draft" in found["unchecked_because"]
     broken = model(tmp_path, "broken", {})
     (Path(broken) / "config.json").write_text("{not json")
-    with pytest.raises(UsageError, match="not a readable model config"):
+    with pytest.raises(DataError, match="not a readable model config") as info:  # bad data: exit 3
         check_pair("org/target", broken)
+    assert info.value.exit_code == 3
 
 
 def test_the_sweep_refuses_the_pair_before_any_launch(tmp_path: Path) -> None:
