@@ -3,8 +3,9 @@
 ``plan_section``: what the run will measure (passes, batch sizes, configs, cells), the manifest's ``plan``.
 ``run_preflight``: what the run checked about its world once it is open and before any GPU setting changes or any
 server starts, the manifest's ``preflight``: one entry per check of ``CHECKS``, after those of ``STATIC_CHECKS``
-(``run_static_preflight``: files on disk, e.g. the draft/target pairing, checked before the world opens). A later check (the band on a
-datacenter GPU, the GPU time a plan will cost) is one more function there, not a new branch in the runner.
+(``run_static_preflight``: files on disk, e.g. the draft/target pairing, checked before the world opens). A later
+check (the band on a datacenter GPU, the GPU time a plan will cost) is one more function there, not a new branch in
+the runner.
 """
 
 from __future__ import annotations

@@ -327,8 +327,14 @@ class SweepRunner:
 
     # --- rows -----------------------------------------------------------------------------------------------------
     def _common(
-        self, cell: Cell, attempts: list[LaunchAttempt], t0: float, server: RunningServer | None
+        self,
+        cell: Cell,
+        attempts: list[LaunchAttempt],
+        t0: float,
+        server: RunningServer | None,
+        overlap_said: bool | None = None,
     ) -> dict[str, Any]:
+        """The fields every row has; ``overlap_said``: the overlap scheduler as the server's info reported it."""
         ok = next((a for a in attempts if a.ok), None)
         first_mf = self.opts.mem_fractions[0]
         mf = ok.mem_fraction if ok else None
@@ -364,7 +370,7 @@ class SweepRunner:
                 "launch_attempts": [a.model_dump() for a in attempts],
                 "launch_per": self.opts.launch_per,
                 "stream": self.settings.stream,
-                **self._scheduler_extras(cell),
+                **self._scheduler_extras(cell, overlap_said),
                 **self._cap_extras(cell),
                 **({"engine_device": "cpu"} if self.opts.engine_device == "cpu" else {}),
             },
@@ -405,7 +411,7 @@ class SweepRunner:
         self, cell: Cell, r: CellResult, server: RunningServer, attempts: list[LaunchAttempt], t0: float
     ) -> SweepRow:
         m = measurement(r.window, r.pre, r.after)
-        common = self._common(cell, attempts, t0, server)
+        common = self._common(cell, attempts, t0, server, r.overlap_schedule)
         if "power_cap" not in self.settings_by_key and r.after is not None and r.after.power_limit_w is not None:
             common["power_limit_w"] = _num(r.after.power_limit_w)  # record: the limit the device enforced
         common["extras"].update(
@@ -416,7 +422,6 @@ class SweepRunner:
             server_version=r.server_version,
             attention_backend_flag=self.opts.server_attention_backend,
             decode_log_interval=self.opts.server_decode_log_interval,
-            **self._scheduler_extras(cell, r.overlap_schedule),
         )
         energy, power, jpt = r.energy_joules, r.avg_power_watts, r.joules_per_token
         if self.opts.energy_window == "steady" and r.steady is not None:
