@@ -45,15 +45,24 @@ class CapDevice(Protocol):
     def set_limit(self, watts: float) -> None: ...
 
 
+AUTO_CAPS = "auto"
+"""``--power-caps auto``: the band probe (``harness.sweep.probe``) chooses the caps before the first cell."""
 _CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|w)?\s*$", re.IGNORECASE)
 
 
 def parse_power_caps(value: str | Sequence[Any]) -> list[str]:
     """``"60,80"`` or ``[60, 80]`` -> ``["60", "80"]``; ``"75%,100%"`` -> ``["75%", "100%"]`` (normalised labels,
     order kept; an empty item or a cap given twice is refused)."""
-    fix = "give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%"
+    fix = "give watts or a percentage of the default limit, e.g. --power-caps 60,70,80 or 75%,100%, or auto"
     out: list[str] = []
     items = list_items(value, "--power-caps", "60,80")
+    if any(str(part).strip().lower() == AUTO_CAPS for part in items):
+        if len(items) > 1:
+            raise UsageError(
+                f"--power-caps auto chooses every cap itself; it cannot be mixed with {shown(items)!r}",
+                fix="give --power-caps auto alone, or only caps in watts",
+            )
+        return [AUTO_CAPS]
     for part in items:
         m = _CAP.match(part)
         if not m or float(m.group(1)) <= 0:

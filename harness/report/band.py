@@ -5,17 +5,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from harness.gpu.band import BAND, BAND_MID, clamp_cap, in_band
 from harness.grid import SpecConfig
 
 if TYPE_CHECKING:
     from harness.report.sweep import CellSummary
 
-BAND = (0.95, 0.98)
-BAND_MID = (BAND[0] + BAND[1]) / 2
+__all__ = ["BAND", "BAND_MID", "no_band_hint"]
 
 
-def no_band_hint(cells: Sequence[CellSummary], cap_w: float, batch_size: int) -> str | None:
-    """None when a measured config is in the band (or none was measured); else why none is, and how to find one."""
+def no_band_hint(
+    cells: Sequence[CellSummary],
+    cap_w: float,
+    batch_size: int,
+    limits: tuple[float | None, float | None] = (None, None),
+) -> str | None:
+    """None when a measured config is in the band (or none was measured); else why none is, and how to find one:
+    a cap inside the board's constraints ``limits`` (min, max watts; from the run's manifest when known)."""
     measured = [
         c for c in cells if c.utilization is not None and c.speed_tok_s is not None and c.avg_power_watts is not None
     ]
@@ -38,9 +44,16 @@ def no_band_hint(cells: Sequence[CellSummary], cap_w: float, batch_size: int) ->
         )
     fastest = max(below, key=lambda c: c.speed_tok_s or 0.0)
     watts = fastest.avg_power_watts or 0.0
-    cap = round(watts / BAND_MID)
+    lo, hi = limits
+    cap = clamp_cap(watts / BAND_MID, lo, hi)
+    if not in_band(min(watts, cap), cap):
+        return line + (
+            f" {SpecConfig(*fastest.config)}, the fastest below it, drew {watts:.1f} W: no cap inside this GPU's "
+            f"{lo:g}-{hi:g} W limits puts it in the band (a locked SM clock only lowers power)."
+        )
+    inside = f" (inside this GPU's {lo:g}-{hi:g} W limits)" if lo is not None and hi is not None else ""
     return line + (
         f" The band is relative to the enforced cap: {SpecConfig(*fastest.config)}, the fastest below it, drew "
-        f"{watts:.1f} W, {watts / cap:.3f} of {cap} W; find it by rerunning with --batch-sizes {batch_size} "
-        f"--power-caps {cap}."
+        f"{watts:.1f} W, {watts / cap:.3f} of {cap:g} W; find it by rerunning with --batch-sizes {batch_size} "
+        f"--power-caps {cap:g}{inside}, or --power-caps auto."
     )

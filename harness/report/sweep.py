@@ -124,8 +124,28 @@ def _measured(cells: list[CellSummary], config: SpecConfig) -> CellSummary | Non
     return next((x for x in cells if x.config == config.as_tuple() and x.n_ok), None)
 
 
-def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSummary]:
-    """Per batch size: cell means, baseline, reference, the in-band configs and the fastest of them."""
+def board_limits_of(run_dir: Path | None) -> tuple[float | None, float | None]:
+    """The board's power-limit constraints (min, max W) a run's manifest recorded (its cap controller's or its band
+    probe's), else (None, None): a published file alone does not say them."""
+    path = None if run_dir is None else run_dir / "manifest.json"
+    if path is None or not path.is_file():
+        return None, None
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, None
+    probe = ((m.get("preflight") or {}).get("probe") or {}).get("band") or {}
+    for limits in ((m.get("power_cap") or {}).get("limits"), probe.get("limits")):
+        if isinstance(limits, dict) and limits.get("min_w") is not None and limits.get("max_w") is not None:
+            return float(limits["min_w"]), float(limits["max_w"])
+    return None, None
+
+
+def summarize(
+    rows: Sequence[SweepRow], power_limit_w: float, limits: tuple[float | None, float | None] = (None, None)
+) -> list[BatchSummary]:
+    """Per batch size: cell means, baseline, reference, the in-band configs and the fastest of them; ``limits``: the
+    board's power-limit constraints (min, max watts), which any cap the report suggests stays inside."""
     grid = [r for r in rows if not r.is_pilot]
     by_cell: dict[tuple[int, SpecConfig], list[SweepRow]] = defaultdict(list)
     for r in grid:
@@ -169,7 +189,7 @@ def summarize(rows: Sequence[SweepRow], power_limit_w: float) -> list[BatchSumma
                 closest_to_band=closest,
                 cells=cells,
                 n_error_rows=sum(c.n_error for c in cells),
-                why_none=no_band_hint(cells, power_limit_w, bs),
+                why_none=no_band_hint(cells, power_limit_w, bs, limits),
             )
         )
     return out
@@ -312,6 +332,20 @@ def recipes(groups: SummaryGroups) -> dict[str, dict[str, Any]]:
     }
 
 
+def best_across(groups: SummaryGroups) -> dict[int, tuple[Pass, CellSummary]]:
+    """Per batch size, the fastest in-band config over every pass and the pass (cap, clock) it is in band under:
+    what ``--power-caps auto`` sweeps for (a batch size in band under no pass is absent)."""
+    out: dict[int, tuple[Pass, CellSummary]] = {}
+    for key, summaries in groups:
+        for s in summaries:
+            b = s.best_in_band
+            if b is not None and (
+                s.batch_size not in out or (b.speed_tok_s or 0) > (out[s.batch_size][1].speed_tok_s or 0)
+            ):
+                out[s.batch_size] = (key, b)
+    return out
+
+
 def recipe_table(groups: SummaryGroups) -> Table:
     """The recipe per pass: rows are batch sizes, columns passes, each cell the best config in the band (speed, u)."""
     what = "power cap" if all(k.clock is None for k, _ in groups) else "power cap and SM clock"
@@ -321,6 +355,8 @@ def recipe_table(groups: SummaryGroups) -> Table:
     t.add_column("bs", justify="right")
     for key, _ in groups:
         t.add_column(key.label)
+    t.add_column("across passes: pass, config")
+    across = best_across(groups)
     by = {cap: {s.batch_size: s for s in summaries} for cap, summaries in groups}
     for bs in sorted({s.batch_size for _, summaries in groups for s in summaries}):
         cells = []
@@ -337,6 +373,8 @@ def recipe_table(groups: SummaryGroups) -> Table:
                 )
             else:
                 cells.append("-")
+        pick = across.get(bs)
+        cells.append(f"{pick[0].label}: {SpecConfig(*pick[1].config)}" if pick else "[dim]none in band[/]")
         t.add_row(str(bs), *cells)
     return t
 
@@ -517,7 +555,8 @@ def sweep_report(
     rows = loaded.rows
     limit, limit_src = power_limit_of(rows, run_dir, power_limit_w)
     fallback = limit if limit_src != "rows" else PUBLISHED_POWER_LIMIT_W
-    groups = [(key, summarize(g, key.cap_w)) for key, g in pass_groups(rows, fallback, power_limit_w)]
+    limits = board_limits_of(run_dir)
+    groups = [(key, summarize(g, key.cap_w, limits)) for key, g in pass_groups(rows, fallback, power_limit_w)]
     mark_excluded(groups, excluded_counts(loaded, fallback, power_limit_w))
     origin = provenance(loaded.all_rows)
     if origin["note"]:
@@ -566,6 +605,10 @@ def sweep_report(
             for s in summaries
         ],
         "caps": [{**_pass_fields(key), "recipe": recipes([(key, summaries)])[key.id]} for key, summaries in groups],
+        "recipe_across_passes": {
+            str(bs): {**_pass_fields(key), "config": list(c.config), "speed_tok_s": c.speed_tok_s}
+            for bs, (key, c) in sorted(best_across(groups).items())
+        },
         "error_rows": [
             {
                 "index": r.index,

@@ -118,7 +118,21 @@ class SweepOptions(EngineOptions):
         "server's accept length (sglang's default 40 leaves a few samples per cell; docs/harness.md)",
     )
     power_caps: Annotated[PowerCaps, Flag(CAPS)] = Field(
-        None, description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%"
+        None,
+        description="GPU power caps swept per pass, watts or % of the default limit, e.g. 60,80 or 75%,100%, or "
+        "auto (chosen by the band probe inside the board's limits)",
+    )
+    probe: Annotated[Literal["auto", "on", "off"], Flag(CAPS, default_text="auto: on for a real engine on a GPU")] = (
+        Field(
+            "auto",
+            description="the band probe before the first cell: two launches measure the board's draws, say whether the "
+            "band can be reached, size the workload (--min-window) and choose --power-caps auto (docs/powercap.md)",
+        )
+    )
+    min_window_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Flag(BENCH, flag="--min-window")] = Field(
+        30.0,
+        description="with the probe: world seconds every measured window lasts at least (requests per cell grow "
+        "to reach it; 0: the published counts)",
     )
     power_cap_mode: Annotated[Literal["set", "record"], Flag(CAPS)] = Field(
         "set",

@@ -48,6 +48,11 @@ def check_options(opts: SweepOptions) -> None:
             fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
             "root with --power-cap-mode set",
         )
+    if opts.power_caps == ["auto"] and opts.probe == "off":
+        raise UsageError(
+            "--power-caps auto chooses caps from the band probe's draws, and --probe off skips the probe",
+            fix="drop --probe off, or give the caps in watts (e.g. --power-caps 250,300)",
+        )
     if opts.twin_faults:
         from harness.engine.sglang_argv import parse_twin_fault
 

@@ -280,6 +280,7 @@ def reproduce(
 
         require("scipy", "harness reproduce --compare")
     values: dict[str, Any] = dict(QUICK) if quick else {"repeats": 3}
+    values["probe"] = "off"  # the published protocol: the published request counts at the limit in force
     values.update(given_on_command_line(ctx, options, SweepOptions))
     if values.get("engine", "twin") == "twin":
         values.setdefault("time_scale", 20.0)

@@ -28,6 +28,7 @@ from harness.runs.plan import Cell, derive_seed, plan_cells
 from harness.runs.rows import EngineInfo, RowStore, SweepRow, error_row
 from harness.sweep.console import SweepConsole
 from harness.sweep.errors import FIX_BY_KIND, InfrastructureLost, WorldLost, raise_if_interrupted
+from harness.sweep.probe import sized_prompts
 from harness.world.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
 from harness.world.health import ServiceProblem
 
@@ -70,6 +71,7 @@ class SweepRunner:
         self.settings = BenchSettings(
             output_tokens=opts.output_tokens,
             num_prompts=opts.num_prompts,
+            num_prompts_by_bs=sized_prompts(manifest.preflight),
             prompts=load_prompts(opts.prompts_file),
             request_timeout_s=opts.request_timeout_s,
             stream=opts.stream_requests,

@@ -124,6 +124,7 @@ def _run_locked(
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
     from harness.sweep.preflight import plan_section, run_preflight, run_static_preflight
+    from harness.sweep.probe import apply_probe
 
     manifest.sglang_version, manifest.attention_backend = opts.sglang_version, opts.server_attention_backend
     if opts.api == "vllm":
@@ -146,8 +147,15 @@ def _run_locked(
             if manifest.idle_power_w is None:  # the board before any server (twin calibrate --from reads it)
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
-            manifest.plan = plan_section(opts)
+            probed = (manifest.preflight or {}).get("probe")  # a resumed run keeps the probe it measured
             manifest.preflight = run_preflight(opts, world, snapshot, static)  # before any setting or server
+            if probed is not None:
+                manifest.preflight["probe"] = probed
+            manifest.save(run_dir)
+            opts = apply_probe(opts, world, run_dir, manifest.preflight, console.line)  # may resolve caps auto
+            if manifest.options is not None:  # --resume reuses the caps the probe chose
+                manifest.options["power_caps"] = opts.power_caps
+            manifest.plan = plan_section(opts)
             manifest.save(run_dir)
             settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
             runner = SweepRunner(

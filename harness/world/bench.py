@@ -90,7 +90,12 @@ class BenchSettings(BaseModel):
     ignore_eos: bool = True
     window_wait_s: float = 5.0
 
+    num_prompts_by_bs: dict[int, int] = Field(default_factory=dict)
+    """Measured requests per batch size sized by the band probe (``--min-window``); over the published count."""
+
     def n_requests(self, batch_size: int) -> int:
+        if batch_size in self.num_prompts_by_bs:
+            return self.num_prompts_by_bs[batch_size]
         return self.num_prompts if self.num_prompts is not None else max(16, batch_size)
 
 
