@@ -3,6 +3,8 @@ and the command that finds one (the band is relative to the enforced cap, so a l
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from harness.gpu.band import BAND, BAND_MID, clamp_cap, in_band
@@ -11,7 +13,7 @@ from harness.grid import SpecConfig
 if TYPE_CHECKING:
     from harness.report.sweep import CellSummary
 
-__all__ = ["BAND", "BAND_MID", "no_band_hint"]
+__all__ = ["BAND", "BAND_MID", "board_limits_of", "no_band_hint"]
 
 
 def no_band_hint(
@@ -57,3 +59,20 @@ def no_band_hint(
         f"{watts:.1f} W, {watts / cap:.3f} of {cap:g} W; find it by rerunning with --batch-sizes {batch_size} "
         f"--power-caps {cap:g}{inside}, or --power-caps auto."
     )
+
+
+def board_limits_of(run_dir: Path | None) -> tuple[float | None, float | None]:
+    """The board's power-limit constraints (min, max W) a run's manifest recorded (its cap controller's or its band
+    probe's), else (None, None): a published file alone does not say them."""
+    path = None if run_dir is None else run_dir / "manifest.json"
+    if path is None or not path.is_file():
+        return None, None
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, None
+    probe = ((m.get("preflight") or {}).get("probe") or {}).get("band") or {}
+    for limits in ((m.get("power_cap") or {}).get("limits"), probe.get("limits")):
+        if isinstance(limits, dict) and limits.get("min_w") is not None and limits.get("max_w") is not None:
+            return float(limits["min_w"]), float(limits["max_w"])
+    return None, None

@@ -22,9 +22,10 @@ from rich.table import Table
 
 from harness.core.errors import DataError
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
-from harness.report.band import BAND, no_band_hint
+from harness.report.band import BAND, board_limits_of, no_band_hint
 from harness.report.passes import Pass, PassGroup, pass_groups
 from harness.report.provenance import check_manifest, excluded_counts, mark_excluded, provenance, rows_accounting
+from harness.report.recipe import SummaryGroups, best_across, recipe_table, recipes
 from harness.runs.rows import SweepRow
 
 PUBLISHED_POWER_LIMIT_W = 80.0
@@ -122,23 +123,6 @@ def cap_groups(rows: Sequence[SweepRow], fallback_w: float, override_w: float | 
 def _measured(cells: list[CellSummary], config: SpecConfig) -> CellSummary | None:
     """The cell of ``config`` when it has at least one successful row."""
     return next((x for x in cells if x.config == config.as_tuple() and x.n_ok), None)
-
-
-def board_limits_of(run_dir: Path | None) -> tuple[float | None, float | None]:
-    """The board's power-limit constraints (min, max W) a run's manifest recorded (its cap controller's or its band
-    probe's), else (None, None): a published file alone does not say them."""
-    path = None if run_dir is None else run_dir / "manifest.json"
-    if path is None or not path.is_file():
-        return None, None
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None, None
-    probe = ((m.get("preflight") or {}).get("probe") or {}).get("band") or {}
-    for limits in ((m.get("power_cap") or {}).get("limits"), probe.get("limits")):
-        if isinstance(limits, dict) and limits.get("min_w") is not None and limits.get("max_w") is not None:
-            return float(limits["min_w"]), float(limits["max_w"])
-    return None, None
 
 
 def summarize(
@@ -317,65 +301,6 @@ def final_summary_table(rows: Sequence[SweepRow], power_limit_w: float | None = 
             str(s.n_error_rows),
         )
     t.caption = "n: configs in band; ~: closest if none; err: error rows"
-    return t
-
-
-SummaryGroups = Sequence[tuple[Pass, Sequence[BatchSummary]]]
-
-
-def recipes(groups: SummaryGroups) -> dict[str, dict[str, Any]]:
-    """Per pass (``Pass.id``: the cap in W, ``@clock`` with --sm-clocks) and batch size: the fastest config inside the
-    band (``None`` when none is), as ``s,k,d`` lists."""
-    return {
-        key.id: {str(s.batch_size): (list(s.best_in_band.config) if s.best_in_band else None) for s in summaries}
-        for key, summaries in groups
-    }
-
-
-def best_across(groups: SummaryGroups) -> dict[int, tuple[Pass, CellSummary]]:
-    """Per batch size, the fastest in-band config over every pass and the pass (cap, clock) it is in band under:
-    what ``--power-caps auto`` sweeps for (a batch size in band under no pass is absent)."""
-    out: dict[int, tuple[Pass, CellSummary]] = {}
-    for key, summaries in groups:
-        for s in summaries:
-            b = s.best_in_band
-            if b is not None and (
-                s.batch_size not in out or (b.speed_tok_s or 0) > (out[s.batch_size][1].speed_tok_s or 0)
-            ):
-                out[s.batch_size] = (key, b)
-    return out
-
-
-def recipe_table(groups: SummaryGroups) -> Table:
-    """The recipe per pass: rows are batch sizes, columns passes, each cell the best config in the band (speed, u)."""
-    what = "power cap" if all(k.clock is None for k, _ in groups) else "power cap and SM clock"
-    t = Table(
-        title=f"recipe per {what}: fastest config inside the band (~: closest when none is)", title_justify="left"
-    )
-    t.add_column("bs", justify="right")
-    for key, _ in groups:
-        t.add_column(key.label)
-    t.add_column("across passes: pass, config")
-    across = best_across(groups)
-    by = {cap: {s.batch_size: s for s in summaries} for cap, summaries in groups}
-    for bs in sorted({s.batch_size for _, summaries in groups for s in summaries}):
-        cells = []
-        for cap, _ in groups:
-            s = by[cap].get(bs)
-            c = s.best_in_band if s else None
-            if c is not None:
-                cells.append(
-                    f"{SpecConfig(*c.config)} {_fmt(c.speed_tok_s, '.1f')} tok/s u={_fmt(c.utilization, '.2f')}"
-                )
-            elif s is not None and s.closest_to_band is not None:
-                cells.append(
-                    f"[dim]~{SpecConfig(*s.closest_to_band.config)} u={_fmt(s.closest_to_band.utilization, '.2f')}[/]"
-                )
-            else:
-                cells.append("-")
-        pick = across.get(bs)
-        cells.append(f"{pick[0].label}: {SpecConfig(*pick[1].config)}" if pick else "[dim]none in band[/]")
-        t.add_row(str(bs), *cells)
     return t
 
 
