@@ -48,7 +48,7 @@ def no_band_hint(
     watts = fastest.avg_power_watts or 0.0
     lo, hi = limits
     cap = clamp_cap(watts / BAND_MID, lo, hi)
-    if not in_band(min(watts, cap), cap):
+    if lo is not None and hi is not None and not in_band(min(watts, cap), cap):
         return line + (
             f" {SpecConfig(*fastest.config)}, the fastest below it, drew {watts:.1f} W: no cap inside this GPU's "
             f"{lo:g}-{hi:g} W limits puts it in the band (a locked SM clock only lowers power)."
