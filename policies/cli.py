@@ -57,7 +57,7 @@ def _reward_options(
         raise UsageError(
             f"bad reward option: {detail}",
             fix="--band LOW,HIGH (e.g. 0.95,0.98), --baseline-rule last|per_repeat, --throttle any|power_thermal, "
-            "--limit-source row|fixed, --memory-term published|total",
+            "--limit-source row|fixed, --memory-term published|total|auto",
         ) from None
 
 

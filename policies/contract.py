@@ -26,6 +26,9 @@ __all__ = [
 
 STATE_DIM = 4
 MEM_NORMALISER_MB = 8192.0
+PUBLISHED_BOARD_TOLERANCE = 0.05
+"""A board whose total memory is within 5 % of 8192 MB (the published 8 GB laptop reports 8188 MiB) keeps the
+published memory term under ``memory_term="auto"``; an 80 GB board (81559 MiB) normalises by its own total."""
 StateKind = Literal["hindsight", "pre"]
 
 _STATE_FIELDS: dict[str, tuple[str, str, str]] = {
@@ -50,9 +53,11 @@ class RewardOptions(BaseModel):
     limit_source: Literal["row", "fixed"] = "row"
     """``row``: utilization = avg power / the row's enforced cap (``power_limit_w`` of native rows), else the fallback
     above; ``fixed``: always the fallback (the published constant)."""
-    memory_term: Literal["published", "total"] = "published"
+    memory_term: Literal["published", "total", "auto"] = "published"
     """State feature 3: ``published`` = mem / 8192 MB (as published); ``total`` = mem / ``memory_total_mb`` (the GPU's
-    total, from the run's manifest). A state option, kept here so train.json and evaluation.json record it."""
+    total, from the run's manifest); ``auto`` = ``total`` when the run's board is not an 8 GB one like the published
+    laptop (``resolve_memory_term``), else ``published``. A state option, kept here so train.json and evaluation.json
+    record it (resolved: they say ``published`` or ``total`` and the divisor)."""
     memory_total_mb: float | None = Field(None, gt=0)
     band: tuple[float, float] = (0.95, 0.98)
     energy_weight: float = Field(0.5, ge=0, le=1, description="w in band^w * throughput^(1-w)")
@@ -69,6 +74,8 @@ class RewardOptions(BaseModel):
     @property
     def memory_normaliser_mb(self) -> float:
         """The divisor of the memory feature: 8192 (published) or the GPU's total."""
+        if self.memory_term == "auto":
+            return self.resolved().memory_normaliser_mb
         if self.memory_term == "total":
             if self.memory_total_mb is None:
                 raise DataError(
@@ -77,6 +84,16 @@ class RewardOptions(BaseModel):
                 )
             return float(self.memory_total_mb)
         return MEM_NORMALISER_MB
+
+    def resolved(self, memory_total_mb: float | None = None) -> "RewardOptions":
+        """``auto`` made explicit: ``total`` with the board's total (``memory_total_mb``, else the one given) when it
+        is more than ``PUBLISHED_BOARD_TOLERANCE`` away from the published 8192 MB, else ``published``."""
+        if self.memory_term != "auto":
+            return self
+        total = self.memory_total_mb or memory_total_mb
+        if total is not None and abs(total / MEM_NORMALISER_MB - 1.0) > PUBLISHED_BOARD_TOLERANCE:
+            return self.model_copy(update={"memory_term": "total", "memory_total_mb": float(total)})
+        return self.model_copy(update={"memory_term": "published"})
 
     def limit_of(self, row: SweepRow) -> float:
         """The cap a row's utilization is measured against (its enforced limit, else the fallback)."""
@@ -321,10 +338,11 @@ def load_dataset(
     """
     from harness.dataset import load, print_notes
 
-    if reward.memory_term == "total" and reward.memory_total_mb is None:
+    if reward.memory_term in ("total", "auto") and reward.memory_total_mb is None:
         total = manifest_memory_total_mb(path)
         if total is not None:
             reward = reward.model_copy(update={"memory_total_mb": total})
+    reward = reward.resolved()
     loaded = load(path, windows=windows)  # type: ignore[arg-type]
     print_notes(loaded)
     try:

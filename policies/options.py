@@ -54,8 +54,10 @@ class TrainOptions(OptionsModel):
     limit_source: Annotated[Literal["row", "fixed"], Flag(REWARD)] = Field(
         "row", description="row (each row's enforced cap) or fixed (--power-limit for every row)"
     )
-    memory_term: Annotated[Literal["published", "total"], Flag(REWARD)] = Field(
-        "published", description="state memory term: published (mem/8192) or total (mem/GPU total from the manifest)"
+    memory_term: Annotated[Literal["published", "total", "auto"], Flag(REWARD)] = Field(
+        "auto",
+        description="state memory term: published (mem/8192), total (mem/GPU total from the manifest) or auto (total "
+        "on a board that is not 8 GB like the published laptop, else published; train.json records which)",
     )
     memory_total_mb: Annotated[float | None, Flag(REWARD, default_text="the manifest's")] = Field(
         None, gt=0, allow_inf_nan=False, description="GPU total memory for --memory-term total"

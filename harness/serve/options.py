@@ -117,6 +117,14 @@ class ServeOptions(EngineOptions):
         "CAP_SYS_ADMIN on NVML; unlocked again on exit; docs/serve.md)",
     )
 
+    power_budget_w: Annotated[float | None, Flag(CONTROL, flag="--power-budget")] = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="hold the band against this many watts: the board's limit is set to it for the session (changes "
+        "GPU state: root on NVML; checked against the board's limits; put back on exit; docs/serve.md)",
+    )
+
     @field_validator("engine")
     @classmethod
     def _served_engine(cls, engine: str) -> str:

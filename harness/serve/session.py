@@ -23,6 +23,7 @@ from harness.serve.front import Front, make_front_server
 from harness.serve.options import ServeOptions
 from harness.serve.picks import PickTable
 from harness.serve.pool import Pool, launch_pool
+from harness.serve.power_budget import PowerBudget, open_power_budget
 from harness.serve.relaunch import DEFAULT_DRAIN_TIMEOUT_S, RelaunchPool
 from harness.world.world import World, open_world_for
 
@@ -79,6 +80,9 @@ class SessionOptions:
     """Trim power into the band with the locked SM clock too (``clock_actuator.py``): changes GPU state (root on
     NVML), so off unless asked; the clock is put back when the session ends."""
     clock: ClockParams = field(default_factory=ClockParams)
+    power_budget_w: float | None = None
+    """Hold the band against this many watts: the board's enforced limit set to it for the session
+    (``power_budget.py``; root on NVML), the limit found before put back at the end."""
 
     @classmethod
     def from_options(cls, opts: ServeOptions, picks: PickTable, model: Any = None) -> "SessionOptions":
@@ -132,8 +136,11 @@ class ServeSession:
         server: Server,
         relaunch_why: str | None = None,
         open_loop_why: str | None = None,
+        budget: PowerBudget | None = None,
     ) -> None:
         self.world, self.pool, self.loop, self.front, self.server = world, pool, loop, front, server
+        self.budget = budget
+        """The power budget in force (``--power-budget``), put back on close; None without one."""
         self.relaunch_why = relaunch_why
         """Why the session serves one engine at a time (None: every instance runs)."""
         self.open_loop_why = open_loop_why
@@ -149,7 +156,11 @@ class ServeSession:
         self.loop.close()
         self.front.close()
         self.pool.close()
-        self.world.close()
+        try:
+            if self.budget is not None:
+                self.budget.close()
+        finally:
+            self.world.close()
 
     def __enter__(self) -> "ServeSession":
         return self
@@ -193,7 +204,12 @@ def open_session(options: SessionOptions) -> ServeSession:
     world = open_world_for(options, run_dir, spec=_spec(options), profile=profile)
     pool: Pool | None = None
     loop: ControlLoop | None = None
+    budget: PowerBudget | None = None
+    budget_events: list[dict[str, Any]] = []
     try:
+        if options.power_budget_w is not None:  # before any instance: they launch and serve under the budget
+            twin_url = world.twin_gpu_url if options.engine == "twin" else None
+            budget = open_power_budget(options.power_budget_w, twin_url, world.gpu_index, run_dir, budget_events.append)
         why = "--instances one" if one else None
         if not one:
             try:
@@ -233,6 +249,10 @@ def open_session(options: SessionOptions) -> ServeSession:
             tick_s=options.tick_s,
             clock_actuator=clock,
         )
+        for event in budget_events:
+            loop.log_event(event)
+        if budget is not None:
+            budget.log = loop.log_event
         if why is not None:
             loop.log_event({"event": "one_at_a_time", "why": why, "configs": [c.as_list() for c in configs]})
         if open_loop_why is not None:
@@ -240,13 +260,19 @@ def open_session(options: SessionOptions) -> ServeSession:
         pool.wait_ready(world.launcher.launch_timeout_s)
         front = Front(loop, ask_accept=options.mode == "adaptive", max_running=options.max_batch_size)
         server = make_front_server(front, options.host, options.port, api_key=options.api_key)
-        return ServeSession(world, pool, loop, front, server, relaunch_why=why, open_loop_why=open_loop_why)
+        return ServeSession(
+            world, pool, loop, front, server, relaunch_why=why, open_loop_why=open_loop_why, budget=budget
+        )
     except BaseException:
         if loop is not None:
             loop.close()
         if pool is not None:
             pool.close()
-        world.close()
+        try:
+            if budget is not None:
+                budget.close()
+        finally:
+            world.close()
         raise
 
 

@@ -118,3 +118,23 @@ def test_policies_never_pool_power_caps(tmp_path):
     assert ev.returncode == 0, ev.stderr + ev.stdout  # evaluate scores the cap pass train used
     pooled = harness("train", "--dataset", str(path), "--out", str(tmp_path / "m2"), "--algos", "lookup_table")
     assert pooled.returncode == 3 and "--power-cap" in pooled.stderr
+
+
+@pytest.mark.parametrize(("total", "term"), [(81559, "total"), (8188, "published"), (None, "published")])
+def test_memory_term_auto_normalises_a_datacenter_board_by_its_own_total(tmp_path, total, term):
+    """``auto`` (train's default): an 80 GB board's memory feature reads mem/81559, not 6-10; the published 8 GB
+    laptop (8188 MiB) and a file with no manifest keep mem/8192 exactly; train.json records what was resolved."""
+    recs = synthetic_records(seed=0)
+    write_jsonl_atomic(tmp_path / "rows.jsonl", recs)
+    if total is not None:
+        write_json_atomic(tmp_path / "manifest.json", {"run_id": "x", "memory_total_mb": total})
+    d = load_dataset(tmp_path / "rows.jsonl", reward=RewardOptions(memory_term="auto"))
+    mem = next(r.gpu_mem_used_mb for r in d.rows)
+    assert d.reward_options.memory_term == term
+    assert d.states[0][2] == pytest.approx(mem / (total if term == "total" else 8192))
+    r = harness(
+        "train", "--dataset", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "m"), "--algos", "lookup_table"
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    meta = json.loads((tmp_path / "m" / "train.json").read_text())["reward_options"]
+    assert meta["memory_term"] == term and (meta["memory_total_mb"] == total if term == "total" else True)
