@@ -1,6 +1,7 @@
 """Every step on the datacenter twin (issue 47): a sweep with ``--power-caps auto``, the report, ``harness train`` and
 ``evaluate`` on one of its caps (the memory feature normalised by the run's 80 GB board, recorded in train.json),
-and ``harness serve`` of the trained picks under ``--power-budget`` at that cap. Real processes throughout."""
+``harness serve`` of the trained picks under ``--power-budget`` at that cap, and the SWE-bench pilot (fixture) at
+no_spec / chosen / chosen_bs16. Real processes throughout."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def test_sweep_train_evaluate_and_serve_on_the_datacenter_profile(tmp_path: Path
         assert s.world.telemetry.snapshot().power_limit_w == float(cap)
         assert any(e.get("event") == "power_budget" for e in log_lines(s))
         assert all(d.status == 200 for d in rec.done), [d.status for d in rec.done if d.status != 200]
+
+
+def test_the_swebench_pilot_runs_on_the_datacenter_profile(tmp_path: Path) -> None:
+    out = run_harness(
+        "pilot", "--suite", "swebench", "--fixture", "--engine", "twin", "--twin-profile", "h100-sxm",
+        "--time-scale", "10", "--max-new-tokens", "256", "--out", str(tmp_path / "pilot"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = read_lines(tmp_path / "pilot" / "dataset_rows.jsonl")
+    assert len(rows) == 6 and {r["hardware"] for r in rows} == {"twin:h100-sxm"}
+    assert all(0.2 < r["avg_power_watts"] / 700.0 < 0.5 for r in rows)  # far below the datacenter limit
