@@ -383,8 +383,14 @@ class NvmlProbe:
         out = empty_reading()
         out.update(self._static)
         out["uuid"] = self._call("uuid", "nvmlDeviceGetUUID", h, errors=errors)
+        # The reading's instant is the energy counter's read, not the whole read's midpoint: a dozen NVML calls can
+        # stall on a loaded host (a thread switched out for 100 ms), and a midpoint stamp then misplaces the counter
+        # at a window edge by half the stall (seen: +9 % energy on a 1 s window under the parallel suite).
+        w0, m0 = wall_ns(), mono_ns()
         out["energy_mj"] = self._call("energy", "nvmlDeviceGetTotalEnergyConsumption", h, errors=errors)
-        fields = self._power_fields(errors)
+        fields = self._power_fields(errors)  # the instant power, right after: the same moment as the counter
+        w1, m1 = wall_ns(), mono_ns()
+        out["read_wall_ns"], out["read_mono_ns"] = (w0 + w1) // 2, (m0 + m1) // 2
         inst, avg = fields["NVML_FI_DEV_POWER_INSTANT"], fields["NVML_FI_DEV_POWER_AVERAGE"]
         if inst is not None:
             self._power_w_source = "NVML_FI_DEV_POWER_INSTANT"

@@ -306,3 +306,24 @@ def test_nvml_check_exits_2_without_a_gpu():
     )
     assert r.returncode == 2
     assert json.loads(r.stdout)["ok"] is False and "needs an NVIDIA GPU" in r.stderr
+
+
+def test_a_reading_is_stamped_at_its_energy_read_not_the_slow_calls_midpoint(script: ShimScript) -> None:
+    """A dozen NVML calls per reading: on a loaded host one of them can stall for 100 ms, and a midpoint stamp then
+    misplaces the energy counter at a window edge by half the stall (``test_nvml_check_against_the_shim`` read +9 %
+    energy on a 1 s window under the parallel suite). The probe stamps the reading at its counter read."""
+    from harness.telemetry.probes import probe_timing
+
+    p = NvmlProbe(0)
+    try:
+        script.set({"delay_ms": 30})  # every device call takes 30 ms: a read is ~12 calls, ~360 ms
+        w0 = wall_ns()
+        reading, t_wall, _, latency_ms = probe_timing(p)
+        w1 = wall_ns()
+    finally:
+        script.set({"delay_ms": 0})
+        p.close()
+    assert latency_ms >= 8 * 30 and reading["energy_mj"] is not None
+    # the counter is the second call and the power fields the third: the stamp sits within ~4 calls of the start,
+    # far before the midpoint (~6 calls in)
+    assert w0 <= t_wall <= w0 + 4 * 30_000_000 < (w0 + w1) // 2, ((t_wall - w0) / 1e6, (w1 - w0) / 1e6)
