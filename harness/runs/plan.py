@@ -1,9 +1,11 @@
-"""The plan of a sweep: its cells in execution order, each with its published index and cell id."""
+"""The plan of a sweep: its cells in execution order, each with its published index and cell id, and the requests per
+cell the band probe sized (``sized_prompts``)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from harness.gpu.gpu_pass import GpuPass
 from harness.grid import SpecConfig
@@ -53,3 +55,9 @@ def plan_cells(opts: SweepOptions) -> list[Cell]:
 def derive_seed(seed: int, key: str) -> int:
     """A launch's twin seed from the run's seed and the launch key (the same cell gets the same seed on resume)."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
+
+
+def sized_prompts(preflight: Mapping[str, Any] | None) -> dict[int, int]:
+    """The probe's requests per batch size, from a manifest's ``preflight`` (empty: the published counts)."""
+    workload = ((preflight or {}).get("probe") or {}).get("workload") or {}
+    return {int(bs): int(n) for bs, n in (workload.get("num_prompts_by_bs") or {}).items()}

@@ -231,20 +231,12 @@ def size_workload(opts: SweepOptions, probe: Mapping[str, Any]) -> dict[str, Any
         return out | {"sized": False, "unsized_because": "--min-window 0"}
     if opts.num_prompts is not None:
         return out | {"sized": False, "unsized_because": "--num-prompts given"}
-    if opts.strategy == "active":
-        return out | {"sized": False, "unsized_because": "--strategy active predicts cells at one request count"}
     sized = {
         bs: max(published[bs], bs * math.ceil(SIZING_MARGIN * opts.min_window_s / waves[bs]))
         for bs in published
         if waves.get(bs)
     }
     return out | {"sized": True, "num_prompts_by_bs": {str(bs): n for bs, n in sized.items()}}
-
-
-def sized_prompts(preflight: Mapping[str, Any] | None) -> dict[int, int]:
-    """The probe's requests per batch size, from a manifest's ``preflight`` (empty: the published counts)."""
-    workload = ((preflight or {}).get("probe") or {}).get("workload") or {}
-    return {int(bs): int(n) for bs, n in (workload.get("num_prompts_by_bs") or {}).items()}
 
 
 def workload_line(workload: Mapping[str, Any]) -> str | None:

@@ -24,11 +24,10 @@ from harness.grid import SpecConfig
 from harness.runs.manifest import SweepManifest
 from harness.runs.measurement import measurement
 from harness.runs.options import SweepOptions, parse_settle
-from harness.runs.plan import Cell, derive_seed, plan_cells
+from harness.runs.plan import Cell, derive_seed, plan_cells, sized_prompts
 from harness.runs.rows import EngineInfo, RowStore, SweepRow, error_row
 from harness.sweep.console import SweepConsole
 from harness.sweep.errors import FIX_BY_KIND, InfrastructureLost, WorldLost, raise_if_interrupted
-from harness.sweep.probe import sized_prompts
 from harness.world.bench import BenchSettings, CellError, CellResult, load_prompts, run_cell
 from harness.world.health import ServiceProblem
 

@@ -108,3 +108,19 @@ def test_bad_probe_options_are_refused_before_any_run_folder(tmp_path: Path) -> 
         assert out.returncode == 2, (args, out.stdout[-800:], out.stderr[-800:])
         assert said in out.stdout + out.stderr and "Traceback" not in out.stderr
         assert not run.exists()
+
+
+def test_the_sized_counts_reach_every_reader_of_a_cells_workload() -> None:
+    """The runner (``sized_prompts`` of the manifest), the active sweep's estimate and ``twin calibrate --from`` (the
+    ``Protocol``) read the same sized counts; a run the probe did not size keeps the published max(16, bs)."""
+    from harness.runs.plan import sized_prompts
+    from harness.twin.fit.calibrate import Protocol
+    from harness.world.bench import BenchSettings
+
+    preflight = {"probe": {"workload": {"sized": True, "num_prompts_by_bs": {"1": 18, "16": 112}}}}
+    sized = sized_prompts(preflight)
+    assert sized == {1: 18, 16: 112} and sized_prompts({"gpu": {}}) == {} and sized_prompts(None) == {}
+    proto = Protocol(("p",), 512, None, tuple(sorted(sized.items())))
+    assert (proto.measured(1), proto.measured(4), proto.measured(16), proto.requests(16)) == (18, 16, 112, 128)
+    settings = BenchSettings(num_prompts_by_bs=sized)
+    assert (settings.n_requests(1), settings.n_requests(8), settings.n_requests(16)) == (18, 16, 112)

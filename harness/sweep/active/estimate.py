@@ -79,12 +79,12 @@ def predict_cell(
         bs,
         list(protocol.prompts),
         max_new_tokens=protocol.output_tokens,
-        num_requests=protocol.num_prompts,
+        num_requests=protocol.measured(bs),
         seed=0,
         nominal_launch=True,
         tail_s=snapshot_period_s,
     )
-    measured = protocol.num_prompts or max(16, bs)
+    measured = protocol.measured(bs)
     d = profile.device
     demand = (base_power_w(profile) + step_cost(profile, cfg, bs).dyn_w) / d.power_limit_w
     return Prediction(

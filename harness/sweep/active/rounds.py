@@ -60,7 +60,12 @@ class ActiveSweep:
     def __init__(self, runner: Any, start: TwinProfile | None = None) -> None:
         self.runner = runner
         self.opts = runner.opts
-        self.protocol = Protocol(tuple(runner.settings.prompts), self.opts.output_tokens, self.opts.num_prompts)
+        self.protocol = Protocol(
+            tuple(runner.settings.prompts),
+            self.opts.output_tokens,
+            self.opts.num_prompts,
+            tuple(sorted(runner.settings.num_prompts_by_bs.items())),
+        )
         manifest = runner.manifest
         slug = str(manifest.hardware or "gpu").replace(":", "-").replace("/", "-")
         self.start = with_device(start or load_profile(), manifest.to_json(), name=f"fitted-{slug}")

@@ -150,14 +150,21 @@ class Protocol:
     prompts: tuple[str, ...]
     output_tokens: int = 512
     num_prompts: int | None = None
+    num_prompts_by_bs: tuple[tuple[int, int], ...] = ()
+    """The band probe's sized counts per batch size (``harness.sweep.probe``), over ``num_prompts``."""
 
     @classmethod
     def published(cls) -> "Protocol":
         return cls(tuple(load_prompts()))
 
+    def measured(self, batch_size: int) -> int:
+        """Measured requests of a cell: the sized count, else ``num_prompts``, else the published max(16, bs)."""
+        sized = dict(self.num_prompts_by_bs)
+        return sized.get(batch_size) or self.num_prompts or max(16, batch_size)
+
     def requests(self, batch_size: int) -> int:
         """Requests a cell's server sees: the warm-up wave of ``batch_size`` plus the measured ones."""
-        return batch_size + (self.num_prompts or max(16, batch_size))
+        return batch_size + self.measured(batch_size)
 
 
 @dataclass(frozen=True)
@@ -214,7 +221,7 @@ def evaluate_targets(
                 bs,
                 prompts,
                 max_new_tokens=protocol.output_tokens,
-                num_requests=protocol.num_prompts,
+                num_requests=protocol.measured(bs),
                 seed=s,
                 nominal_launch=True,
             )

@@ -214,13 +214,17 @@ def require_cells(cells: Sequence[CellMeans], where: str) -> None:
 def load_run(run_dir: Path) -> tuple[list[SweepRow], dict[str, Any], Protocol]:
     """A run folder's latest rows, its manifest and the protocol its cells ran."""
     from harness.runs.manifest import read_manifest, read_options
+    from harness.runs.plan import sized_prompts
     from harness.runs.rows import RowStore
     from harness.world.bench import load_prompts
 
     manifest = read_manifest(run_dir).to_json()
     opts = read_options(run_dir)
     rows = RowStore(run_dir).latest()
-    protocol = Protocol(tuple(load_prompts(opts.prompts_file)), opts.output_tokens, opts.num_prompts)
+    sized = sized_prompts(manifest.get("preflight"))  # the band probe's counts, when it sized the cells
+    protocol = Protocol(
+        tuple(load_prompts(opts.prompts_file)), opts.output_tokens, opts.num_prompts, tuple(sorted(sized.items()))
+    )
     return rows, manifest, protocol
 
 
