@@ -9,14 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_decode_log_interval_runs_both_intervals(tmp_path: Path) -> None:
     out = tmp_path / "dli"
     argv = [sys.executable, str(ROOT / "benchmarks" / "decode_log_interval.py"), "--configs", "0:0:0,3:1:4",
             "--batch-sizes", "1", "--repeats", "1", "--output-tokens", "64", "--time-scale", "50", "--out", str(out)]  # fmt: skip
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "COLUMNS": "200"}
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert {c["batch_size"] for c in summary["cells"]} == {1} and len(summary["cells"]) == 2

@@ -52,6 +52,7 @@ def test_sweep_train_evaluate_and_serve_on_the_datacenter_profile(tmp_path: Path
         assert all(d.status == 200 for d in rec.done), [d.status for d in rec.done if d.status != 200]
 
 
+@pytest.mark.slow
 def test_the_swebench_pilot_runs_on_the_datacenter_profile(tmp_path: Path) -> None:
     out = run_harness(
         "pilot", "--suite", "swebench", "--fixture", "--engine", "twin", "--twin-profile", "h100-sxm",
