@@ -159,6 +159,18 @@ class NvmlCapDevice(NvmlDevice):
         )
 
 
+def cap_device(twin_gpu_url: str | None, gpu: int | str) -> CapDevice:
+    """The power-limit device of the engine's GPU: the twin GPU's endpoint when there is one, else NVML's."""
+    return TwinCapDevice(twin_gpu_url) if twin_gpu_url else NvmlCapDevice(gpu)
+
+
+def close_device(device: CapDevice) -> None:
+    """Release a device's handle where it holds one (NVML's; the twin's endpoint holds none)."""
+    close = getattr(device, "close", None)
+    if close is not None:
+        close()
+
+
 class PowerCapController(PassSetting):
     """The power cap per pass (``harness.gpu.pass_setting.PassSetting``): records under the manifest's ``power_cap``
     (``original_w``, ``targets_w``, ``enforced_w``, ``limits``, ``restored``)."""

@@ -57,6 +57,18 @@ def derive_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "big")
 
 
+PUBLISHED_MIN_REQUESTS = 16
+"""The published protocol measures max(16, batch size) requests per cell."""
+
+
+def measured_requests(batch_size: int, num_prompts: int | None = None, sized: Mapping[int, int] | None = None) -> int:
+    """Requests a cell measures: the band probe's sized count for its batch size, else ``--num-prompts``, else the
+    published max(16, batch size). The bench, the active sweep's estimate and the twin's calibration all ask here."""
+    if sized and batch_size in sized:
+        return sized[batch_size]
+    return num_prompts if num_prompts is not None else max(PUBLISHED_MIN_REQUESTS, batch_size)
+
+
 def sized_prompts(preflight: Mapping[str, Any] | None) -> dict[int, int]:
     """The probe's requests per batch size, from a manifest's ``preflight`` (empty: the published counts)."""
     workload = ((preflight or {}).get("probe") or {}).get("workload") or {}

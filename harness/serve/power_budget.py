@@ -9,12 +9,11 @@ when the session ends. A SIGKILL runs no cleanup: the file says which limit to p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from harness.core.jsonl import write_json_atomic
-from harness.gpu.power_cap import CapDevice, resolve_cap
+from harness.gpu.power_cap import CapDevice, cap_device, close_device, resolve_cap
 
 
 class PowerBudget:
@@ -22,6 +21,8 @@ class PowerBudget:
 
     def __init__(self, device: CapDevice, watts: float, record: Path, log: Callable[[dict[str, Any]], None]) -> None:
         self.device, self.record, self.log = device, record, log
+        self.state: dict[str, Any] = {}
+        """What ``record`` holds (written whole after every change)."""
         limits = device.limits()
         self.original_w = limits.current_w if limits.current_w is not None else limits.default_w
         self.target_w = resolve_cap(f"{watts:g}", limits)  # refused outside the board's constraints
@@ -34,24 +35,30 @@ class PowerBudget:
         self._closed = False
 
     def _save(self, update: dict[str, Any]) -> None:
-        state = json.loads(self.record.read_text()) if self.record.is_file() else {}
-        write_json_atomic(self.record, {**state, **update})
+        self.state.update(update)
+        write_json_atomic(self.record, self.state)
 
     def close(self) -> None:
-        """Put the original limit back (once); the record says whether it was."""
-        if self._closed or self.original_w is None:
+        """Put the original limit back (once) and release the device; the record says whether it was put back."""
+        if self._closed:
             return
         self._closed = True
-        self.device.set_limit(self.original_w)
-        self._save({"restored": True, "restored_w": self.original_w})
-        self.log({"event": "power_budget_restored", "restored_w": self.original_w})
+        try:
+            if self.original_w is not None:
+                self.device.set_limit(self.original_w)
+                self._save({"restored": True, "restored_w": self.original_w})
+                self.log({"event": "power_budget_restored", "restored_w": self.original_w})
+        finally:
+            close_device(self.device)
 
 
 def open_power_budget(
     watts: float, twin_gpu_url: str | None, gpu_index: int | str, run_dir: Path, log: Callable[[dict[str, Any]], None]
 ) -> PowerBudget:
     """The budget on the session's GPU: the twin GPU's limit endpoint, else NVML's (the engine's GPU)."""
-    from harness.gpu.power_cap import NvmlCapDevice, TwinCapDevice
-
-    device: CapDevice = TwinCapDevice(twin_gpu_url) if twin_gpu_url else NvmlCapDevice(gpu_index)
-    return PowerBudget(device, watts, run_dir / "power_budget.json", log)
+    device = cap_device(twin_gpu_url, gpu_index)
+    try:
+        return PowerBudget(device, watts, run_dir / "power_budget.json", log)
+    except BaseException:  # refused (outside the limits, no root): nothing was set; release the handle
+        close_device(device)
+        raise

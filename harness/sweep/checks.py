@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harness.core.errors import UsageError
 from harness.runs.options import SweepOptions
-from harness.runs.plan import plan_cells
+from harness.runs.plan import measured_requests, plan_cells
 from harness.world.bench import load_prompts
 
 
@@ -102,7 +102,7 @@ def check_energy_window(opts: SweepOptions) -> None:
         return
     from harness.telemetry.steady import min_requests
 
-    short = [bs for bs in opts.batch_sizes if (opts.num_prompts or max(16, bs)) < min_requests(bs)]
+    short = [bs for bs in opts.batch_sizes if measured_requests(bs, opts.num_prompts) < min_requests(bs)]
     if short:
         need = max(min_requests(bs) for bs in short)
         raise UsageError(

@@ -24,10 +24,10 @@ from harness.core.errors import HarnessError
 from harness.engine.launch import LadderExhausted
 from harness.gpu.band import BAND, choose_caps, reachable
 from harness.gpu.power_cap import AUTO_CAPS as AUTO
-from harness.gpu.power_cap import CapLimits, PowerCapError, resolve_cap
+from harness.gpu.power_cap import CapLimits, PowerCapError, cap_device, close_device, resolve_cap
 from harness.grid import BASELINE, SpecConfig
 from harness.runs.options import SweepOptions
-from harness.runs.plan import derive_seed
+from harness.runs.plan import derive_seed, measured_requests
 from harness.world.bench import BenchSettings, CellError, load_prompts, run_cell
 
 PROBE_WAVES = 3
@@ -60,24 +60,22 @@ def probe_configs(opts: SweepOptions) -> list[SpecConfig]:
 
 def board_limits(opts: SweepOptions, world: Any) -> CapLimits:
     """The board's power limits (reading them needs no root): the twin GPU's or NVML's, by the engine's GPU."""
-    from harness.gpu.power_cap import NvmlCapDevice, TwinCapDevice
-
-    device = TwinCapDevice(world.twin_gpu_url) if opts.engine == "twin" else NvmlCapDevice(world.gpu_index)
+    device = cap_device(world.twin_gpu_url if opts.engine == "twin" else None, world.gpu_index)
     try:
         return device.limits()
     finally:
-        close = getattr(device, "close", None)
-        if close is not None:
-            close()
+        close_device(device)
 
 
 def run_probe(opts: SweepOptions, world: Any, run_dir: Path, limit_w: float | None) -> dict[str, Any]:
-    """Launch each probe config once and measure one wave at every planned batch size; the draws and GPU time."""
+    """Launch each probe config once and measure ``PROBE_WAVES`` waves at every planned batch size; the draws and
+    GPU time."""
     sizes = sorted(set(opts.batch_sizes))
     prompts = load_prompts(opts.prompts_file)
     t0 = time.monotonic()
     measured: list[dict[str, Any]] = []
-    for config in probe_configs(opts):
+    configs = probe_configs(opts)
+    for config in configs:
         stem = f"probe-s{config.steps}k{config.topk}d{config.draft_tokens}"
         try:
             server, _ = world.launcher.launch_with_ladder(
@@ -122,7 +120,7 @@ def run_probe(opts: SweepOptions, world: Any, run_dir: Path, limit_w: float | No
         finally:
             server.stop()
     gpu_time_s = (time.monotonic() - t0) * world.clock.scale
-    return {"configs": [c.as_list() for c in probe_configs(opts)], "measured": measured, "gpu_time_s": gpu_time_s}
+    return {"configs": [c.as_list() for c in configs], "measured": measured, "gpu_time_s": gpu_time_s}
 
 
 def draws_by_bs(probe: Mapping[str, Any]) -> dict[int, list[float]]:
@@ -194,9 +192,8 @@ def auto_caps(verdict: Mapping[str, Any]) -> tuple[list[str], str]:
     chosen caps; and the line that says which and why."""
     limit = verdict["limit_in_force_w"]
     if not verdict["unreachable_batch_sizes"]:
-        return [
-            f"{limit:g}"
-        ], f"--power-caps auto keeps the {limit:g} W limit in force: every batch size reaches the band there"
+        kept = f"--power-caps auto keeps the {limit:g} W limit in force: every batch size reaches the band there"
+        return [f"{limit:g}"], kept
     caps = verdict["suggested_caps_w"]
     if not caps:
         raise HarnessError(
@@ -220,7 +217,7 @@ def size_workload(opts: SweepOptions, probe: Mapping[str, Any]) -> dict[str, Any
         if m.get("wave_s"):
             bs = int(m["batch_size"])
             waves[bs] = min(waves.get(bs, math.inf), float(m["wave_s"]))
-    published = {bs: opts.num_prompts or max(16, bs) for bs in sorted(set(opts.batch_sizes))}
+    published = {bs: measured_requests(bs, opts.num_prompts) for bs in sorted(set(opts.batch_sizes))}
     projected = {bs: waves[bs] * published[bs] / bs for bs in published if bs in waves}
     out: dict[str, Any] = {
         "min_window_s": opts.min_window_s,
@@ -243,7 +240,7 @@ def workload_line(workload: Mapping[str, Any]) -> str | None:
     """One line when the probe grew the workload (what it measured and why), else None."""
     if not workload.get("sized"):
         return None
-    grown = {bs: n for bs, n in workload["num_prompts_by_bs"].items() if n > max(16, int(bs))}
+    grown = {bs: n for bs, n in workload["num_prompts_by_bs"].items() if n > measured_requests(int(bs))}
     if not grown:
         return None
     shown = ", ".join(

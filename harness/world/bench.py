@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from harness.core.clocks import ScaledClock, mono_ns, wall_ns
 from harness.core.errors import DataError, MissingFileError
 from harness.engine.sglang_client import EngineClient, EngineRequestError, GenerateResult
+from harness.runs.plan import measured_requests
 from harness.telemetry.client import TelemetrySource
 from harness.telemetry.steady import RequestSpan, WindowEnergy, min_requests, steady_edges, tokens_in, window_energy
 from harness.telemetry.windows import GpuSample, WindowStats
@@ -94,9 +95,7 @@ class BenchSettings(BaseModel):
     """Measured requests per batch size sized by the band probe (``--min-window``); over the published count."""
 
     def n_requests(self, batch_size: int) -> int:
-        if batch_size in self.num_prompts_by_bs:
-            return self.num_prompts_by_bs[batch_size]
-        return self.num_prompts if self.num_prompts is not None else max(16, batch_size)
+        return measured_requests(batch_size, self.num_prompts, self.num_prompts_by_bs)
 
 
 class CellError(Exception):

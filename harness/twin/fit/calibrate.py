@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.core.errors import MissingFileError
 from harness.core.extras import needs
 from harness.grid import ACTIONS, BASELINE, SpecConfig
+from harness.runs.plan import measured_requests
 from harness.twin.fit.report import print_fit_table
 from harness.twin.model import expected_accept_length, prompt_quality, simulate_cell
 from harness.twin.profile import DEFAULT_PROFILE, PROFILES_DIR, PerfParams, TwinProfile, load_profile
@@ -159,8 +160,7 @@ class Protocol:
 
     def measured(self, batch_size: int) -> int:
         """Measured requests of a cell: the sized count, else ``num_prompts``, else the published max(16, bs)."""
-        sized = dict(self.num_prompts_by_bs)
-        return sized.get(batch_size) or self.num_prompts or max(16, batch_size)
+        return measured_requests(batch_size, self.num_prompts, dict(self.num_prompts_by_bs))
 
     def requests(self, batch_size: int) -> int:
         """Requests a cell's server sees: the warm-up wave of ``batch_size`` plus the measured ones."""
