@@ -10,7 +10,9 @@
 # rootfs with python3 (tarball cached under .e2e/) and `docker import` it as the local base; build a wheelhouse on the
 # host with pip (honouring this machine's pip config); build the cpu and sampler images from it with --no-index and
 # pull_policy never; bring up the twin stack; run a quick sweep through `docker compose run`; check its rows (and run
-# report, train and the pilot's argument passing through compose); lint the GPU stack with `docker compose config -q`;
+# report, train and the pilot's argument passing through compose); SIGKILL a compose sweep and `run sweep --resume`
+# it; check that a task container started from the pilot writes where the pilot reads (Harbor's verifier path); run
+# the reproduce, serve and gpu-check services; lint the GPU stack with `docker compose config -q`;
 # tear down; stop the daemon by PID (trap on exit).
 # Knobs: E2E_TRAIN=0 skips the torch image and the train step; E2E_GPU_STAGE=0 skips building the gpu target on a
 # local stand-in for the sglang image; E2E_DIR (cache, default .e2e/), E2E_DATA_ROOT (the
@@ -322,6 +324,91 @@ check_pilot_args() {  # `docker compose run pilot --suite terminalbench ...` rea
   log "pilot: arguments reach harness pilot (--suite terminalbench --suite-help listed the suite's options)"
 }
 
+count_rows() { [ -s "$1" ] && wc -l <"$1" || echo 0; }
+
+resume_killed_sweep() {  # a compose sweep SIGKILLed mid-run continues with `docker compose run sweep --resume DIR`
+  local run="$RESULTS/e2e-resume" name="${PROJECT}-resume" i
+  docker compose "${COMPOSE_ARGS[@]}" run -d -T --name "$name" sweep --configs 0:0:0,3:1:4 --batch-sizes 1,4 \
+    --repeats 2 --output-tokens 128 --out results/e2e-resume --plain >/dev/null
+  for i in $(seq 1 240); do [ "$(count_rows "$run/rows.jsonl")" -ge 2 ] && break; sleep 0.5; done
+  [ "$(count_rows "$run/rows.jsonl")" -ge 2 ] || { docker logs "$name" 2>&1 | tail -n 20 >&2; die "the sweep to kill wrote no rows"; }
+  docker kill "$name" >/dev/null
+  docker rm -f "$name" >/dev/null 2>&1 || true
+  local before; before="$(count_rows "$run/rows.jsonl")"
+  log "resume: killed the sweep (SIGKILL) after $before of 8 rows"
+  # the service passes its folder in HARNESS_SWEEP_OUT and --engine/--sampler-url/--twin-gpu: --resume accepts them
+  timeout 300 docker compose "${COMPOSE_ARGS[@]}" run --rm -T sweep --resume results/e2e-resume >"$TMP/resume.log" 2>&1 \
+    || { tail -n 30 "$TMP/resume.log" >&2; die "docker compose run sweep --resume failed"; }
+  "$PYTHON" - "$run" "$before" <<'PY'
+import json, sys
+from pathlib import Path
+run, before = Path(sys.argv[1]), int(sys.argv[2])
+rows = [json.loads(l) for l in (run / "rows.jsonl").read_text().splitlines() if l.strip()]
+manifest = json.loads((run / "manifest.json").read_text())
+cells = [r["cell_id"] for r in rows]
+problems = []
+if len(rows) != 8 or len(set(cells)) != 8:
+    problems.append(f"{len(rows)} rows, {len(set(cells))} distinct cells (want 8 and 8)")
+if manifest.get("status") != "complete":
+    problems.append(f"status {manifest.get('status')!r}")
+if len(manifest.get("sessions") or []) < 2:
+    problems.append(f"{len(manifest.get('sessions') or [])} sessions (want the killed one and the resume)")
+print(f"  resume: {before} rows before the kill, {len(rows)} after, status {manifest.get('status')}, "
+      f"{len(manifest.get('sessions') or [])} sessions")
+if problems:
+    print("  resume check failed: " + "; ".join(problems), file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+pilot_results_path() {  # what Harbor's verifier relies on: a task container on the host's daemon writes into a
+  # trial folder bind-mounted by its path in the pilot's container; the pilot must read what it wrote. The twin
+  # world's pilot has the GPU world's paths (x-pilot-paths); the socket and CLI are added here as run -v.
+  local sock="${DOCKER_HOST#unix://}" out
+  out="$(PWD="$E2E_DIR" timeout 120 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps --user 0:0 \
+      -v "$sock:/var/run/docker.sock" -v "$(command -v docker):/usr/local/bin/docker:ro" --entrypoint sh pilot -c '
+        d="$PWD/results/e2e-pilot/harbor/jobs/trial-1/verifier"; mkdir -p "$d"
+        docker run --rm --network none -v "$d:/logs/verifier" '"$BASE_TAG"' sh -c "echo 1 > /logs/verifier/reward.txt"
+        echo "pwd=$PWD reward=$(cat "$d/reward.txt" 2>/dev/null || echo missing)"' 2>&1)" \
+    || { echo "$out" | tail -n 20 >&2; die "the pilot container could not start a task container"; }
+  echo "$out" | tail -n 1 | sed 's/^/  pilot: /'
+  echo "$out" | grep -q "pwd=$E2E_DIR reward=1" || die "the verifier's reward did not reach the pilot (results path differs inside and out)"
+  [ "$(cat "$RESULTS/e2e-pilot/harbor/jobs/trial-1/verifier/reward.txt")" = 1 ] || die "the reward is not on the host either"
+}
+
+new_services() {  # reproduce (the published protocol, --quick), serve (a request through it), gpu-check (--argv here)
+  timeout 300 docker compose "${COMPOSE_ARGS[@]}" run --rm -T reproduce --quick --out results/e2e-reproduce --plain \
+    >"$TMP/reproduce.log" 2>&1 || { tail -n 30 "$TMP/reproduce.log" >&2; die "docker compose run reproduce --quick failed"; }
+  [ "$(count_rows "$RESULTS/e2e-reproduce/rows.jsonl")" = 8 ] || die "reproduce --quick wrote $(count_rows "$RESULTS/e2e-reproduce/rows.jsonl") rows, not 8"
+  log "reproduce: 8 rows in results/e2e-reproduce"
+  local argv
+  argv="$(timeout 120 docker compose "${COMPOSE_ARGS[@]}" run --rm -T --no-deps gpu-check 2>"$TMP/gpu-check.log")" \
+    || { tail -n 20 "$TMP/gpu-check.log" >&2; die "docker compose run gpu-check failed"; }
+  echo "$argv" | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["configs"] == 19 and len(d["argv"]) == 19, d; print("  gpu-check: the 19 launch lines of sglang", d["sglang_version_flags"])' \
+    || die "gpu-check --argv printed no 19 launch lines"
+  local port name="${PROJECT}-serve" i
+  port="$(free_port)"
+  docker compose "${COMPOSE_ARGS[@]}" run -d -T --name "$name" serve --picks 1=0:0:0,16=3:1:4 --port "$port" \
+    --out results/e2e-serve >/dev/null
+  for i in $(seq 1 240); do
+    "$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && break
+    sleep 0.5
+  done
+  "$PYTHON" - "$port" <<'PY' || { docker logs "$name" 2>&1 | tail -n 30 >&2; docker rm -f "$name" >/dev/null; die "harness serve through compose did not answer"; }
+import json, sys, urllib.request
+port = sys.argv[1]
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"})
+reply = json.load(urllib.request.urlopen(req, timeout=60))
+text = reply["choices"][0]["message"]["content"]
+assert text and reply["usage"]["completion_tokens"] > 0, reply
+print(f"  serve: a chat completion of {reply['usage']['completion_tokens']} tokens through docker compose run serve")
+PY
+  docker stop -t 30 "$name" >/dev/null
+  docker rm -f "$name" >/dev/null 2>&1 || true
+  [ -s "$RESULTS/e2e-serve/options.yaml" ] || die "serve wrote no options.yaml"
+}
+
 gpu_stage() {  # the Dockerfile's gpu target on a stand-in for the sglang image (no registry here, no GPU needed)
   # The stand-in is the local base with a pip-enabled interpreter first on PATH, as in sglang's images. It checks the
   # gpu stage's own logic: Python check, install into the base's interpreter constrained to its pip freeze, the
@@ -403,6 +490,9 @@ main() {
   phase up; up_stack
   phase sweep; run_sweep
   phase check; check_rows; report_sweep; check_pilot_args
+  phase resume; resume_killed_sweep
+  phase pilot-path; pilot_results_path
+  phase services; new_services
   if [ "${E2E_TRAIN:-1}" = 1 ]; then phase train; train_policies; fi
   phase lint-gpu; lint_gpu_stack
   phase down; tear_down

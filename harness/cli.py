@@ -20,6 +20,7 @@ from harness.core.errors import HarnessError
 GROUPS = {
     "twin": "The GPU-free digital twin: a GPU device and an sglang-compatible engine.",
     "sampler": "The GPU telemetry sampler sidecar.",
+    "gpu-settings": "The GPU settings agent: power caps and SM clocks for non-root runs.",
     "dataset": "Validate, merge, compare and export sweep datasets.",
     "report": "Rich tables and figures for sweeps and policies.",
     "pilot": "Agentic pilots (SWE-bench Lite, Terminal-Bench) at the pilot configs.",
@@ -31,6 +32,7 @@ REGISTRARS = [
     "harness.dataset.cli",
     "harness.twin.cli",
     "harness.telemetry.cli",
+    "harness.gpu.settings_cli",
     "policies.cli",
     "pilots.cli",
     "harness.serve.cli",
@@ -50,6 +52,7 @@ FAST_PATHS = {
     "report": ["harness.dataset.cli", "policies.cli"],
     "twin": ["harness.twin.cli"],
     "sampler": ["harness.telemetry.cli"],
+    "gpu-settings": ["harness.gpu.settings_cli"],
     "train": ["policies.cli"],
     "evaluate": ["policies.cli"],
     "recommend": ["policies.cli"],

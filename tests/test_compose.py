@@ -188,7 +188,7 @@ def test_a_broken_compose_file_is_rejected(tmp_path: Path) -> None:
 @needs_compose
 def test_worlds_share_service_names_and_switch_commands() -> None:
     gpu, twin = config("gpu", "jobs"), config("twin", "jobs")
-    public = {"sampler", "sweep", "pilot", "train", "report", "gpu-twin"}
+    public = {"sampler", "sweep", "pilot", "train", "report", "gpu-twin", "reproduce", "serve", "gpu-check"}
     assert set(gpu["services"]) == public and set(twin["services"]) == public
     assert gpu["services"]["gpu-twin"]["scale"] == 0, "the twin device must be inert on a GPU box"
     assert "--probe" in (s := twin["services"]["sampler"]["entrypoint"]) and s[s.index("--probe") + 1] == "twin"
@@ -200,7 +200,7 @@ def test_worlds_share_service_names_and_switch_commands() -> None:
             assert svc["network_mode"] == "host" and svc["init"] is True, name
     # only GPU-world services reserve a GPU, so the twin stack runs on any machine
     assert not any(s.get("deploy") for s in twin["services"].values())
-    for name in ("sampler", "sweep", "pilot"):
+    for name in ("sampler", "sweep", "pilot", "reproduce", "serve", "gpu-check"):
         devices = gpu["services"][name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"], name
 
@@ -208,14 +208,15 @@ def test_worlds_share_service_names_and_switch_commands() -> None:
 @needs_compose
 def test_gpu_services_follow_the_official_sglang_runtime() -> None:
     gpu = config("gpu", "jobs")
-    for name in ("sweep", "pilot"):
+    for name in ("sweep", "pilot", "reproduce", "serve"):
         svc = gpu["services"][name]
         assert svc["ipc"] == "host"
         assert svc["ulimits"]["memlock"] == -1 or svc["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
         assert svc["ulimits"]["stack"] == 67108864 or svc["ulimits"]["stack"]["soft"] == 67108864
         assert "HF_TOKEN" in svc["environment"]
         assert any(v["target"] == "/home/harness/.cache" for v in svc["volumes"])
-        assert any(v["target"] == "/work/results" for v in svc["volumes"])
+        results = [v for v in svc["volumes"] if v["target"].endswith("/results")]
+        assert results and results[0]["target"] == ("/work/results" if name != "pilot" else results[0]["source"])
     assert gpu["services"]["sweep"]["depends_on"]["sampler"]["condition"] == "service_healthy"
     health = gpu["services"]["sampler"]["healthcheck"]
     assert "/-/ready" in " ".join(health["test"]) and health["start_period"] not in (None, "0s")
@@ -330,6 +331,12 @@ def _service_argvs() -> list[tuple[str, str, list[str]]]:
 @pytest.mark.parametrize(("world", "name", "argv"), _service_argvs(), ids=lambda v: v if isinstance(v, str) else None)
 def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str, argv: list[str]) -> None:
     """Each service's argv (entrypoint + default command) names real commands and flags of this checkout's CLI."""
+    if argv[:3] == ["python3", "-u", "benchmarks/gpu_check.py"]:  # the proof kit, mounted from the checkout
+        out = subprocess.run(
+            [sys.executable, *argv[1:], "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
+        assert out.returncode == 0 and "--full" in out.stdout, out.stderr
+        return
     assert argv[0] == "harness"
     args = [a for a in argv[1:] if a != "--help"]
     if name == "pilot":  # what `docker compose run pilot --suite terminalbench` runs
@@ -349,18 +356,77 @@ def test_service_commands_are_accepted_by_the_harness_cli(world: str, name: str,
 
 
 @needs_compose
-def test_gpu_settings_run_as_root_with_sys_admin_only_when_asked() -> None:
+def test_only_the_settings_agent_runs_as_root_and_it_mounts_nothing() -> None:
     """NVML's power-limit and clock setters need root and, in a container, CAP_SYS_ADMIN (NVML_ERROR_NO_PERMISSION
-    otherwise): the default sweep has neither; the "settings" profile's sweep has both (issue 39, item 1)."""
+    otherwise). A sweep as root left root-owned caches and run folders behind (sglang 0.5.23 keeps flashinfer's JIT
+    workspace and locks under ~/.cache/sglang: srt/environ.py), which a uid-1000 sweep cannot use (issue 46 item 1):
+    the "settings" profile's sweep is uid 1000 and sets caps and clocks through the settings agent, the only root
+    service, which mounts no volume; the key reaches the two, never a value in the file."""
     default = config("gpu", "jobs")["services"]["sweep"]
     assert default["user"] == "1000:1000" and not default.get("cap_add") and not default.get("privileged")
     for world in ("gpu", "twin"):
-        settings = config(world, "settings")["services"]["sweep-settings"]
-        assert settings["user"] == "0:0" and settings["cap_add"] == ["SYS_ADMIN"], world
-        assert settings["entrypoint"][:2] == ["harness", "sweep"] and not settings.get("privileged")
-    gpu = config("gpu", "settings")["services"]["sweep-settings"]
-    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
-    assert "--engine" in (e := gpu["entrypoint"]) and e[e.index("--engine") + 1] == "sglang"
+        services = config(world, "settings")["services"]
+        settings = services["sweep-settings"]
+        assert settings["user"] == "1000:1000" and not settings.get("cap_add") and not settings.get("privileged")
+        assert settings["entrypoint"][:2] == ["harness", "sweep"]
+    gpu = config("gpu", "settings")["services"]
+    agent, sweep = gpu["gpu-settings"], gpu["sweep-settings"]
+    assert agent["user"] == "0:0" and agent["cap_add"] == ["SYS_ADMIN"] and not agent.get("privileged")
+    assert not agent.get("volumes"), "the root agent must not mount (and so write) results or caches"
+    assert (
+        agent["entrypoint"][:3] == ["harness", "gpu-settings", "serve"]
+        and "HARNESS_SETTINGS_KEY" in agent["environment"]
+    )
+    assert agent["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    e = sweep["entrypoint"]
+    assert e[e.index("--engine") + 1] == "sglang" and e[e.index("--gpu-settings-url") + 1].endswith(":18300")
+    assert sweep["depends_on"]["gpu-settings"]["condition"] == "service_healthy"
+    assert "HARNESS_SETTINGS_KEY" in sweep["environment"]
+    assert (
+        agent["environment"]["HARNESS_SETTINGS_KEY"] is None is sweep["environment"]["HARNESS_SETTINGS_KEY"]
+    )  # passed through
+    twin = config("twin", "settings")["services"]
+    assert twin["gpu-settings"]["scale"] == 0 and "--gpu-settings-url" not in twin["sweep-settings"]["entrypoint"]
+
+
+@needs_compose
+def test_the_pilots_results_have_the_same_path_inside_and_out(tmp_path: Path) -> None:
+    """Harbor's docker environment bind-mounts each trial's folders by their path in the pilot's container, and the
+    host's daemon resolves that path on the host (issue 46 item 8): the pilot's results are mounted at the path they
+    have on the host, and the pilot works in the folder above them, so `results/<run>` is one folder for both."""
+    for world in WORLDS:
+        pilot = config(world, "jobs", PWD=str(tmp_path))["services"]["pilot"]
+        results = [v for v in pilot["volumes"] if v["target"].endswith("/results")]
+        assert results and results[0]["source"] == results[0]["target"] == str(tmp_path / "results"), world
+        assert pilot["working_dir"] == str(tmp_path), world
+        venv = [v for v in pilot["volumes"] if v["target"].endswith(".harbor-venv")]
+        assert venv and venv[0]["target"] == str(tmp_path / ".harbor-venv"), world  # harbor_install.default_venv
+    sock = [
+        v
+        for v in config("gpu", "jobs", HARNESS_DOCKER_SOCK="/run/user/1000/docker.sock")["services"]["pilot"]["volumes"]
+        if v["target"] == "/var/run/docker.sock"
+    ]
+    assert sock and sock[0]["source"] == "/run/user/1000/docker.sock"  # a rootless daemon's socket
+
+
+@needs_compose
+def test_harness_gpus_limits_the_boards_ray_schedules_on(tmp_path: Path) -> None:
+    """Device ids cannot come from one variable as a list (under CDI a "0,1" id names no device: moby
+    daemon/nvidia_linux.go, normalizeDeviceID), so the Ray services see the box's boards and HARNESS_GPUS becomes
+    CUDA_VISIBLE_DEVICES, which Ray's GPU count reads; unset, every board. The script is run by a real sh, with a
+    recorder on PATH in ray's place."""
+    fake = tmp_path / "ray"
+    fake.write_text('#!/bin/sh\necho "CUDA=${CUDA_VISIBLE_DEVICES-unset} ARGS=$*"\n')
+    fake.chmod(0o755)
+    for name in ("ray-head", "ray-worker"):
+        svc = config("gpu", "ray")["services"][name]
+        assert svc["deploy"]["resources"]["reservations"]["devices"][0]["count"] in ("all", -1)
+        assert "HARNESS_GPUS" in svc["environment"]
+        script = svc["entrypoint"][2].replace("$$", "$")
+        for gpus, seen in (("0,1,2,3", "CUDA=0,1,2,3"), (None, "CUDA=unset")):
+            env = {"PATH": f"{tmp_path}:/usr/bin:/bin", **({"HARNESS_GPUS": gpus} if gpus else {})}
+            out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20, env=env)
+            assert out.returncode == 0 and out.stdout.startswith(seen) and "start" in out.stdout, (name, out)
 
 
 def gpu_stage_env(text: str) -> dict[str, str]:

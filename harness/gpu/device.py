@@ -14,8 +14,10 @@ from harness.core.http import http_client
 from harness.gpu.pass_setting import DeviceSettingError
 
 AS_ROOT = (
-    "run the harness (sweep or serve) as root (sudo); in a container also with CAP_SYS_ADMIN: the shipped stack's opt-in is "
-    "docker compose --profile settings run --rm sweep-settings ... (user 0:0, cap_add SYS_ADMIN; docs/powercap.md)"
+    "give the setting to the GPU settings agent, the one process that needs root (harness gpu-settings serve as root; "
+    "in a container also with CAP_SYS_ADMIN: the shipped stack's opt-in is HARNESS_SETTINGS_KEY=... docker compose "
+    "--profile settings run --rm sweep-settings ..., whose gpu-settings service has both; docs/powercap.md) and pass "
+    "--gpu-settings-url; or run the harness itself as root"
 )
 """How to get NVML's setters through: root, and CAP_SYS_ADMIN inside a container (NVML_ERROR_NO_PERMISSION otherwise)."""
 
@@ -61,7 +63,9 @@ class NvmlDevice:
         try:
             call(self.handle, *args)
         except nv.NVMLError_NoPermission as exc:
-            raise self.error(f"{doing} needs root (NVML: {exc})", fix=f"{AS_ROOT}; or {without_root}") from None
+            err = self.error(f"{doing} needs root (NVML: {exc})", fix=f"{AS_ROOT}; or {without_root}")
+            err.no_permission = True
+            raise err from None
         except nv.NVMLError_NotSupported as exc:
             if unsupported_fix is None:
                 raise self.error(f"NVML refused {refused}: {exc}", fix=refused_fix) from None
@@ -77,30 +81,64 @@ class NvmlDevice:
 
 
 class TwinSettingDevice:
-    """A twin GPU setting endpoint (``route``): GET reads it, POST sets it, DELETE resets it; a refusal (4xx) is
-    ``error(f"the twin GPU refused {what}: <its message>", fix)``; a 403 (no permission) names ``AS_ROOT``. The base of the twin cap and clock devices."""
+    """A setting endpoint over HTTP (``route``) of the twin GPU device, or of the GPU settings agent
+    (``harness.gpu.settings_agent``, which serves the same routes per GPU under ``/gpus/{gpu}`` with a key): GET
+    reads it, POST sets it, DELETE resets it; a refusal (4xx) is ``error(f"{name} refused {what}: <its message>",
+    fix)``; a 403 (no permission) names ``AS_ROOT``. The base of the cap and clock devices over HTTP."""
 
     route = "/v1/power_limit"
     what = "the power limit"
     error: type[DeviceSettingError] = DeviceSettingError
     fix = "choose a cap within the GPU's limits"
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, api_key: str | None = None, name: str = "the twin GPU", flag: str = "--twin-gpu"
+    ) -> None:
         self.url = url.rstrip("/")
+        self.name, self.flag = name, flag
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             with http_client(timeout=10.0, trust_env=False) as http:
-                resp = http.request(method, f"{self.url}{self.route}", json=body)
+                resp = http.request(method, f"{self.url}{self.route}", json=body, headers=self.headers)
         except httpx.HTTPError as exc:
             raise ServiceUnavailableError(
-                f"the twin GPU at {self.url} is unreachable ({exc!r})", fix="start it or fix --twin-gpu"
+                f"{self.name} at {self.url} is unreachable ({exc!r})", fix=f"start it or fix {self.flag}"
             ) from None
-        data = resp.json()
+        try:
+            data = resp.json()
+        except ValueError:
+            data = {}
+        msg = (data.get("error") or {}).get("message", resp.text) if isinstance(data, dict) else resp.text
+        if resp.status_code == 401:
+            raise self.error(
+                f"{self.name} at {self.url} refused the key ({msg})",
+                fix="give the harness the agent's key in HARNESS_SETTINGS_KEY (the same value the agent started with)",
+            )
         if resp.status_code == 403:  # the twin's no-permission answer (fault settings_denied), as NVML's
-            msg = (data.get("error") or {}).get("message", resp.text)
-            raise self.error(f"setting {self.what} needs root (twin GPU: {msg})", fix=AS_ROOT)
+            raise self.error(f"setting {self.what} needs root ({self.name}: {msg})", fix=AS_ROOT)
         if resp.status_code >= 400:
-            msg = (data.get("error") or {}).get("message", resp.text)
-            raise self.error(f"the twin GPU refused {self.what}: {msg}", fix=self.fix)
-        return data
+            raise self.error(f"{self.name} refused {self.what}: {msg}", fix=self.fix)
+        return data if isinstance(data, dict) else {}
+
+
+AGENT = "the GPU settings agent"
+KEY_ENV = "HARNESS_SETTINGS_KEY"
+"""The environment variable that holds the settings agent's key, for the agent and for its clients."""
+
+
+def agent_endpoint(settings_url: str, gpu: int | str) -> tuple[str, dict[str, Any]]:
+    """The URL prefix of ``gpu`` at the settings agent and the client's keywords (its key from ``HARNESS_SETTINGS_KEY``;
+    a missing key is refused before anything is asked of the agent)."""
+    import os
+
+    from harness.core.errors import UsageError
+
+    key = os.environ.get(KEY_ENV, "").strip()
+    if not key:
+        raise UsageError(
+            f"--gpu-settings-url {settings_url} needs the agent's key in {KEY_ENV}",
+            fix=f'export {KEY_ENV}=<the key the agent was started with> (docs/powercap.md, "The settings agent")',
+        )
+    return f"{settings_url.rstrip('/')}/gpus/{gpu}", {"api_key": key, "name": AGENT, "flag": "--gpu-settings-url"}

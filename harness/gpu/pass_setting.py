@@ -21,6 +21,8 @@ class DeviceSettingError(HarnessError):
     """A GPU setting could not be read, resolved or set (permission, range or device error)."""
 
     exit_code = 9
+    no_permission = False
+    """NVML's no-permission (the settings agent answers it with a 403)."""
 
 
 class PassSetting:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from harness.core.errors import UsageError
 from harness.core.option_values import checked_by, list_items, no_repeats, shown
-from harness.gpu.device import NvmlDevice, TwinSettingDevice
+from harness.gpu.device import NvmlDevice, TwinSettingDevice, agent_endpoint
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 
 UNLOCKED = "max"
@@ -179,6 +179,39 @@ class NvmlClockDevice(NvmlDevice):
     def unlock(self) -> None:
         self._set("unlocking the SM clocks", self.nv.nvmlDeviceResetGpuLockedClocks)
         self.locked_mhz = None
+
+
+class AgentClockDevice(TwinClockDevice):
+    """The settings agent's clock routes: NVML's semantics (no getter for a lock), so ``locked_mhz`` is the lock this
+    client set (None before any), not a lock an earlier session left through the agent."""
+
+    lock_readable = False
+
+    def __init__(self, url: str, **how: Any) -> None:
+        super().__init__(url, **how)
+        self.locked_mhz: int | None = None
+
+    def clocks(self) -> ClockInfo:
+        return super().clocks().model_copy(update={"locked_mhz": self.locked_mhz})
+
+    def lock(self, mhz: int) -> None:
+        super().lock(mhz)
+        self.locked_mhz = int(mhz)
+
+    def unlock(self) -> None:
+        super().unlock()
+        self.locked_mhz = None
+
+
+def clock_device(twin_gpu_url: str | None, gpu: int | str, settings_url: str | None = None) -> ClockDevice:
+    """The SM clock device of the engine's GPU: the twin GPU's endpoint when there is one, else the settings agent's
+    (``--gpu-settings-url``), else NVML's."""
+    if twin_gpu_url:
+        return TwinClockDevice(twin_gpu_url)
+    if settings_url:
+        url, how = agent_endpoint(settings_url, gpu)
+        return AgentClockDevice(url, **how)
+    return NvmlClockDevice(gpu)
 
 
 class SmClockController(PassSetting):

@@ -9,6 +9,7 @@ Children never inherit the lock (``subprocess`` closes inherited descriptors), s
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 from harness.core.clocks import to_iso, wall_ns
 from harness.core.errors import OutputError
+from harness.runs.writable import check_writable
 
 LOCK_NAME = ".lock"
 
@@ -62,6 +64,8 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):  # another user's (a run as root): say whose, and the fix
+                check_writable([self.run_dir], f"the run folder {self.run_dir}")
             raise OutputError(
                 f"cannot create the run lock {self.path}: {exc.strerror}", fix="choose a writable run folder"
             ) from None

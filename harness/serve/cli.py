@@ -27,6 +27,10 @@ def serve(ctx: typer.Context, **given: Any) -> None:
             f"--host {opts.host} serves beyond this machine without a guard",
             fix="add --api-key KEY (clients send Authorization: Bearer KEY), or keep the default --host 127.0.0.1",
         )
+    if opts.gpu_settings_url:
+        from harness.sweep.checks import check_settings_agent
+
+        check_settings_agent(opts.engine, opts.gpu_settings_url)
     if opts.engine_device == "cpu" and opts.engine != "sglang":
         raise UsageError("--engine-device cpu runs real sglang's CPU engine, not the twin", fix="add --engine sglang")
     table = pick_sources.resolve(opts.picks, opts.recipe, opts.models, opts.algo, opts.dataset, opts.trust_artifacts)

@@ -11,15 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.core.errors import HarnessError
-from harness.gpu.sm_clocks import ClockDevice, NvmlClockDevice, TwinClockDevice, apply_clock
+from harness.gpu.sm_clocks import ClockDevice, apply_clock
 from harness.serve.clock_trim import ClockChange, ClockParams, ClockState, clock_step
 
 WITHOUT_CLOCKS = "or serve without --clock-control (speculation only)"
-
-
-def open_clock_device(twin_gpu_url: str | None, gpu_index: int | str = 0) -> ClockDevice:
-    """The twin GPU's clock endpoints when serving on the twin, else NVML's (the sweeps' ``--sm-clocks`` devices)."""
-    return TwinClockDevice(twin_gpu_url) if twin_gpu_url else NvmlClockDevice(gpu_index)
 
 
 class ClockActuator:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.core.jsonl import write_json_atomic
-from harness.gpu.power_cap import CapDevice, cap_device, close_device, resolve_cap
+from harness.gpu.power_cap import CapDevice, close_device, resolve_cap
 
 
 class PowerBudget:
@@ -53,10 +53,9 @@ class PowerBudget:
 
 
 def open_power_budget(
-    watts: float, twin_gpu_url: str | None, gpu_index: int | str, run_dir: Path, log: Callable[[dict[str, Any]], None]
+    watts: float, device: CapDevice, run_dir: Path, log: Callable[[dict[str, Any]], None]
 ) -> PowerBudget:
-    """The budget on the session's GPU: the twin GPU's limit endpoint, else NVML's (the engine's GPU)."""
-    device = cap_device(twin_gpu_url, gpu_index)
+    """The budget on the session's GPU (``device``: ``harness.gpu.power_cap.cap_device``, the engine's GPU)."""
     try:
         return PowerBudget(device, watts, run_dir / "power_budget.json", log)
     except BaseException:  # refused (outside the limits, no root): nothing was set; release the handle

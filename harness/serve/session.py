@@ -13,9 +13,11 @@ from harness.core.errors import UsageError
 from harness.core.httpserve import Server, serve_in_thread
 from harness.engine.launch import ServerLaunchError
 from harness.engine.version import version_tuple
+from harness.gpu.power_cap import cap_device
+from harness.gpu.sm_clocks import clock_device
 from harness.grid import BASELINE, SpecConfig
 from harness.serve.adaptive import AdaptiveParams
-from harness.serve.clock_actuator import ClockActuator, open_clock_device
+from harness.serve.clock_actuator import ClockActuator
 from harness.serve.clock_trim import ClockParams
 from harness.serve.control_loop import AdaptiveDecider, BandDecider, ControlLoop, Decider
 from harness.serve.controller import ControllerParams
@@ -52,6 +54,7 @@ class SessionOptions:
     tick_s: float = 0.05
     sampler_url: str | None = None
     twin_gpu_url: str | None = None
+    gpu_settings_url: str | None = None
     sglang_version: str | None = None
     speculative_adaptive: bool = False
     """Pass ``--speculative-adaptive`` to the topk == 1 sglang instances where the sglang parser has it."""
@@ -209,7 +212,12 @@ def open_session(options: SessionOptions) -> ServeSession:
     try:
         if options.power_budget_w is not None:  # before any instance: they launch and serve under the budget
             twin_url = world.twin_gpu_url if options.engine == "twin" else None
-            budget = open_power_budget(options.power_budget_w, twin_url, world.gpu_index, run_dir, budget_events.append)
+            budget = open_power_budget(
+                options.power_budget_w,
+                cap_device(twin_url, world.gpu_index, options.gpu_settings_url),
+                run_dir,
+                budget_events.append,
+            )
         why = "--instances one" if one else None
         if not one:
             try:
@@ -277,10 +285,11 @@ def open_session(options: SessionOptions) -> ServeSession:
 
 
 def _clock_factory(options: SessionOptions, world: World, band: tuple[float, float]) -> Any:
-    """The clock actuator of a loop (its log is the loop's switch log): the twin GPU's or NVML's clock device."""
+    """The clock actuator of a loop (its log is the loop's switch log): the twin GPU's, the settings agent's or
+    NVML's clock device."""
     url = world.twin_gpu_url if options.engine == "twin" else None
     return lambda loop: ClockActuator(
-        lambda: open_clock_device(url, world.gpu_index), band, loop.log_event, options.clock
+        lambda: clock_device(url, world.gpu_index, options.gpu_settings_url), band, loop.log_event, options.clock
     )
 
 

@@ -48,6 +48,8 @@ def check_options(opts: SweepOptions) -> None:
             fix="drop --power-caps (set the limit beforehand with sudo nvidia-smi -pl WATTS), or run as "
             "root with --power-cap-mode set",
         )
+    if opts.gpu_settings_url:
+        check_settings_agent(opts.engine, opts.gpu_settings_url)
     if opts.power_caps == ["auto"] and opts.probe == "off":
         raise UsageError(
             "--power-caps auto chooses caps from the band probe's draws, and --probe off skips the probe",
@@ -68,6 +70,18 @@ def check_options(opts: SweepOptions) -> None:
         from harness.sweep.active.options import check_active_options
 
         check_active_options(opts)
+
+
+def check_settings_agent(engine: str, url: str) -> None:
+    """``--gpu-settings-url`` sets a real GPU's caps and clocks (the twin GPU sets its own) and needs the agent's key."""
+    from harness.gpu.device import agent_endpoint
+
+    if engine == "twin":
+        raise UsageError(
+            "--gpu-settings-url sets a real GPU's caps and clocks; the twin GPU takes its settings itself",
+            fix="drop --gpu-settings-url, or use --engine sglang or vllm",
+        )
+    agent_endpoint(url, 0)  # refuses a missing key now, before any folder exists
 
 
 def check_attention_backend(backend: str | None) -> None:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 HELP = {"help_option_names": ["-h", "--help"]}
 RUN, PRESET = "Run folder", "Presets and config file"
 
+OUT_ENV = "HARNESS_SWEEP_OUT"
+"""The default run folder of a service (compose's sweep services set it instead of passing --out)."""
+
 
 def build_grid(
     configs: str | None, steps: str | None, topk: str | None, draft_tokens: str | None
@@ -117,7 +120,14 @@ def sweep(
         ),
     ] = False,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="run folder (default results/<run-id>)", rich_help_panel=RUN)
+        Optional[Path],
+        typer.Option(
+            "--out",
+            envvar=OUT_ENV,
+            show_envvar=True,
+            help="run folder (default results/<run-id>); from the environment it is a default that --resume ignores",
+            rich_help_panel=RUN,
+        ),
     ] = None,
     resume: Annotated[
         Optional[Path],
@@ -149,13 +159,16 @@ def sweep(
 
     if retry_errors and resume is None:
         raise UsageError("--retry-errors only applies to --resume", fix="harness sweep --resume RUN_DIR --retry-errors")
-    if resume is not None and (out is not None or force or config is not None):
+    if resume is not None and _from_environment(ctx, "out"):
+        out = None  # a service's default folder (compose's sweep: HARNESS_SWEEP_OUT), not an instruction
+    if resume is not None and (not same_folder(out, resume) or force or config is not None):
         raise UsageError(
-            "--resume cannot be combined with --out, --force or --config",
+            "--resume cannot be combined with --force, --config or another folder's --out",
             fix="--resume RUN_DIR continues that folder with the options saved in its manifest",
         )
     if resume is not None:
-        check_resume_flags(ctx, options, quick=quick, grid=(steps, topk, draft_tokens))
+        out = None  # the same folder as --resume (a service that always passes its --out can resume)
+        check_resume_flags(ctx, options, resume, quick=quick, grid=(steps, topk, draft_tokens))
     # run_sweep checks a run's options once (a new run's before its folder exists, a resumed run's saved ones under its
     # lock); --print-config checks the options it prints
     opts = resolve_sweep_options(
@@ -188,29 +201,58 @@ def sweep(
 with_parameters(sweep, model_parameters(SweepOptions))
 
 
-RESUME_OVERLAY = frozenset({"sampler_url", "twin_gpu_url", "ray_address"})
+RESUME_OVERLAY = frozenset({"sampler_url", "twin_gpu_url", "gpu_settings_url", "ray_address"})
 """The options a resumed session may give anew (the services of the session that stopped are gone)."""
 
 
+def _from_environment(ctx: Any, name: str) -> bool:
+    """Whether parameter ``name`` took its value from its environment variable."""
+    return getattr(ctx.get_parameter_source(name), "name", None) == "ENVIRONMENT"
+
+
+def same_folder(out: Path | None, resume: Path | None) -> bool:
+    """Whether ``--out`` is absent or names the ``--resume`` folder (compose's sweep service always passes its --out)."""
+    return out is None or resume is None or out.resolve() == resume.resolve()
+
+
 def check_resume_flags(
-    ctx: Any, given: dict[str, Any], *, quick: bool, grid: tuple[str | None, str | None, str | None]
+    ctx: Any,
+    given: dict[str, Any],
+    resume: Path,
+    *,
+    quick: bool,
+    grid: tuple[str | None, str | None, str | None],
 ) -> None:
-    """A resumed run keeps its saved options: a flag that would change them is refused, not silently dropped."""
+    """A resumed run keeps its saved options: a flag that would change them is refused, not silently dropped; a flag
+    that repeats its saved value changes nothing and passes (a service's fixed ``--engine sglang``)."""
     from harness.core.model_options import flag_of
 
     fields = SweepOptions.model_fields
-    named = [
-        flag_of(fields[k]).flag or "--" + k.replace("_", "-")
-        for k in given_on_command_line(ctx, given, SweepOptions)
-        if k not in RESUME_OVERLAY
-    ]
+    changed = [k for k in given_on_command_line(ctx, given, SweepOptions) if k not in RESUME_OVERLAY]
+    changed = [k for k in changed if not _repeats_saved(resume, k, given[k])]
+    named = [flag_of(fields[k]).flag or "--" + k.replace("_", "-") for k in changed]
     named += ["--quick"] * quick + [f for f, v in zip(("--steps", "--topk", "--draft-tokens"), grid) if v is not None]
     if named:
         raise UsageError(
             f"--resume keeps the run's saved options, so {', '.join(named)} cannot change them",
-            fix="drop them (only --sampler-url, --twin-gpu and --ray-address apply to a resumed session), "
+            fix="drop them (only --sampler-url, --twin-gpu, --gpu-settings-url and --ray-address apply to a resumed session), "
             "or start a new run with --out",
         )
+
+
+def _repeats_saved(resume: Path, name: str, value: Any) -> bool:
+    """Whether ``--<name> value`` is what the run in ``resume`` saved (False when its options cannot be read: the
+    flag is then refused as a change, before the folder's own problem is reported)."""
+    from harness.core.errors import HarnessError
+    from harness.core.model_options import OptionError
+    from harness.runs.manifest import read_options
+
+    try:
+        saved = read_options(resume)
+        again = SweepOptions.model_validate({**saved.model_dump(), name: value})
+    except (HarnessError, OptionError, ValueError):
+        return False
+    return bool(getattr(again, name) == getattr(saved, name))
 
 
 def resolve_sweep_options(

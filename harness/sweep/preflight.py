@@ -16,6 +16,7 @@ from harness.engine.model_pair import check_pair
 from harness.gpu.gpu_pass import GpuPass
 from harness.runs.options import SweepOptions
 from harness.runs.plan import plan_cells
+from harness.runs.writable import check_writable, engine_cache_roots
 
 PreflightCheck = Callable[[SweepOptions, Any, Any], dict[str, Any]]
 """A check: (options, the open world, the sampler's first snapshot) -> what it found (JSON)."""
@@ -56,8 +57,18 @@ def model_pair(opts: SweepOptions) -> dict[str, Any]:
     return check_pair(opts.target_model, opts.draft_model)
 
 
+def writable_caches(opts: SweepOptions) -> dict[str, Any]:
+    """The engines' caches (``~/.cache/sglang``, ``huggingface``, the JIT caches) are this user's to write
+    (``harness.runs.writable``); a root-owned one left by a run as root stops the run before its first launch."""
+    if opts.engine == "twin":
+        return {"checked": False, "unchecked_because": "the twin engine fills no engine cache"}
+    roots = engine_cache_roots()
+    check_writable(roots, "the engines' caches")
+    return {"checked": True, "roots": [str(r) for r in roots if r.exists()]}
+
+
 CHECKS: dict[str, PreflightCheck] = {"gpu": gpu_facts}
-STATIC_CHECKS: dict[str, Callable[[SweepOptions], dict[str, Any]]] = {"models": model_pair}
+STATIC_CHECKS: dict[str, Callable[[SweepOptions], dict[str, Any]]] = {"models": model_pair, "caches": writable_caches}
 """Checks that need no world (files on disk): they run before the world opens, so a refusal costs no GPU time."""
 
 

@@ -60,7 +60,7 @@ def probe_configs(opts: SweepOptions) -> list[SpecConfig]:
 
 def board_limits(opts: SweepOptions, world: Any) -> CapLimits:
     """The board's power limits (reading them needs no root): the twin GPU's or NVML's, by the engine's GPU."""
-    device = cap_device(world.twin_gpu_url if opts.engine == "twin" else None, world.gpu_index)
+    device = cap_device(world.twin_gpu_url if opts.engine == "twin" else None, world.gpu_index, opts.gpu_settings_url)
     try:
         return device.limits()
     finally:

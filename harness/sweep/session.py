@@ -19,6 +19,7 @@ from harness.runs.lock import RunLock
 from harness.runs.manifest import SweepManifest, read_manifest, read_options
 from harness.runs.options import SweepOptions
 from harness.runs.rows import SweepRow
+from harness.runs.writable import check_writable
 from harness.sweep.checks import check_options
 from harness.sweep.console import SweepConsole
 from harness.sweep.errors import (
@@ -59,12 +60,14 @@ def run_sweep(
                 update={
                     "sampler_url": opts.sampler_url,
                     "twin_gpu_url": opts.twin_gpu_url,
+                    "gpu_settings_url": opts.gpu_settings_url,
                     "ray_address": opts.ray_address or saved.ray_address,
                 }
             )
             _check_resume_version(opts)
             check_options(opts)  # the saved options, checked as a new run's are
             run_dir = resume
+            check_writable([run_dir], f"the run folder {run_dir}")  # rows, manifest and logs a run as root wrote
             prepare_resume(run_dir)
         except BaseException:
             lock.release()
@@ -217,22 +220,20 @@ def open_settings(
     """The controllers of the device settings swept per pass (``--power-caps``, ``--sm-clocks``; none without): every
     value is checked against the GPU before the first cell, each original is saved in the manifest before the first
     set. A refusal restores what an earlier controller of this session already took over (nothing is set yet)."""
-    from harness.gpu.power_cap import NvmlCapDevice, PowerCapController, TwinCapDevice
-    from harness.gpu.sm_clocks import NvmlClockDevice, SmClockController, TwinClockDevice
+    from harness.gpu.power_cap import PowerCapController, cap_device
+    from harness.gpu.sm_clocks import SmClockController, clock_device
 
-    twin = opts.engine == "twin"
+    twin_url = world.twin_gpu_url if opts.engine == "twin" else None
     wanted: list[tuple[Any, Any, list[str], Any]] = []
     if opts.power_caps:
-        wanted.append(
-            (PowerCapController, TwinCapDevice if twin else NvmlCapDevice, list(opts.power_caps), opts.power_cap_mode)
-        )
+        wanted.append((PowerCapController, cap_device, list(opts.power_caps), opts.power_cap_mode))
     if opts.sm_clocks:
-        wanted.append((SmClockController, TwinClockDevice if twin else NvmlClockDevice, list(opts.sm_clocks), "set"))
+        wanted.append((SmClockController, clock_device, list(opts.sm_clocks), "set"))
     out: list[PassSetting] = []
     try:
         for controller, device, labels, mode in wanted:
             # on a GPU box the engine's GPU, by UUID (NVML's index 0 may be another GPU: harness.gpu.identity)
-            setting = controller(device(world.twin_gpu_url) if twin else device(world.gpu_index), mode, manifest, save)
+            setting = controller(device(twin_url, world.gpu_index, opts.gpu_settings_url), mode, manifest, save)
             out.append(setting)
             setting.begin(labels)
     except BaseException:

@@ -139,6 +139,14 @@ def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None
     assert read_options(run) == expected  # "auto" resolved to the twin's version, everything else as printed
     code, resumed = _run(["sweep", "--resume", str(run), "--print-config"], capsys)
     assert code == 0 and yaml.safe_load(resumed) == expected.model_dump(mode="json")
+    # a flag that repeats a saved value, and --out naming the same folder, change nothing (compose's sweep service
+    # always passes its --engine and --out): accepted; a changed value or another folder is refused
+    code, again = _run(["sweep", "--resume", str(run), "--out", str(run), "--seed", "7", "--print-config"], capsys)
+    assert code == 0 and yaml.safe_load(again) == expected.model_dump(mode="json"), again
+    code, out = _run(["sweep", "--resume", str(run), "--seed", "8", "--print-config"], capsys)
+    assert code == 2 and "so --seed cannot change them" in out, out
+    code, out = _run(["sweep", "--resume", str(run), "--out", str(tmp_path / "other"), "--print-config"], capsys)
+    assert code == 2 and "another folder's --out" in out, out
 
 
 OLD_MANIFEST = {
