@@ -55,13 +55,6 @@ class EngineOptions(OptionsModel):
     twin_gpu_url: Annotated[
         str | None, http_url("--twin-gpu"), Flag(WORLD, flag="--twin-gpu", default_text="start one")
     ] = Field(None, description="a running twin GPU device (with --sampler-url)")
-    gpu_settings_url: Annotated[
-        str | None, http_url("--gpu-settings-url"), Flag(WORLD, default_text="set through NVML here (root)")
-    ] = Field(
-        None,
-        description="a running GPU settings agent (harness gpu-settings serve, root): power caps and SM clocks are "
-        "set through it, so this process needs no root; its key in HARNESS_SETTINGS_KEY",
-    )
     twin_profile: Annotated[str | None, checked_by(check_twin_profile), Flag(WORLD, default_text=DEFAULT_PROFILE)] = (
         Field(
             None,
@@ -93,3 +86,15 @@ class EngineOptions(OptionsModel):
             draft_model_path=self.draft_model_path,
             **more,
         )
+
+
+class GpuSettingsOptions(OptionsModel):
+    """The settings agent a command that sets caps or clocks may use (``harness sweep``, ``harness serve``)."""
+
+    gpu_settings_url: Annotated[
+        str | None, http_url("--gpu-settings-url"), Flag(WORLD, default_text="set through NVML here (root)")
+    ] = Field(
+        None,
+        description="a running GPU settings agent (harness gpu-settings serve, root): power caps and SM clocks are "
+        "set through it, so this process needs no root; its key in HARNESS_SETTINGS_KEY",
+    )

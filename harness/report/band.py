@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.gpu.band import BAND, BAND_MID, clamp_cap, in_band
 from harness.grid import SpecConfig
@@ -61,15 +61,28 @@ def no_band_hint(
     )
 
 
-def board_limits_of(run_dir: Path | None) -> tuple[float | None, float | None]:
-    """The board's power-limit constraints (min, max W) a run's manifest recorded (its cap controller's or its band
-    probe's), else (None, None): a published file alone does not say them."""
+def manifest_json(run_dir: Path | None) -> dict[str, Any]:
+    """A run folder's manifest as JSON ({} when there is none or it does not parse: a published file alone)."""
     path = None if run_dir is None else run_dir / "manifest.json"
     if path is None or not path.is_file():
-        return None, None
+        return {}
     try:
         m = json.loads(path.read_text())
     except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
+def manifest_section(run_dir: Path | None, key: str) -> Any:
+    """One section of a run folder's manifest (None when absent)."""
+    return manifest_json(run_dir).get(key)
+
+
+def board_limits_of(run_dir: Path | None) -> tuple[float | None, float | None]:
+    """The board's power-limit constraints (min, max W) a run's manifest recorded (its cap controller's or its band
+    probe's), else (None, None): a published file alone does not say them."""
+    m = manifest_json(run_dir)
+    if not m:
         return None, None
     probe = ((m.get("preflight") or {}).get("probe") or {}).get("band") or {}
     for limits in ((m.get("power_cap") or {}).get("limits"), probe.get("limits")):

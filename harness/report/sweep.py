@@ -22,10 +22,11 @@ from rich.table import Table
 
 from harness.core.errors import DataError
 from harness.grid import ACTIONS, BASELINE, REFERENCE, SpecConfig
-from harness.report.band import BAND, board_limits_of, no_band_hint
+from harness.report.band import BAND, board_limits_of, manifest_section, no_band_hint
 from harness.report.passes import Pass, PassGroup, pass_groups
 from harness.report.provenance import check_manifest, excluded_counts, mark_excluded, provenance, rows_accounting
 from harness.report.recipe import SummaryGroups, best_across, recipe_table, recipes
+from harness.runs.gpu_time import gpu_time_line
 from harness.runs.rows import SweepRow
 
 PUBLISHED_POWER_LIMIT_W = 80.0
@@ -509,6 +510,9 @@ def sweep_report(
     errs = error_table(rows)
     if errs is not None:
         console.print(errs)
+    spent = manifest_section(run_dir, "gpu_time")
+    if gpu_time_line(spent):
+        console.print(gpu_time_line(spent), markup=False)
     out = Path(out_dir) if out_dir is not None else run_dir / "reports"
     written: list[Path] = []
     if figures and any(summaries for _, summaries in groups):
@@ -546,6 +550,7 @@ def sweep_report(
             if r.is_error
         ],
         "figures": [str(p) for p in written],
+        "gpu_time": spent,
     }
     if figures:
         from harness.report.html import write_html

@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
 from harness.core.option_values import Seconds, check_fraction, checked_by, list_items
-from harness.engine.options import ENGINE, WORLD, EngineOptions
+from harness.engine.options import ENGINE, WORLD, EngineOptions, GpuSettingsOptions
 from harness.engine.sglang_argv import DISABLE_OVERLAP
 from harness.engine.spec import DEFAULT_ATTENTION_BACKEND, EngineSpec, attention_backend_on
 from harness.gpu.power_cap import PowerCaps
@@ -45,7 +45,7 @@ def parse_fractions(value: str | Sequence[Any]) -> list[float]:
     return [check_fraction(x, "--mem-fractions", "0.65,0.55") for x in items]
 
 
-class SweepOptions(EngineOptions):
+class SweepOptions(GpuSettingsOptions, EngineOptions):
     """Everything that defines a sweep (saved in the manifest; ``--resume`` reuses it): the engine and world block
     (``EngineOptions``) and the sweep's own grid, workload, GPU settings, executor and strategy."""
 

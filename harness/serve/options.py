@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, field_validator
 from harness.core.errors import UsageError
 from harness.core.model_options import Flag
 from harness.core.option_values import Port, Seconds, check_band, checked_by, input_path, refusal
-from harness.engine.options import EngineOptions
+from harness.engine.options import EngineOptions, GpuSettingsOptions
 from harness.grid import MAX_BATCH_SIZE
 
 PICKS, ENGINES, CONTROL = "Picks", "Engine instances", "Controller"
@@ -31,7 +31,7 @@ def _configs(value: Any) -> list[tuple[int, int, int]]:
     return [] if value in ([], (), "") else [c.as_tuple() for c in parse_configs(value)]
 
 
-class ServeOptions(EngineOptions):
+class ServeOptions(GpuSettingsOptions, EngineOptions):
     """Where the picks come from, which engine instances serve, how the controller holds the band, and the engine
     and world block (``EngineOptions``: the twin or sglang)."""
 

@@ -84,6 +84,11 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: SweepManifest) -> No
         f"{manifest.launches} launches, {manifest.wall_s or 0:.1f} s, status {manifest.status}",
         markup=False,
     )
+    from harness.runs.gpu_time import gpu_time_line
+
+    spent = gpu_time_line(manifest.gpu_time)
+    if spent:
+        console.print(spent, markup=False)
 
 
 def sweep(
@@ -403,6 +408,9 @@ def status(run_dir: Annotated[Path, typer.Argument(help="a sweep run folder")]) 
     t.add_row("recovered by the ladder", str(sum(1 for r in rows if r.retry_mem_fraction is not None)))
     t.add_row("lost services", str(len(manifest.infrastructure_events or [])))
     t.add_row("launches", str(manifest.launches))
+    from harness.runs.gpu_time import gpu_time_line
+
+    t.add_row("GPU time", escape((gpu_time_line(manifest.gpu_time) or "-").removeprefix("GPU time ")))
     t.add_row("sessions", str(len(manifest.sessions)))
     t.add_row("next", ", ".join(c.cell_id for c in pending[:3]) + (" ..." if len(pending) > 3 else "") or "-")
     Console(emoji=False, highlight=False).print(t)

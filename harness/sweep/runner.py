@@ -21,6 +21,7 @@ from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
 from harness.engine.sglang_argv import ENGINE_ENV, overlap_scheduled
 from harness.gpu.pass_setting import PassSetting
 from harness.grid import SpecConfig
+from harness.runs.gpu_time import GpuTime
 from harness.runs.manifest import SweepManifest
 from harness.runs.measurement import measurement
 from harness.runs.options import SweepOptions, parse_settle
@@ -57,8 +58,11 @@ class SweepRunner:
         *,
         retry_errors: bool = False,
         executor: Any | None = None,
+        gpu_time: GpuTime | None = None,
     ) -> None:
         self.opts = opts
+        self.gpu_time = gpu_time or GpuTime(getattr(getattr(world, "clock", None), "scale", 1.0))
+        """Device seconds per phase (``harness.runs.gpu_time``): launches, warm-ups, windows, settles, teardowns."""
         self.executor = executor  # None: run cells here; else ``executor.run(self, cells)`` runs them elsewhere
         self.settings_by_key = {s.key: s for s in settings}  # the device settings swept per pass (power_cap, sm_clocks)
         self.enforced: dict[str, float | None] = {}  # what each setting enforced for the pass now running
@@ -224,7 +228,7 @@ class SweepRunner:
                 t0 = time.monotonic()
                 self.console.cell_started(cell.cell_id, cell.config.label, cell.batch_size, cell.repeat)
                 if server is not None and not server.alive():
-                    server.stop()
+                    self._stop(server)
                     server = None
                 if server is None and not fallback:
                     max_bs = max(c.batch_size for c in group[i:])
@@ -239,18 +243,19 @@ class SweepRunner:
                     continue
                 assert server is not None
                 try:
-                    server.client.flush_cache()
+                    with self.gpu_time.timing("flush_settle"):
+                        server.client.flush_cache()
                 except Exception as exc:  # noqa: BLE001 - becomes the cell's error row
                     self._write_error(cell, f"flush_cache failed before the cell: {exc}", "http", attempts, t0, server)
-                    server.stop()
+                    self._stop(server)
                     server = None
                     continue
                 if not self._measure(cell, server, attempts, t0):
-                    server.stop()
+                    self._stop(server)
                     server = None
         finally:
             if server is not None:
-                server.stop()
+                self._stop(server)
 
     def _launch_and_measure(self, cell: Cell, t0: float) -> None:
         """One server for one cell (ladder applied), measured and stopped; a failed ladder is an error row."""
@@ -262,12 +267,16 @@ class SweepRunner:
         try:
             self._measure(cell, server, attempts, t0)
         finally:
+            self._stop(server)
+
+    def _stop(self, server: RunningServer) -> None:
+        with self.gpu_time.timing("teardown"):
             server.stop()
 
     # --- steps ----------------------------------------------------------------------------------------------------
     def _launch(self, config: SpecConfig, batch_size: int, stem: str) -> tuple[RunningServer, list[LaunchAttempt]]:
         launcher = self.world.launcher
-        before = launcher.launches
+        before, waited0, started = launcher.launches, launcher.memory.waited_s, time.monotonic()
         try:
             return launcher.launch_with_ladder(
                 config,
@@ -277,6 +286,9 @@ class SweepRunner:
                 seed=derive_seed(self.opts.seed, stem),
             )
         finally:
+            waited = launcher.memory.waited_s - waited0
+            self.gpu_time.add("memory_wait", waited)
+            self.gpu_time.add("launch", time.monotonic() - started - waited)
             self.launches += launcher.launches - before
             self.manifest.launches_recorded(self.launches)
 
@@ -284,11 +296,16 @@ class SweepRunner:
         """Run the bench on ``server`` and write the cell's row; False when the cell failed (server unusable)."""
         if self.manifest.engine_identity is None:
             self.manifest.engine_identity = self._engine_identity(server)
+        started = time.monotonic()
         try:
             result = run_cell(server, cell.batch_size, self.settings, self.world.telemetry, self.world.clock)
         except CellError as exc:
+            self.gpu_time.add("warmup", time.monotonic() - started)  # a failed cell measured nothing
             self._write_error(cell, exc.message, exc.kind, attempts, t0, server)
             return False
+        spent = (time.monotonic() - started) * self.gpu_time.scale
+        self.gpu_time.add_device("measured", min(result.wall_clock_s, spent))
+        self.gpu_time.add_device("warmup", spent - min(result.wall_clock_s, spent))
         if self.opts.energy_window == "steady" and result.steady is None:
             self._write_error(
                 cell, f"--energy-window steady: {result.steady_reason}", "steady_window", attempts, t0, server
@@ -311,6 +328,10 @@ class SweepRunner:
         return out
 
     def _settle(self) -> None:
+        with self.gpu_time.timing("flush_settle"):
+            self._settle_now()
+
+    def _settle_now(self) -> None:
         if self._first_cell:
             self._first_cell = False
             return

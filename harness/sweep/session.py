@@ -15,6 +15,7 @@ from harness.core.jsonl import write_error
 from harness.engine.spec import EngineSpec
 from harness.gpu.pass_setting import PassSetting
 from harness.runs.folder import new_run_id, prepare_resume, prepare_run_dir
+from harness.runs.gpu_time import GpuTime, twin_launch_scale
 from harness.runs.lock import RunLock
 from harness.runs.manifest import SweepManifest, read_manifest, read_options
 from harness.runs.options import SweepOptions
@@ -150,12 +151,14 @@ def _run_locked(
             if manifest.idle_power_w is None:  # the board before any server (twin calibrate --from reads it)
                 manifest.idle_power_w = getattr(snapshot, "power_w", None)
             manifest.seeds = {"seed": opts.seed, "twin_engine_seeds": "sha256(seed:launch key)"}
+            gpu_time = open_gpu_time(opts, world, manifest)
             probed = (manifest.preflight or {}).get("probe")  # a resumed run keeps the probe it measured
-            manifest.preflight = run_preflight(opts, world, snapshot, static)  # before any setting or server
-            if probed is not None:
-                manifest.preflight["probe"] = probed
-            manifest.save(run_dir)
-            opts = apply_probe(opts, world, run_dir, manifest.preflight, console.line)  # may resolve caps auto
+            with gpu_time.timing("preflight"):
+                manifest.preflight = run_preflight(opts, world, snapshot, static)  # before any setting or server
+                if probed is not None:
+                    manifest.preflight["probe"] = probed
+                manifest.save(run_dir)
+                opts = apply_probe(opts, world, run_dir, manifest.preflight, console.line)  # may resolve caps auto
             if manifest.options is not None:  # --resume reuses the caps the probe chose
                 manifest.options["power_caps"] = opts.power_caps
             manifest.plan = plan_section(opts)
@@ -170,6 +173,7 @@ def _run_locked(
                 settings,
                 retry_errors=retry_errors,
                 executor=getattr(world, "executor", None),
+                gpu_time=gpu_time,
             )
             try:
                 rows = runner.run()
@@ -206,6 +210,24 @@ def _run_locked(
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGINT, old_int)
     return run_dir, rows, manifest
+
+
+def open_gpu_time(opts: SweepOptions, world: Any, manifest: SweepManifest) -> GpuTime:
+    """The run's GPU-time account on the world's clock, carried on from a resumed run's record; every addition lands
+    in ``manifest.gpu_time`` (saved with the manifest after each cell)."""
+    saved = manifest.gpu_time
+
+    def keep(record: dict[str, Any]) -> None:
+        if getattr(world, "executor", None) is not None:
+            record["accounted"] = "the driver only: cells on Ray's GPU slots are not yet split by phase"
+        manifest.gpu_time = record
+
+    return GpuTime(
+        getattr(getattr(world, "clock", None), "scale", 1.0),
+        twin_launch_scale(opts.engine, list(opts.engine_args)),
+        saved=saved,
+        on_change=keep,
+    )
 
 
 def _record_failure(run_dir: Path, manifest: SweepManifest, exc: HarnessError) -> None:
