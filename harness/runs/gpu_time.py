@@ -116,6 +116,20 @@ def gpu_time_line(record: dict[str, Any] | None) -> str | None:
     return head + ("; " + ", ".join(parts) if parts else "")
 
 
+def versus_plan_line(spent: dict[str, Any] | None, plan: dict[str, Any] | None) -> str | None:
+    """What the run spent against what its plan estimated (``plan.estimate.gpu_time``), phase by phase where they
+    differ most; None without both."""
+    planned = ((plan or {}).get("estimate") or {}).get("gpu_time") or {}
+    if not spent or not planned.get("total") or not spent.get("total"):
+        return None
+    ratio = float(spent["total"]) / float(planned["total"])
+    worst = sorted(PHASES, key=lambda p: -abs(float(spent.get(p) or 0) - float(planned.get(p) or 0)))[:2]
+    detail = ", ".join(
+        f"{p} {_duration(float(spent.get(p) or 0))} vs ~{_duration(float(planned.get(p) or 0))}" for p in worst
+    )
+    return f"GPU time spent {_duration(float(spent['total']))} against a plan of ~{_duration(float(planned['total']))} ({ratio:.2f}x; {detail})"
+
+
 _LABELS = (
     ("launch", "launch"),
     ("memory_wait", "memory wait"),

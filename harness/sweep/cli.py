@@ -84,11 +84,11 @@ def print_summary(rows: list[Any], run_dir: Path, manifest: SweepManifest) -> No
         f"{manifest.launches} launches, {manifest.wall_s or 0:.1f} s, status {manifest.status}",
         markup=False,
     )
-    from harness.runs.gpu_time import gpu_time_line
+    from harness.runs.gpu_time import gpu_time_line, versus_plan_line
 
-    spent = gpu_time_line(manifest.gpu_time)
-    if spent:
-        console.print(spent, markup=False)
+    for line in (gpu_time_line(manifest.gpu_time), versus_plan_line(manifest.gpu_time, manifest.plan)):
+        if line:
+            console.print(line, markup=False)
 
 
 def sweep(
@@ -150,6 +150,14 @@ def sweep(
             rich_help_panel=RUN,
         ),
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="print the cells, launches, GPU time per phase, wall time and the models' disk, and exit (no GPU)",
+            rich_help_panel=PRESET,
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="overwrite the run in --out", rich_help_panel=RUN)] = False,
     plain: Annotated[
         bool, typer.Option("--plain", help="plain progress lines even on a terminal", rich_help_panel=RUN)
@@ -182,8 +190,15 @@ def sweep(
         quick=quick,
         config=config,
         grid=(steps, topk, draft_tokens),
-        check=print_config and resume is None,
+        check=(print_config or plan) and resume is None,
     )
+    if plan:
+        from harness.sweep.plan_estimate import estimate_plan, model_disk, plan_gpus, plan_lines
+
+        planned = read_saved(resume) if resume is not None else opts
+        for line in plan_lines(estimate_plan(planned, plan_gpus(planned)), model_disk(planned)):
+            typer.echo(line)
+        return
     if print_config:
         if resume is not None:
             from harness.runs.manifest import read_options
@@ -208,6 +223,13 @@ with_parameters(sweep, model_parameters(SweepOptions))
 
 RESUME_OVERLAY = frozenset({"sampler_url", "twin_gpu_url", "gpu_settings_url", "ray_address"})
 """The options a resumed session may give anew (the services of the session that stopped are gone)."""
+
+
+def read_saved(run_dir: Path) -> SweepOptions:
+    """The options a run folder saved (``--resume DIR --plan``, ``--print-config``)."""
+    from harness.runs.manifest import read_options
+
+    return read_options(run_dir)
 
 
 def _from_environment(ctx: Any, name: str) -> bool:

@@ -127,6 +127,7 @@ def _run_locked(
 ) -> tuple[Path, list[SweepRow], SweepManifest]:
     """The body of ``run_sweep`` once this process holds the run folder's lock."""
     from harness.sweep.executors import open_sweep_world
+    from harness.sweep.plan_estimate import estimate_plan, plan_gpus, plan_line
     from harness.sweep.preflight import plan_section, run_preflight, run_static_preflight
     from harness.sweep.probe import apply_probe
 
@@ -143,6 +144,8 @@ def _run_locked(
     old_int = signal.signal(signal.SIGINT, on_sigint)
     t0 = mono_ns()
     try:
+        estimate = estimate_plan(opts, plan_gpus(opts))  # before any GPU time: the sweep's first line
+        console.line(plan_line(estimate))
         static = run_static_preflight(opts)  # no world needed: a refusal here costs no GPU time
         with open_sweep_world(opts, run_dir, opts.engine_spec(), manifest, console) as world:
             session.world = manifest.record_world(world)
@@ -161,7 +164,11 @@ def _run_locked(
                 opts = apply_probe(opts, world, run_dir, manifest.preflight, console.line)  # may resolve caps auto
             if manifest.options is not None:  # --resume reuses the caps the probe chose
                 manifest.options["power_caps"] = opts.power_caps
-            manifest.plan = plan_section(opts)
+            manifest.plan = {
+                **plan_section(opts),
+                "estimate": estimate.record(),
+                "published_grid_gpu_s": round(estimate.published_grid_s, 1),
+            }
             manifest.save(run_dir)
             settings = open_settings(opts, world, manifest, lambda: manifest.save(run_dir), console, run_dir)
             runner = SweepRunner(

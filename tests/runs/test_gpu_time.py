@@ -52,6 +52,10 @@ def test_a_twin_sweep_accounts_every_phase_and_a_resume_adds_to_it(tmp_path: Pat
     assert rec["launch"] > 0 and rec["teardown"] > 0 and rec["warmup"] > 0 and rec["launch_scale_undone"] == 0.2
     assert rec["time_scale"] == 50.0 and 0 < rec["measured_share"] < 1 and rec["per_measured"] > 1
     assert "GPU time " in r.stdout and "measured share" in r.stdout  # the end-of-sweep line
+    assert r.stderr.startswith("plan: 4 cells, 4 launches, GPU time ~"), r.stderr[:300]  # the first line: the plan
+    assert "against a plan of ~" in r.stdout  # and what was spent against it
+    plan = json.loads((run / "manifest.json").read_text())["plan"]
+    assert plan["estimate"]["cells"] == 4 and plan["published_grid_gpu_s"] > plan["estimate"]["gpu_time"]["total"]
     status = run_harness("status", str(run))
     assert status.returncode == 0 and "measured share" in status.stdout, status.stdout
     again = run_harness("sweep", "--resume", str(run), "--plain", timeout=240)
