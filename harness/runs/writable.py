@@ -67,10 +67,16 @@ def unwritable(
 
 def engine_cache_roots(env: dict[str, str] | None = None) -> list[Path]:
     """The cache folders the engines write: those of ``ENGINE_CACHES`` under ``XDG_CACHE_HOME`` (``~/.cache``) and
-    the ones ``CACHE_ENV`` names."""
+    the ones ``CACHE_ENV`` names. With ``HF_HUB_OFFLINE=1`` the model cache is only read (a shared read-only cache of
+    a cluster is fine), so it is left out."""
     env = dict(os.environ) if env is None else env
     base = Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME") or Path.home()) / ".cache")
-    roots = [base / name for name in ENGINE_CACHES] + [Path(env[k]) for k in CACHE_ENV if env.get(k)]
+    offline = str(env.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes", "on")
+    names = [n for n in ENGINE_CACHES if not (offline and n == "huggingface")]
+    hf_vars = ("HF_HOME", "HF_HUB_CACHE")
+    roots = [base / name for name in names] + [
+        Path(env[k]) for k in CACHE_ENV if env.get(k) and not (offline and k in hf_vars)
+    ]
     return list(dict.fromkeys(roots))
 
 

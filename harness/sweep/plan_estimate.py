@@ -54,6 +54,8 @@ class PlanEstimate:
     published_grid_s: float
     gpus: int = 1
     notes: list[str] = field(default_factory=list)
+    launch_parts: dict[str, float] = field(default_factory=dict)
+    """The launch phase by the twin's launch phases (imports, weights, cuda_graphs), device seconds."""
 
     @property
     def total_s(self) -> float:
@@ -65,6 +67,7 @@ class PlanEstimate:
             "cells": self.cells,
             "launches": self.launches,
             "gpu_time": time_record(self.seconds),
+            "launch_phases": {k: round(v, 1) for k, v in self.launch_parts.items()},
             "wall_s": round(self.total_s / max(1, self.gpus), 1),
             "gpus": self.gpus,
             "profile": self.profile,
@@ -143,7 +146,8 @@ def estimate_plan(opts: SweepOptions, gpus: int = 1, profile: TwinProfile | None
     if profile is None:
         profile, source = plan_profile(opts)
     protocol = Protocol(tuple(load_prompts(opts.prompts_file)), opts.output_tokens, opts.num_prompts)
-    seconds = _run_seconds(profile, opts, protocol, plan_cells(opts))
+    parts: dict[str, float] = {}
+    seconds = _run_seconds(profile, opts, protocol, plan_cells(opts), parts)
     published = opts.model_copy(
         update={"configs": [c.as_tuple() for c in ACTIONS], "batch_sizes": [1, 4, 8, 16], "repeats": 3,
                 "launch_per": "cell", "power_caps": None, "sm_clocks": None, "num_prompts": None, "probe": "off"}
@@ -168,17 +172,27 @@ def estimate_plan(opts: SweepOptions, gpus: int = 1, profile: TwinProfile | None
         published_grid_s=published_s,
         gpus=max(1, gpus),
         notes=notes,
+        launch_parts=parts,
     )
 
 
-def _run_seconds(profile: TwinProfile, opts: SweepOptions, protocol: Protocol, cells: list[Cell]) -> dict[str, float]:
+def _run_seconds(
+    profile: TwinProfile,
+    opts: SweepOptions,
+    protocol: Protocol,
+    cells: list[Cell],
+    launch_parts: dict[str, float] | None = None,
+) -> dict[str, float]:
     from harness.runs.options import parse_settle
     from harness.sweep.probe import probe_configs, probe_wanted
 
     out = {p: 0.0 for p in PHASES}
     groups = _launch_groups(cells, opts.launch_per)
     for cfg, graph_bs in groups:
-        out["launch"] += sum(launch_seconds(profile, cfg, graph_bs).values())
+        for part, secs in launch_seconds(profile, cfg, graph_bs).items():
+            out["launch"] += secs
+            if launch_parts is not None:
+                launch_parts[part] = launch_parts.get(part, 0.0) + secs
     out["teardown"] = TEARDOWN_S * len(groups)
     out["memory_wait"] = MEMORY_WAIT_S * max(0, len(groups) - 1)
     for c in cells:
@@ -242,6 +256,12 @@ def plan_lines(est: PlanEstimate, disk: str | None = None) -> list[str]:
         f"protocol's grid on this board ~{_hours(est.published_grid_s)} (this plan: "
         f"{100 * (rec['fraction_of_published_grid'] or 0):.1f} % of it)",
     ]
+    if est.launch_parts:
+        lines.append(
+            "plan: launches = "
+            + " + ".join(f"{k.replace('_', ' ')} {_hours(v)}" for k, v in est.launch_parts.items())
+            + f" ({_hours(est.seconds['launch'] / max(1, est.launches))} per launch)"
+        )
     if disk:
         lines.append("plan: " + disk)
     lines += [f"plan: not modelled: {n}" for n in est.notes]

@@ -41,6 +41,9 @@ def test_engine_cache_roots_follow_the_environment(tmp_path: Path) -> None:
     roots = engine_cache_roots({"HOME": str(tmp_path), "HF_HOME": "/models/hf"})
     assert tmp_path / ".cache" / "sglang" in roots and Path("/models/hf") in roots
     assert engine_cache_roots({"XDG_CACHE_HOME": "/c"})[0] == Path("/c/sglang")
+    offline = engine_cache_roots({"HOME": str(tmp_path), "HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1"})
+    assert Path("/models/hf") not in offline and tmp_path / ".cache" / "huggingface" not in offline  # only read
+    assert tmp_path / ".cache" / "sglang" in offline
 
 
 @pytest.fixture

@@ -32,6 +32,9 @@ def test_the_published_grid_is_the_yardstick_and_config_launches_cost_less() -> 
     assert est.cells == 228 and est.launches == 228
     assert est.total_s == pytest.approx(est.published_grid_s) and est.record()["fraction_of_published_grid"] == 1.0
     assert set(est.seconds) == set(PHASES) and est.seconds["launch"] > est.seconds["measured"] > 0
+    parts = est.record()["launch_phases"]
+    assert set(parts) == {"imports", "weights", "cuda_graphs"}
+    assert sum(parts.values()) == pytest.approx(est.seconds["launch"], abs=0.5)  # the launch by its own phases
     per_config = estimate_plan(published.model_copy(update={"launch_per": "config"}), profile=profile)
     assert per_config.launches == 57 and per_config.seconds["measured"] == pytest.approx(est.seconds["measured"])
     assert per_config.total_s < 0.6 * est.total_s  # launches are most of the published protocol's GPU time
@@ -47,6 +50,7 @@ def test_sweep_plan_prints_the_plan_and_writes_nothing(tmp_path) -> None:
     text = r.stdout
     assert "plan: 228 cells, 228 launches; twin model h100-sxm" in text and "measured share" in text, text
     assert "100.0 % of it" in text and "models: " in text and "GB free under" in text
+    assert "plan: launches = imports " in text and "cuda graphs" in text
     assert not out.exists()
     bad = run_harness("sweep", "--plan", "--repeats", "0")
     assert bad.returncode == 2 and "--repeats" in bad.stderr and "Traceback" not in bad.stderr

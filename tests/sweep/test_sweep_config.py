@@ -113,7 +113,7 @@ def test_a_resume_refuses_flags_that_would_change_its_saved_options(tmp_path, ca
         assert code == 2 and f"so {named} cannot change them" in out and "--sampler-url" in out, (argv, out)
 
 
-def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None:
+def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys, monkeypatch) -> None:
     """print -> save -> --config: the same printout, and a real twin sweep run from the file records those options."""
     argv = [
         "--configs",
@@ -147,6 +147,10 @@ def test_print_config_round_trip_runs_the_same_options(tmp_path, capsys) -> None
     assert code == 2 and "so --seed cannot change them" in out, out
     code, out = _run(["sweep", "--resume", str(run), "--out", str(tmp_path / "other"), "--print-config"], capsys)
     assert code == 2 and "another folder's --out" in out, out
+    # a service's default folder (compose: HARNESS_SWEEP_OUT) is a default, not an instruction: --resume ignores it
+    monkeypatch.setenv("HARNESS_SWEEP_OUT", str(tmp_path / "results" / "sweep-gpu"))
+    code, again = _run(["sweep", "--resume", str(run), "--print-config"], capsys)
+    assert code == 0 and yaml.safe_load(again) == expected.model_dump(mode="json"), again
 
 
 OLD_MANIFEST = {
