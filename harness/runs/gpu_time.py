@@ -39,6 +39,8 @@ class GpuTime:
         self.scale = scale
         self.launch_scale = launch_scale if launch_scale > 0 else 1.0
         self.seconds = {p: float((saved or {}).get(p) or 0.0) for p in PHASES}
+        self.launch_parts = {k: float(v) for k, v in ((saved or {}).get("launch_phases") or {}).items()}
+        """The launch phase by the server log's own phases (imports, weights, cuda_graphs, other), device seconds."""
         self.on_change = on_change
 
     def add(self, phase: str, wall_s: float) -> None:
@@ -52,6 +54,15 @@ class GpuTime:
         if phase == "launch":
             device_s /= self.launch_scale
         self.seconds[phase] += max(0.0, device_s)
+        if self.on_change is not None:
+            self.on_change(self.record())
+
+    def add_launch_parts(self, wall_parts: dict[str, float]) -> None:
+        """One launch's parts in wall seconds (``harness.engine.launch_phases``), kept beside the launch phase."""
+        for part, wall_s in wall_parts.items():
+            self.launch_parts[part] = (
+                self.launch_parts.get(part, 0.0) + max(0.0, wall_s) * self.scale / self.launch_scale
+            )
         if self.on_change is not None:
             self.on_change(self.record())
 
@@ -71,7 +82,10 @@ class GpuTime:
     def record(self) -> dict[str, Any]:
         """The manifest's ``gpu_time``: every phase and ``total`` (device seconds), ``measured_share`` (0-1) and
         ``per_measured`` (GPU time / measured windows: 1 would be a run that did nothing but measure)."""
-        return time_record(self.seconds, self.scale, self.launch_scale)
+        rec = time_record(self.seconds, self.scale, self.launch_scale)
+        if self.launch_parts:
+            rec["launch_phases"] = {k: round(v, 3) for k, v in self.launch_parts.items()}
+        return rec
 
 
 def twin_launch_scale(engine: str, engine_args: list[str]) -> float:

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from harness.core.clocks import wall_ns
 from harness.core.errors import HarnessError
 from harness.engine.launch import LadderExhausted, LaunchAttempt, RunningServer
+from harness.engine.launch_phases import read_launch_phases
 from harness.engine.sglang_argv import ENGINE_ENV, overlap_scheduled
 from harness.gpu.pass_setting import PassSetting
 from harness.grid import SpecConfig
@@ -278,13 +279,18 @@ class SweepRunner:
         launcher = self.world.launcher
         before, waited0, started = launcher.launches, launcher.memory.waited_s, time.monotonic()
         try:
-            return launcher.launch_with_ladder(
+            server, attempts = launcher.launch_with_ladder(
                 config,
                 batch_size,
                 self.opts.mem_fractions,
                 log_stem=self.run_dir / "logs" / stem,
                 seed=derive_seed(self.opts.seed, stem),
             )
+            ready = next((a for a in reversed(attempts) if a.ok), None)
+            parts = read_launch_phases(ready.log_path, ready.launch_s or 0.0) if ready is not None else None
+            if parts is not None:
+                self.gpu_time.add_launch_parts(parts)
+            return server, attempts
         finally:
             waited = launcher.memory.waited_s - waited0
             self.gpu_time.add("memory_wait", waited)

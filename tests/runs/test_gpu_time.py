@@ -56,6 +56,11 @@ def test_a_twin_sweep_accounts_every_phase_and_a_resume_adds_to_it(tmp_path: Pat
     assert "against a plan of ~" in r.stdout  # and what was spent against it
     plan = json.loads((run / "manifest.json").read_text())["plan"]
     assert plan["estimate"]["cells"] == 4 and plan["published_grid_gpu_s"] > plan["estimate"]["gpu_time"]["total"]
+    # the launches by the twin engine's own log lines, sglang's format: its weights and CUDA graphs are the model's
+    spent, planned = rec["launch_phases"], plan["estimate"]["launch_phases"]
+    assert set(spent) == {"imports", "weights", "cuda_graphs", "other"}
+    assert spent["weights"] == pytest.approx(planned["weights"], rel=0.05)
+    assert spent["cuda_graphs"] == pytest.approx(planned["cuda_graphs"], rel=0.05)
     status = run_harness("status", str(run))
     assert status.returncode == 0 and "measured share" in status.stdout, status.stdout
     again = run_harness("sweep", "--resume", str(run), "--plain", timeout=240)
