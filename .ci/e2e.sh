@@ -478,9 +478,9 @@ main() {
   [ "$(id -u)" = 0 ] || die "run as root (apt-get, dockerd and debootstrap need it)"
   mkdir -p "$E2E_DIR"
   trap cleanup EXIT
-  trap 'echo "[e2e] time limit of ${E2E_LIMIT_S:-900}s reached" >&2; exit 124' TERM
-  # watchdog: at most E2E_LIMIT_S (15 min) in all; TERM lands between steps (each step has its own timeout too)
-  (sleep "${E2E_LIMIT_S:-900}" & s=$!; trap 'kill $s; exit 0' TERM; wait $s && kill -TERM $$) >/dev/null 2>&1 &
+  trap 'echo "[e2e] time limit of ${E2E_LIMIT_S:-1200}s reached" >&2; exit 124' TERM
+  # watchdog: at most E2E_LIMIT_S (20 min: the resume, pilot-path and services phases add ~1.5 min) in all; TERM lands between steps (each step has its own timeout too)
+  (sleep "${E2E_LIMIT_S:-1200}" & s=$!; trap 'kill $s; exit 0' TERM; wait $s && kill -TERM $$) >/dev/null 2>&1 &
   WATCHDOG_PID=$!
   phase install; install_tools
   phase daemon; start_daemon
