@@ -38,6 +38,7 @@ def test_phases_sum_to_the_total_and_the_twin_launch_scale_is_undone() -> None:
     assert twin_launch_scale("sglang", ["--twin-launch-scale=0.5"]) == 1.0 and twin_launch_scale("twin", []) == 1.0
 
 
+@pytest.mark.slow  # two sweeps and a report (~15 s of a worker): the default suite keeps under its 6 minutes
 @pytest.mark.integration
 def test_a_twin_sweep_accounts_every_phase_and_a_resume_adds_to_it(tmp_path: Path) -> None:
     run = tmp_path / "run"
