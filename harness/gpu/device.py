@@ -142,3 +142,17 @@ def agent_endpoint(settings_url: str, gpu: int | str) -> tuple[str, dict[str, An
             fix=f'export {KEY_ENV}=<the key the agent was started with> (docs/powercap.md, "The settings agent")',
         )
     return f"{settings_url.rstrip('/')}/gpus/{gpu}", {"api_key": key, "name": AGENT, "flag": "--gpu-settings-url"}
+
+
+def setting_device(
+    twin: Callable[..., Any], agent: Callable[..., Any], nvml: Callable[..., Any],
+    twin_gpu_url: str | None, gpu: int | str, settings_url: str | None,
+) -> Any:  # fmt: skip
+    """A setting's device for the engine's GPU: the twin GPU's endpoint when there is one, else the settings agent's
+    (``--gpu-settings-url``: no root needed in this process), else NVML's."""
+    if twin_gpu_url:
+        return twin(twin_gpu_url)
+    if settings_url:
+        url, how = agent_endpoint(settings_url, gpu)
+        return agent(url, **how)
+    return nvml(gpu)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from harness.core.errors import UsageError
 from harness.core.option_values import checked_by, list_items, no_repeats, shown
-from harness.gpu.device import NvmlDevice, TwinSettingDevice, agent_endpoint
+from harness.gpu.device import NvmlDevice, TwinSettingDevice, setting_device
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting, SettingMode
 
 PowerCapMode = SettingMode
@@ -160,14 +160,9 @@ class NvmlCapDevice(NvmlDevice):
 
 
 def cap_device(twin_gpu_url: str | None, gpu: int | str, settings_url: str | None = None) -> CapDevice:
-    """The power-limit device of the engine's GPU: the twin GPU's endpoint when there is one, else the settings
-    agent's (``--gpu-settings-url``: no root needed here), else NVML's."""
-    if twin_gpu_url:
-        return TwinCapDevice(twin_gpu_url)
-    if settings_url:
-        url, how = agent_endpoint(settings_url, gpu)
-        return TwinCapDevice(url, **how)
-    return NvmlCapDevice(gpu)
+    """The power-limit device of the engine's GPU (``harness.gpu.device.setting_device``)."""
+    device: CapDevice = setting_device(TwinCapDevice, TwinCapDevice, NvmlCapDevice, twin_gpu_url, gpu, settings_url)
+    return device
 
 
 def close_device(device: CapDevice) -> None:

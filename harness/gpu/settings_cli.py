@@ -43,8 +43,7 @@ def agent_key() -> str:
 def serve(ctx: typer.Context, **given: Any) -> None:
     """Set power limits and SM clocks for non-root sweeps and serve sessions; put every change back on exit."""
     from harness.core.errors import ServiceUnavailableError
-    from harness.core.httpserve import make_server, serve_in_thread
-    from harness.core.stopflag import StopFlag
+    from harness.core.httpserve import make_server, serve_until_signal
     from harness.gpu.settings_agent import SettingsAgent, agent_router
 
     opts: SettingsAgentOptions = resolve_options(ctx, SettingsAgentOptions, given)
@@ -56,15 +55,10 @@ def serve(ctx: typer.Context, **given: Any) -> None:
         raise ServiceUnavailableError(
             f"cannot bind {opts.host}:{opts.port}: {exc.strerror}", fix="pick another --port (0 = any free port)"
         ) from None
-    stop = StopFlag().stop_on_signals()
-    serve_in_thread(srv, "gpu-settings")
     typer.echo(f"gpu-settings agent listening on http://{opts.host}:{srv.server_address[1]} (uid {os.geteuid()})")
     try:
-        while not stop.wait(0.5):
-            pass
+        serve_until_signal(srv)  # the routes stop before anything is put back
     finally:
-        srv.shutdown()
-        srv.server_close()
         for line in agent.restore_all():
             typer.echo(f"gpu-settings agent: {line}")
         agent.close()

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from harness.core.errors import UsageError
 from harness.core.option_values import checked_by, list_items, no_repeats, shown
-from harness.gpu.device import NvmlDevice, TwinSettingDevice, agent_endpoint
+from harness.gpu.device import NvmlDevice, TwinSettingDevice, setting_device
 from harness.gpu.pass_setting import DeviceSettingError, PassSetting
 
 UNLOCKED = "max"
@@ -204,14 +204,11 @@ class AgentClockDevice(TwinClockDevice):
 
 
 def clock_device(twin_gpu_url: str | None, gpu: int | str, settings_url: str | None = None) -> ClockDevice:
-    """The SM clock device of the engine's GPU: the twin GPU's endpoint when there is one, else the settings agent's
-    (``--gpu-settings-url``), else NVML's."""
-    if twin_gpu_url:
-        return TwinClockDevice(twin_gpu_url)
-    if settings_url:
-        url, how = agent_endpoint(settings_url, gpu)
-        return AgentClockDevice(url, **how)
-    return NvmlClockDevice(gpu)
+    """The SM clock device of the engine's GPU (``harness.gpu.device.setting_device``)."""
+    device: ClockDevice = setting_device(
+        TwinClockDevice, AgentClockDevice, NvmlClockDevice, twin_gpu_url, gpu, settings_url
+    )
+    return device
 
 
 class SmClockController(PassSetting):

@@ -252,7 +252,7 @@ def open_settings(
     from harness.gpu.power_cap import PowerCapController, cap_device
     from harness.gpu.sm_clocks import SmClockController, clock_device
 
-    twin_url = world.twin_gpu_url if opts.engine == "twin" else None
+    twin_url = getattr(world, "twin_gpu_url", None) if opts.engine == "twin" else None  # a Ray driver's world has none
     wanted: list[tuple[Any, Any, list[str], Any]] = []
     if opts.power_caps:
         wanted.append((PowerCapController, cap_device, list(opts.power_caps), opts.power_cap_mode))
