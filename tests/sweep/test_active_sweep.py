@@ -99,6 +99,12 @@ def test_interrupted_active_sweep_resumes_its_plan_within_budget(tmp_path):
     )
     assert spent["total"] <= active["budget_s"]
     assert active["fraction_of_full_grid"] == pytest.approx(spent["total"] / active["full_grid_predicted_s"], abs=1e-3)
+    # the one yardstick: everything spent (manifest.gpu_time.total) against the published protocol's full grid
+    assert active["published_grid_gpu_s"] == manifest["plan"]["published_grid_gpu_s"] > 0
+    assert active["gpu_time_total_s"] >= spent["total"] * 0.5 and active["fraction_of_published_grid"] == pytest.approx(
+        active["gpu_time_total_s"] / active["published_grid_gpu_s"], abs=1e-3
+    )
+    assert "% of the published protocol's grid" in r.stderr + r.stdout
     assert active["stop_reason"] in ("settled", "budget") and active["rounds"]
     assert "GPU-seconds" in r.stderr + r.stdout and "of a predicted full grid" in r.stderr + r.stdout
     # recipe.json schema

@@ -199,6 +199,12 @@ class ActiveSweep:
         }
         write_json_atomic(run_dir / PROFILE_FILE, prof.model_dump(mode="json"))
         frac = state.spent.total_s / state.full_grid_s if state.full_grid_s > 0 else None
+        # the one yardstick (issue 48 item 5): everything the run spent against the published protocol's full grid on
+        # this board and models, in the same accounting (harness.sweep.plan_estimate); the budget is still held to
+        # this run's own predicted grid
+        published = float((self.runner.manifest.plan or {}).get("published_grid_gpu_s") or 0.0)
+        all_spent = self.runner.gpu_time.total
+        of_published = all_spent / published if published > 0 else None
         rounds = self.record["rounds"]  # the budget the last measured cells were held to (a later one may be lower)
         held_to = (
             {k: rounds[-1][k] for k in _budget_record(state) if k in rounds[-1]} if rounds else _budget_record(state)
@@ -224,6 +230,9 @@ class ActiveSweep:
             },
             full_grid_predicted_s=round(state.full_grid_s, 2),
             fraction_of_full_grid=None if frac is None else round(frac, 4),
+            gpu_time_total_s=round(all_spent, 2),
+            published_grid_gpu_s=round(published, 2) if published else None,
+            fraction_of_published_grid=None if of_published is None else round(of_published, 4),
             model_error={
                 "speed_rel": round(state.error.speed_rel, 4),
                 "util_abs": round(state.error.util_abs, 4),
@@ -238,6 +247,12 @@ class ActiveSweep:
             f"{state.spent.measure_s:.1f}) of a predicted full grid of {state.full_grid_s:.1f}"
             + (f" ({100 * frac:.1f} %)" if frac is not None else "")
             + f", budget {held_to['budget_s']:.1f}"
+            + (
+                f"; everything spent ({all_spent:.1f} GPU-s, launches, settles and teardowns too) is "
+                f"{100 * of_published:.1f} % of the published protocol's grid ({published:.1f})"
+                if of_published is not None
+                else ""
+            )
         )
         for bs, p in chosen.items():
             console.line(
