@@ -5,11 +5,12 @@ own error with NVML's text and the fix."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import httpx
 
-from harness.core.errors import ServiceUnavailableError
+from harness.core.errors import ServiceUnavailableError, UsageError
 from harness.core.http import http_client
 from harness.gpu.pass_setting import DeviceSettingError
 
@@ -128,19 +129,21 @@ KEY_ENV = "HARNESS_SETTINGS_KEY"
 """The environment variable that holds the settings agent's key, for the agent and for its clients."""
 
 
-def agent_endpoint(settings_url: str, gpu: int | str) -> tuple[str, dict[str, Any]]:
-    """The URL prefix of ``gpu`` at the settings agent and the client's keywords (its key from ``HARNESS_SETTINGS_KEY``;
-    a missing key is refused before anything is asked of the agent)."""
-    import os
-
-    from harness.core.errors import UsageError
-
+def client_key(settings_url: str) -> str:
+    """The settings agent's key from ``HARNESS_SETTINGS_KEY``; a missing one is refused before anything is asked of the
+    agent (the agent itself also refuses a short one: ``harness.gpu.settings_cli.agent_key``)."""
     key = os.environ.get(KEY_ENV, "").strip()
     if not key:
         raise UsageError(
             f"--gpu-settings-url {settings_url} needs the agent's key in {KEY_ENV}",
             fix=f'export {KEY_ENV}=<the key the agent was started with> (docs/powercap.md, "The settings agent")',
         )
+    return key
+
+
+def agent_endpoint(settings_url: str, gpu: int | str) -> tuple[str, dict[str, Any]]:
+    """The URL prefix of ``gpu`` at the settings agent and the client's keywords (its key: ``client_key``)."""
+    key = client_key(settings_url)
     return f"{settings_url.rstrip('/')}/gpus/{gpu}", {"api_key": key, "name": AGENT, "flag": "--gpu-settings-url"}
 
 

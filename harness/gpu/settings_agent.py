@@ -6,7 +6,7 @@ model cache and the engines' JIT caches (sglang 0.5.23's flashinfer workspace an
 and a later non-root sweep can then neither build a kernel nor download a model. The agent holds the privilege
 instead: it serves, per GPU (``/gpus/{gpu}``: a UUID or an NVML index), the same setting routes as the twin GPU
 device (``GET``/``POST /v1/power_limit``, ``GET``/``POST``/``DELETE /v1/clocks``), so the sweep's and serve's
-``--gpu-settings-url`` client is the twin's client (``harness.gpu.device.HttpSettingDevice``). It writes no file.
+``--gpu-settings-url`` client is the twin's client (``harness.gpu.device.TwinSettingDevice``). It writes no file.
 
 Every route but ``/health`` needs the key (``HARNESS_SETTINGS_KEY``, a bearer token, as sglang's and vLLM's
 ``--api-key``): whoever can reach the agent can change the board. On exit (SIGTERM, SIGINT, any return) the agent
@@ -22,35 +22,33 @@ from harness.core.httpserve import BadRequest, Request, Response, Router, error
 from harness.gpu.device import KEY_ENV
 from harness.gpu.pass_setting import DeviceSettingError
 from harness.gpu.power_cap import NvmlCapDevice
-from harness.gpu.sm_clocks import NvmlClockDevice
+from harness.gpu.sm_clocks import NvmlClockDevice, apply_clock
 
 __all__ = ["KEY_ENV", "SettingsAgent", "agent_router"]
 
 
 class _Gpu:
-    """One GPU the agent owns: its NVML cap and clock devices and what it changed (to put back on exit)."""
+    """One GPU the agent owns: its NVML cap and clock devices and the limit it found (to put back on exit); the
+    clock device itself knows the lock it set (``locked_mhz``)."""
 
     def __init__(self, gpu: int | str) -> None:
         self.cap = NvmlCapDevice(gpu)
         self.clock = NvmlClockDevice(gpu)
         self.original_limit_w: float | None = None
         self.limit_changed = False
-        self.clock_locked = False
 
 
 class SettingsAgent:
     """The GPUs' settings behind one lock; ``restore_all`` undoes every change this agent made."""
 
-    def __init__(self, open_gpu: Callable[[int | str], _Gpu] = _Gpu) -> None:
-        self._open_gpu = open_gpu
+    def __init__(self) -> None:
         self._gpus: dict[str, _Gpu] = {}
         self._lock = threading.Lock()
-        self.log: list[dict[str, Any]] = []
 
     def _gpu(self, key: str) -> _Gpu:
         gpu = self._gpus.get(key)
         if gpu is None:
-            gpu = self._gpus[key] = self._open_gpu(int(key) if key.isdigit() else key)
+            gpu = self._gpus[key] = _Gpu(int(key) if key.isdigit() else key)
         return gpu
 
     def power_limit(self, key: str) -> dict[str, Any]:
@@ -64,7 +62,6 @@ class SettingsAgent:
                 gpu.original_limit_w = gpu.cap.limits().current_w
             gpu.cap.set_limit(watts)
             gpu.limit_changed = True
-            self.log.append({"event": "power_limit", "gpu": key, "watts": watts})
             return _limit_body(gpu)
 
     def clocks(self, key: str) -> dict[str, Any]:
@@ -74,13 +71,7 @@ class SettingsAgent:
     def lock_clock(self, key: str, mhz: int | None) -> dict[str, Any]:
         with self._lock:
             gpu = self._gpu(key)
-            if mhz is None:
-                gpu.clock.unlock()
-                gpu.clock_locked = False
-            else:
-                gpu.clock.lock(mhz)
-                gpu.clock_locked = True
-            self.log.append({"event": "sm_clock", "gpu": key, "mhz": mhz})
+            apply_clock(gpu.clock, mhz)
             return _clock_body(gpu)
 
     def restore_all(self) -> list[str]:
@@ -94,9 +85,8 @@ class SettingsAgent:
                         gpu.cap.set_limit(gpu.original_limit_w)
                         gpu.limit_changed = False
                         done.append(f"power limit back at {gpu.original_limit_w:g} W")
-                    if gpu.clock_locked:
+                    if gpu.clock.locked_mhz is not None:
                         gpu.clock.unlock()
-                        gpu.clock_locked = False
                         done.append("SM clocks unlocked")
                 except DeviceSettingError as exc:
                     done.append(f"could not restore: {exc.message} ({exc.fix})")

@@ -511,8 +511,9 @@ def sweep_report(
     if errs is not None:
         console.print(errs)
     spent = manifest_section(run_dir, "gpu_time")
-    if gpu_time_line(spent):
-        console.print(gpu_time_line(spent), markup=False)
+    spent_line = gpu_time_line(spent)
+    if spent_line:
+        console.print(spent_line, markup=False)
     out = Path(out_dir) if out_dir is not None else run_dir / "reports"
     written: list[Path] = []
     if figures and any(summaries for _, summaries in groups):

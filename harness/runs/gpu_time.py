@@ -17,6 +17,7 @@ Phases (they sum to ``total``):
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -124,7 +125,7 @@ def gpu_time_line(record: dict[str, Any] | None) -> str | None:
     total = float(record["total"])
     parts = [f"{label} {100 * float(record.get(p) or 0.0) / total:.0f} %" for p, label in _LABELS if record.get(p)]
     share, per = record.get("measured_share"), record.get("per_measured")
-    head = f"GPU time {_duration(total)}"
+    head = f"GPU time {duration_text(total)}"
     if share is not None and per is not None:
         head += f": measured share {100 * share:.0f} % ({per:.1f}x the measured windows)"
     return head + ("; " + ", ".join(parts) if parts else "")
@@ -139,9 +140,9 @@ def versus_plan_line(spent: dict[str, Any] | None, plan: dict[str, Any] | None) 
     ratio = float(spent["total"]) / float(planned["total"])
     worst = sorted(PHASES, key=lambda p: -abs(float(spent.get(p) or 0) - float(planned.get(p) or 0)))[:2]
     detail = ", ".join(
-        f"{p} {_duration(float(spent.get(p) or 0))} vs ~{_duration(float(planned.get(p) or 0))}" for p in worst
+        f"{p} {duration_text(float(spent.get(p) or 0))} vs ~{duration_text(float(planned.get(p) or 0))}" for p in worst
     )
-    return f"GPU time spent {_duration(float(spent['total']))} against a plan of ~{_duration(float(planned['total']))} ({ratio:.2f}x; {detail})"
+    return f"GPU time spent {duration_text(float(spent['total']))} against a plan of ~{duration_text(float(planned['total']))} ({ratio:.2f}x; {detail})"
 
 
 _LABELS = (
@@ -155,9 +156,10 @@ _LABELS = (
 )
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """Device seconds for a reader: hours past an hour, minutes past a minute, else whole seconds."""
     if seconds >= 3600:
         return f"{seconds / 3600:.2f} h"
-    if seconds >= 120:
+    if seconds >= 60:
         return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
+    return f"{math.ceil(seconds)} s"

@@ -74,14 +74,14 @@ def check_options(opts: SweepOptions) -> None:
 
 def check_settings_agent(engine: str, url: str) -> None:
     """``--gpu-settings-url`` sets a real GPU's caps and clocks (the twin GPU sets its own) and needs the agent's key."""
-    from harness.gpu.device import agent_endpoint
+    from harness.gpu.device import client_key
 
     if engine == "twin":
         raise UsageError(
             "--gpu-settings-url sets a real GPU's caps and clocks; the twin GPU takes its settings itself",
             fix="drop --gpu-settings-url, or use --engine sglang or vllm",
         )
-    agent_endpoint(url, 0)  # refuses a missing key now, before any folder exists
+    client_key(url)  # refuses a missing key now, before any folder exists
 
 
 def check_attention_backend(backend: str | None) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.grid import ACTIONS, SpecConfig
-from harness.runs.gpu_time import PHASES, time_record
+from harness.runs.gpu_time import PHASES, duration_text, time_record
 from harness.runs.options import SweepOptions
 from harness.runs.plan import Cell, plan_cells
 from harness.twin.fit.calibrate import Protocol
@@ -35,8 +35,6 @@ TEARDOWN_S = 5.0
 """Device seconds to stop a server (SIGTERM to exit, sglang 0.5.23 on an H100; issue 48's read of its launch path)."""
 MEMORY_WAIT_S = 4.0
 """Device seconds until a stopped server's memory is back (the launcher's gate waits for it before the next)."""
-PROBE_WAVES = 3
-"""Waves the band probe measures per batch size and probed config (``harness.sweep.probe.PROBE_WAVES``)."""
 DATACENTER_PROFILE = "h100-sxm"
 TOKENS_PER_WORD = 1.3
 """Prompt tokens per word of the prompts (Llama 3's tokenizer on English prose), for the prefill."""
@@ -131,9 +129,15 @@ def wave_seconds(profile: TwinProfile, cfg: SpecConfig, bs: int, output_tokens: 
     return (prefill_ms(perf, prompt_tokens * bs) + steps * step_cost(profile, cfg, bs).ms()) / 1000.0
 
 
-def _cell_seconds(profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol) -> tuple[float, float]:
+def prompt_tokens_of(prompts: tuple[str, ...]) -> int:
+    """The prompts' mean length in tokens (``TOKENS_PER_WORD`` per word), for the prefill."""
+    return max(1, round(statistics.fmean(len(p.split()) for p in prompts) * TOKENS_PER_WORD))
+
+
+def _cell_seconds(
+    profile: TwinProfile, cfg: SpecConfig, bs: int, protocol: Protocol, prompt_tokens: int
+) -> tuple[float, float]:
     """(warm-up, measured) device seconds of one cell: a warm-up wave, then the measured requests' waves."""
-    prompt_tokens = max(1, round(statistics.fmean(len(p.split()) for p in protocol.prompts) * TOKENS_PER_WORD))
     wave = wave_seconds(profile, cfg, bs, protocol.output_tokens, prompt_tokens)
     return wave, wave * math.ceil(protocol.measured(bs) / bs)
 
@@ -146,8 +150,9 @@ def estimate_plan(opts: SweepOptions, gpus: int = 1, profile: TwinProfile | None
     if profile is None:
         profile, source = plan_profile(opts)
     protocol = Protocol(tuple(load_prompts(opts.prompts_file)), opts.output_tokens, opts.num_prompts)
+    cells = plan_cells(opts)
     parts: dict[str, float] = {}
-    seconds = _run_seconds(profile, opts, protocol, plan_cells(opts), parts)
+    seconds = _run_seconds(profile, opts, protocol, cells, parts)
     published = opts.model_copy(
         update={"configs": [c.as_tuple() for c in ACTIONS], "batch_sizes": [1, 4, 8, 16], "repeats": 3,
                 "launch_per": "cell", "power_caps": None, "sm_clocks": None, "num_prompts": None, "probe": "off"}
@@ -155,7 +160,6 @@ def estimate_plan(opts: SweepOptions, gpus: int = 1, profile: TwinProfile | None
     published_s = sum(
         _run_seconds(profile, published, Protocol(protocol.prompts, opts.output_tokens), plan_cells(published)).values()
     )
-    cells = plan_cells(opts)
     notes = []
     if opts.power_caps or opts.sm_clocks:
         notes.append("every pass is estimated at the board's default limit (caps and clocks slow decode)")
@@ -184,9 +188,10 @@ def _run_seconds(
     launch_parts: dict[str, float] | None = None,
 ) -> dict[str, float]:
     from harness.runs.options import parse_settle
-    from harness.sweep.probe import probe_configs, probe_wanted
+    from harness.sweep.probe import PROBE_WAVES, probe_configs, probe_wanted
 
     out = {p: 0.0 for p in PHASES}
+    prompt_tokens = prompt_tokens_of(protocol.prompts)
     groups = _launch_groups(cells, opts.launch_per)
     for cfg, graph_bs in groups:
         for part, secs in launch_seconds(profile, cfg, graph_bs).items():
@@ -196,7 +201,7 @@ def _run_seconds(
     out["teardown"] = TEARDOWN_S * len(groups)
     out["memory_wait"] = MEMORY_WAIT_S * max(0, len(groups) - 1)
     for c in cells:
-        warm, measured = _cell_seconds(profile, c.config, c.batch_size, protocol)
+        warm, measured = _cell_seconds(profile, c.config, c.batch_size, protocol, prompt_tokens)
         out["warmup"] += warm
         out["measured"] += measured
     kind, value = parse_settle(opts.settle)
@@ -208,7 +213,7 @@ def _run_seconds(
             out["preflight"] += sum(launch_seconds(profile, cfg, top).values()) + TEARDOWN_S + MEMORY_WAIT_S
             for bs in opts.batch_sizes:
                 wave = Protocol(protocol.prompts, opts.output_tokens, bs)
-                out["preflight"] += PROBE_WAVES * _cell_seconds(profile, cfg, bs, wave)[1]
+                out["preflight"] += PROBE_WAVES * _cell_seconds(profile, cfg, bs, wave, prompt_tokens)[1]
     return out
 
 
@@ -219,22 +224,16 @@ def plan_gpus(opts: SweepOptions) -> int:
 
 def model_disk(opts: SweepOptions) -> str:
     """The models' weights on disk against the free space where they are cached (a line)."""
-    from harness.engine.model_pair import footprint_mb
+    from harness.engine.model_pair import footprint_mb, hub_cache
 
     draft = opts.draft_model if any(not c.is_baseline for c in opts.spec_configs) else None
     need = footprint_mb(opts.target_model, draft)
-    cache = Path(opts.target_model) if Path(opts.target_model).exists() else _hf_cache()
+    cache = Path(opts.target_model) if Path(opts.target_model).exists() else hub_cache()
     free = shutil.disk_usage(_existing(cache)).free / 1e9
     what = f"{opts.target_model}" + (f" + {draft}" if draft else "")
     if need is None:
         return f"models: {what}: not on disk yet (downloaded at the first launch); {free:.0f} GB free under {_existing(cache)}"
     return f"models: {what}: {need / 1024:.1f} GB on disk; {free:.0f} GB free under {_existing(cache)}"
-
-
-def _hf_cache() -> Path:
-    import os
-
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 def _existing(path: Path) -> Path:
@@ -252,15 +251,15 @@ def plan_lines(est: PlanEstimate, disk: str | None = None) -> list[str]:
     lines = [
         f"plan: {est.cells} cells, {est.launches} launches; twin model {est.profile} ({est.profile_source})",
         "plan: " + spent.replace("GPU time", "GPU time ~", 1),
-        f"plan: wall ~{_hours(est.total_s / est.gpus)} on {est.gpus} GPU{'s' if est.gpus > 1 else ''}; the published "
-        f"protocol's grid on this board ~{_hours(est.published_grid_s)} (this plan: "
+        f"plan: wall ~{duration_text(est.total_s / est.gpus)} on {est.gpus} GPU{'s' if est.gpus > 1 else ''}; the published "
+        f"protocol's grid on this board ~{duration_text(est.published_grid_s)} (this plan: "
         f"{100 * (rec['fraction_of_published_grid'] or 0):.1f} % of it)",
     ]
     if est.launch_parts:
         lines.append(
             "plan: launches = "
-            + " + ".join(f"{k.replace('_', ' ')} {_hours(v)}" for k, v in est.launch_parts.items())
-            + f" ({_hours(est.seconds['launch'] / max(1, est.launches))} per launch)"
+            + " + ".join(f"{k.replace('_', ' ')} {duration_text(v)}" for k, v in est.launch_parts.items())
+            + f" ({duration_text(est.seconds['launch'] / max(1, est.launches))} per launch)"
         )
     if disk:
         lines.append("plan: " + disk)
@@ -273,19 +272,9 @@ def plan_line(est: PlanEstimate) -> str:
     rec = est.record()
     share = rec["gpu_time"]["measured_share"]
     return (
-        f"plan: {est.cells} cells, {est.launches} launches, GPU time ~{_hours(est.total_s)}"
+        f"plan: {est.cells} cells, {est.launches} launches, GPU time ~{duration_text(est.total_s)}"
         + (f" (measured share {100 * share:.0f} %)" if share is not None else "")
-        + f", wall ~{_hours(est.total_s / est.gpus)} on {est.gpus} GPU{'s' if est.gpus > 1 else ''}; "
+        + f", wall ~{duration_text(est.total_s / est.gpus)} on {est.gpus} GPU{'s' if est.gpus > 1 else ''}; "
         f"{100 * (rec['fraction_of_published_grid'] or 0):.1f} % of the published grid (twin model {est.profile}; "
         "harness sweep --plan for the phases)"
-    )
-
-
-def _hours(seconds: float) -> str:
-    return (
-        f"{seconds / 3600:.2f} h"
-        if seconds >= 3600
-        else f"{seconds / 60:.1f} min"
-        if seconds >= 60
-        else f"{math.ceil(seconds)} s"
     )
